@@ -1,0 +1,150 @@
+"""A whole configuration: the global block, per-agent blocks and loopwatch's settings.
+
+Reads OpenClaw config files (JSON5): ``tools.loopDetection`` (global),
+``agents.list[].tools.loopDetection`` (with the agent's ``id``) and
+``agents.entries.<id>.tools.loopDetection``. Every other OpenClaw key is left alone, so a
+real ``openclaw.json`` can be used as it is. loopwatch's settings live under ``loopwatch``.
+Parsing takes text, not a path: reading the file is the caller's I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import json5
+
+from config.errors import ConfigError, ConfigProblem
+from config.loop_detection import RawBlock, ResolvedLoopDetection, merge_agent, resolve, validate_block
+from config.settings import DetectorSettings, parse_settings
+
+__all__ = ["FleetConfig", "parse_config_text", "parse_config_value"]
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """Frozen configuration of a fleet; :meth:`for_agent` gives an agent's effective block."""
+
+    global_block: RawBlock | None = None
+    agent_blocks: dict[str, RawBlock] = field(default_factory=dict)
+    settings: DetectorSettings = field(default_factory=DetectorSettings)
+    _cache: dict[str, ResolvedLoopDetection] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def enabled_default(cls, settings: DetectorSettings | None = None) -> FleetConfig:
+        """``{"tools": {"loopDetection": {"enabled": true}}}``: the product's default."""
+        return cls(global_block={"enabled": True}, settings=settings or DetectorSettings())
+
+    def merged_block(self, agent_id: str) -> RawBlock | None:
+        """The merged, unresolved block of one agent (spec §6.4)."""
+        return merge_agent(self.global_block, self.agent_blocks.get(agent_id))
+
+    def for_agent(self, agent_id: str) -> ResolvedLoopDetection:
+        """The resolved config of one agent (cached)."""
+        resolved = self._cache.get(agent_id)
+        if resolved is None:
+            resolved = resolve(self.merged_block(agent_id))
+            if len(self._cache) < 65_536:
+                self._cache[agent_id] = resolved
+        return resolved
+
+    def with_agent_block(self, agent_id: str, block: RawBlock | None) -> FleetConfig:
+        """A copy with one agent's block replaced (``None`` removes the override)."""
+        blocks = dict(self.agent_blocks)
+        if block is None:
+            blocks.pop(agent_id, None)
+        else:
+            problems = validate_block(block, f"agents.{agent_id}.tools.loopDetection")
+            if problems:
+                raise ConfigError(problems)
+            blocks[agent_id] = block
+        return FleetConfig(self.global_block, blocks, self.settings)
+
+
+def _tools_block(owner: object, path: str, problems: list[ConfigProblem]) -> RawBlock | None:
+    if not isinstance(owner, dict) or "tools" not in owner:
+        return None
+    tools = owner["tools"]
+    prefix = f"{path}.tools" if path else "tools"
+    if not isinstance(tools, dict):
+        problems.append(ConfigProblem(prefix, "must be an object"))
+        return None
+    if "loopDetection" not in tools:
+        return None
+    block = tools["loopDetection"]
+    found = validate_block(block, f"{prefix}.loopDetection")
+    problems.extend(found)
+    return block if isinstance(block, dict) else None
+
+
+def parse_config_value(
+    value: object, source: str | None = None, settings: DetectorSettings | None = None
+) -> FleetConfig:
+    """A :class:`FleetConfig` from a decoded config document; raises :class:`ConfigError`."""
+    problems: list[ConfigProblem] = []
+    if not isinstance(value, dict):
+        raise ConfigError([ConfigProblem("", "the config must be a JSON object")], source)
+    global_block = _tools_block(value, "", problems)
+    agents: dict[str, RawBlock] = {}
+    _agent_blocks(value.get("agents"), agents, problems)
+    parsed_settings, found = parse_settings(value.get("loopwatch"), base=settings)
+    problems.extend(found)
+    if problems:
+        raise ConfigError(problems, source)
+    return FleetConfig(global_block, agents, parsed_settings)
+
+
+def _agent_blocks(agents: object, out: dict[str, RawBlock], problems: list[ConfigProblem]) -> None:
+    if agents is None:
+        return
+    if not isinstance(agents, dict):
+        problems.append(ConfigProblem("agents", "must be an object"))
+        return
+    listed = agents.get("list")
+    if listed is not None:
+        if not isinstance(listed, list):
+            problems.append(ConfigProblem("agents.list", "must be an array"))
+        else:
+            for index, entry in enumerate(listed):
+                path = f"agents.list[{index}]"
+                if not isinstance(entry, dict):
+                    problems.append(ConfigProblem(path, "must be an object"))
+                    continue
+                agent_id = entry.get("id")
+                block = _tools_block(entry, path, problems)
+                if not isinstance(agent_id, str) or not agent_id.strip():
+                    if block is not None:
+                        problems.append(ConfigProblem(f"{path}.id", "must be a non-empty string"))
+                    continue
+                if block is not None:
+                    _put(out, agent_id.strip(), block, path, problems)
+    entries = agents.get("entries")
+    if entries is not None:
+        if not isinstance(entries, dict):
+            problems.append(ConfigProblem("agents.entries", "must be an object"))
+        else:
+            for agent_id, entry in entries.items():
+                path = f"agents.entries.{agent_id}"
+                block = _tools_block(entry, path, problems)
+                if block is not None:
+                    _put(out, agent_id, block, path, problems)
+
+
+def _put(
+    out: dict[str, RawBlock], agent_id: str, block: RawBlock, path: str, problems: list[ConfigProblem]
+) -> None:
+    if agent_id in out:
+        problems.append(ConfigProblem(path, f"agent {agent_id!r} has a loopDetection block twice"))
+    else:
+        out[agent_id] = block
+
+
+def parse_config_text(
+    text: str, source: str | None = None, settings: DetectorSettings | None = None
+) -> FleetConfig:
+    """A :class:`FleetConfig` from JSON5 text (an OpenClaw or loopwatch config file)."""
+    try:
+        value: Any = json5.loads(text)
+    except ValueError as exc:
+        raise ConfigError([ConfigProblem("", f"not valid JSON5: {exc}")], source) from exc
+    return parse_config_value(value, source, settings)

@@ -1,0 +1,94 @@
+"""The post-compaction guard (spec §8, loopwatch E3): a loop that survived a compaction.
+
+Rules:
+
+* ``compaction_retry`` arms the guard for ``windowSize`` outcomes and clears what it saw.
+* Each outcome with a result hash, while armed, uses up one attempt and is remembered as a
+  ``(tool, argsHash, resultHash)`` triple; when ``windowSize`` remembered triples are equal to
+  the newest, the run is aborted (so only a window of identical triples aborts, on its last).
+* Disabled only when ``enabled`` is exactly ``false``. Outcomes before arming and after the
+  window closes are ignored.
+
+Trace (window 3): compaction_retry; read(a)→E; read(a)→E; read(a)→E → abort, count 3.
+"""
+
+from __future__ import annotations
+
+__all__ = ["GuardVerdict", "PostCompactionGuard", "abort_message"]
+
+DETECTOR = "compaction_loop_persisted"
+
+Triple = tuple[str, str, str]
+
+
+def abort_message(tool: str, count: int, window: int) -> str:
+    return (
+        f"CRITICAL: tool {tool} repeated {count} times with identical arguments and identical "
+        f"results within {window} attempts after auto-compaction. The compaction did not break "
+        "the loop. Aborting to prevent runaway resource use."
+    )
+
+
+class GuardVerdict:
+    """What one observation gave: an abort (``should_abort``) or whether still armed."""
+
+    __slots__ = ("armed", "count", "message", "should_abort", "tool")
+
+    def __init__(
+        self,
+        should_abort: bool,
+        armed: bool,
+        count: int = 0,
+        tool: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        self.should_abort = should_abort
+        self.armed = armed
+        self.count = count
+        self.tool = tool
+        self.message = message
+
+    def as_dict(self) -> dict[str, object]:
+        if not self.should_abort:
+            return {"shouldAbort": False, "armed": self.armed}
+        return {
+            "shouldAbort": True,
+            "armed": self.armed,
+            "count": self.count,
+            "toolName": self.tool,
+            "detector": DETECTOR,
+            "message": self.message,
+        }
+
+
+class PostCompactionGuard:
+    """Guard state of one run: at most ``window`` remembered triples."""
+
+    __slots__ = ("observations", "remaining", "window")
+
+    def __init__(self, remaining: int = 0, window: int = 3, observations: list[Triple] | None = None) -> None:
+        self.remaining = remaining
+        self.window = window
+        self.observations: list[Triple] = observations if observations is not None else []
+
+    @property
+    def armed(self) -> bool:
+        return self.remaining > 0
+
+    def arm(self, window: int) -> None:
+        self.window = window
+        self.remaining = window
+        self.observations.clear()
+
+    def observe(self, enabled: bool, tool: str, args_hash: str, result_hash: str) -> GuardVerdict:
+        if not enabled or self.remaining <= 0:
+            return GuardVerdict(False, False)
+        self.remaining -= 1
+        triple = (tool, args_hash, result_hash)
+        self.observations.append(triple)
+        count = self.observations.count(triple)
+        if count >= self.window:
+            return GuardVerdict(
+                True, self.remaining > 0, count, tool, abort_message(tool, count, self.window)
+            )
+        return GuardVerdict(False, self.remaining > 0)

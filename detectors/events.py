@@ -1,0 +1,198 @@
+"""Wire events and verdicts (DESIGN §2): frozen, keyword-only msgspec Structs tagged by ``type``.
+
+Inputs: :class:`ToolCall`, :class:`ToolResult`, :class:`CompactionRetry`, :class:`RunEnd`.
+Outputs: :class:`Verdict` (warn/block) and :class:`Abort`. Unknown fields are ignored;
+missing required fields, wrong types and contradictory fields make an event invalid
+(:class:`InvalidEvent` says what and where).
+
+Numbers inside ``params``, ``result`` and ``error`` are decoded with JavaScript's value
+(see :mod:`detectors.stable_json`), so hashing needs no second pass over them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from config.errors import LoopwatchError
+from detectors.stable_json import _float_hook
+
+__all__ = [
+    "Abort",
+    "CompactionRetry",
+    "Event",
+    "InvalidEvent",
+    "Output",
+    "RunEnd",
+    "ToolCall",
+    "ToolResult",
+    "Verdict",
+    "decode_event",
+    "encode_output",
+    "run_scope",
+    "validate_event",
+]
+
+
+class InvalidEvent(LoopwatchError):
+    """An input record that is not a valid event; ``reason`` says what and where."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class _Base(msgspec.Struct, kw_only=True, frozen=True, tag_field="type"):
+    event_id: str
+    run_id: str | None = None
+    session_id: str | None = None
+    agent_id: str = "default"
+    ts: int | None = None
+
+
+class ToolCall(_Base, tag="tool_call"):
+    """A tool is about to execute. Send ``params``, or ``args_digest`` (digest-only mode)."""
+
+    tool: str
+    params: Any = UNSET
+    args_digest: str | UnsetType = UNSET
+    known_poll: bool | UnsetType = UNSET
+    tool_call_id: str | None = None
+
+
+class ToolResult(_Base, tag="tool_result"):
+    """A tool returned (``result``) or raised (``error``); or digests of that outcome."""
+
+    tool: str
+    params: Any = UNSET
+    args_digest: str | UnsetType = UNSET
+    result: Any = UNSET
+    error: Any = UNSET
+    result_digest: str | UnsetType | None = UNSET
+    unknown_tool_name: str | None = None
+    tool_call_id: str | None = None
+
+
+class CompactionRetry(_Base, tag="compaction_retry"):
+    """A compaction after a context overflow succeeded and the run retries (arms the guard)."""
+
+
+class RunEnd(_Base, tag="run_end"):
+    """The run finished; its state can be dropped."""
+
+
+Event = ToolCall | ToolResult | CompactionRetry | RunEnd
+
+
+class Verdict(msgspec.Struct, kw_only=True, frozen=True, tag="verdict", tag_field="type"):
+    """A warning or a block for one proposed tool call."""
+
+    verdict_id: str
+    run_id: str | None
+    agent_id: str
+    session_id: str | None
+    tool_call_id: str | None
+    trigger_event_id: str
+    level: str
+    action: str
+    detector: str
+    count: int
+    message: str
+    warning_key: str
+    paired_tool: str | None
+    tool: str
+    ts: int | None
+    enforced: bool = True
+
+
+class Abort(msgspec.Struct, kw_only=True, frozen=True, tag="abort", tag_field="type"):
+    """The run must stop (recovery exhausted, or a loop that survived compaction)."""
+
+    verdict_id: str
+    run_id: str | None
+    agent_id: str
+    session_id: str | None
+    trigger_event_id: str
+    reason: str
+    tool: str
+    count: int | None
+    message: str
+    ts: int | None
+    enforced: bool = True
+
+
+Output = Verdict | Abort
+
+_DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+def run_scope(event: Event) -> str:
+    """The Kafka key and state key: ``run_id``, else ``session:<session_id>``."""
+    run_id = event.run_id.strip() if event.run_id else ""
+    if run_id:
+        return run_id
+    return f"session:{(event.session_id or '').strip()}"
+
+
+def validate_event(event: Event) -> None:
+    """Checks msgspec's types cannot express; raises :class:`InvalidEvent`."""
+    if not event.event_id:
+        raise InvalidEvent("event_id: must be a non-empty string")
+    if not (event.run_id and event.run_id.strip()) and not (event.session_id and event.session_id.strip()):
+        raise InvalidEvent("run_id or session_id: one of them is required")
+    if isinstance(event, (ToolCall, ToolResult)):
+        if not event.tool:
+            raise InvalidEvent("tool: must be a non-empty string")
+        has_params = event.params is not UNSET
+        if has_params == (event.args_digest is not UNSET):
+            raise InvalidEvent("params / args_digest: exactly one of them is required")
+    if isinstance(event, ToolResult):
+        given = [
+            name
+            for name, value in (
+                ("result", event.result),
+                ("error", event.error),
+                ("result_digest", event.result_digest),
+            )
+            if value is not UNSET and not (name == "error" and value is None)
+        ]
+        if len(given) != 1:
+            raise InvalidEvent(
+                "result / error / result_digest: exactly one of them is required"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+
+
+def decode_event(data: bytes | str) -> Event:
+    """Decode and validate one JSON event; raises :class:`InvalidEvent` with the reason."""
+    try:
+        event = _DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise InvalidEvent(f"invalid event: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        event = _decode_fallback(data, exc)
+    validate_event(event)
+    return event
+
+
+def _decode_fallback(data: bytes | str, error: msgspec.DecodeError) -> Event:
+    # msgspec rejects lone UTF-16 surrogates ("\ud800"); JavaScript accepts them and OpenClaw
+    # sanitises them before hashing, so such events stay valid through the stdlib parser.
+    import json
+
+    try:
+        value = json.loads(data, parse_float=_float_hook, parse_int=int)
+    except (ValueError, TypeError):
+        raise InvalidEvent(f"not valid JSON: {error}") from error
+    try:
+        return msgspec.convert(value, Event, strict=True)
+    except msgspec.ValidationError as exc:
+        raise InvalidEvent(f"invalid event: {exc}") from exc
+
+
+def encode_output(output: Output) -> bytes:
+    """One verdict or abort as compact JSON."""
+    return _ENCODER.encode(output)

@@ -1,0 +1,148 @@
+"""``LoopDetector``: the core for single-process runtimes that do not want Kafka.
+
+Usage::
+
+    detector = LoopDetector(FleetConfig.enabled_default())
+    decision = detector.before_tool_call("run-1", "read", {"path": "a.txt"})
+    if decision.action in ("block", "abort"):
+        ...  # do not execute; give decision.message to the model
+    result = run_the_tool(...)
+    detector.after_tool_call("run-1", "read", {"path": "a.txt"}, result=result)
+
+Python values are accepted as they are (floats, tuples); they are converted to the JSON
+values the wire format would carry before hashing, so hashes equal the Kafka path's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from msgspec import UNSET
+
+from config.fleet import FleetConfig
+from detectors.engine import Engine
+from detectors.events import Abort, CompactionRetry, Output, RunEnd, ToolCall, ToolResult, Verdict
+from detectors.outcomes import MISSING
+from detectors.stable_json import from_python
+
+__all__ = ["Decision", "LoopDetector"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do with a tool call: ``allow``, ``warn`` (proceed), ``block`` or ``abort``."""
+
+    action: str
+    message: str | None = None
+    outputs: tuple[Output, ...] = field(default_factory=tuple)
+
+    @property
+    def proceed(self) -> bool:
+        """Whether the tool may execute."""
+        return self.action in ("allow", "warn")
+
+
+def _decision(outputs: list[Output]) -> Decision:
+    if not outputs:
+        return Decision("allow")
+    aborts = [out for out in outputs if isinstance(out, Abort) and out.enforced]
+    if aborts:
+        return Decision("abort", aborts[0].message, tuple(outputs))
+    verdict = next(out for out in outputs if isinstance(out, (Verdict, Abort)))
+    if isinstance(verdict, Verdict) and verdict.enforced:
+        return Decision(verdict.action, verdict.message, tuple(outputs))
+    return Decision("allow", verdict.message, tuple(outputs))
+
+
+class LoopDetector:
+    """Synchronous loop detection for many runs of one process."""
+
+    def __init__(self, config: FleetConfig | None = None, agent_id: str = "default") -> None:
+        self._engine = Engine(config or FleetConfig.enabled_default())
+        self._agent_id = agent_id
+        self._events = 0
+
+    @property
+    def config(self) -> FleetConfig:
+        return self._engine.config
+
+    @config.setter
+    def config(self, config: FleetConfig) -> None:
+        self._engine.config = config
+
+    def _event_id(self) -> str:
+        self._events += 1
+        return f"local-{self._events}"
+
+    def before_tool_call(
+        self,
+        run_id: str,
+        tool: str,
+        params: Any,
+        *,
+        tool_call_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        ts: int | None = None,
+    ) -> Decision:
+        """Detect before executing ``tool``; a blocked call is not recorded."""
+        event = ToolCall(
+            event_id=self._event_id(),
+            run_id=run_id,
+            session_id=session_id,
+            agent_id=agent_id or self._agent_id,
+            ts=ts,
+            tool=tool,
+            params=from_python(params),
+            tool_call_id=tool_call_id,
+        )
+        return _decision(self._engine.process(event))
+
+    def after_tool_call(
+        self,
+        run_id: str,
+        tool: str,
+        params: Any,
+        *,
+        result: Any = MISSING,
+        error: BaseException | str | None = None,
+        tool_call_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        ts: int | None = None,
+    ) -> Decision:
+        """Record the outcome; ``abort`` when a loop persisted after a compaction."""
+        if error is not None:
+            error_value: Any = str(error) or (
+                type(error).__name__ if isinstance(error, BaseException) else ""
+            )
+            result_value: Any = UNSET
+        else:
+            error_value = UNSET
+            result_value = UNSET if result is MISSING else from_python(result)
+        if error_value is UNSET and result_value is UNSET:
+            return Decision("allow")
+        event = ToolResult(
+            event_id=self._event_id(),
+            run_id=run_id,
+            session_id=session_id,
+            agent_id=agent_id or self._agent_id,
+            ts=ts,
+            tool=tool,
+            params=from_python(params),
+            result=result_value,
+            error=error_value,
+            tool_call_id=tool_call_id,
+        )
+        return _decision(self._engine.process(event))
+
+    def on_compaction_retry(self, run_id: str, *, agent_id: str | None = None) -> None:
+        """A compaction after context overflow succeeded: arm the run's guard."""
+        self._engine.process(
+            CompactionRetry(event_id=self._event_id(), run_id=run_id, agent_id=agent_id or self._agent_id)
+        )
+
+    def end_run(self, run_id: str) -> None:
+        """Forget a finished run."""
+        self._engine.process(RunEnd(event_id=self._event_id(), run_id=run_id))

@@ -1,0 +1,280 @@
+"""Outcome hashing: which tool results count as "the same outcome" (spec §3.3–3.6).
+
+``hash_outcome`` evaluates the rules of §3.3 top to bottom; the first that returns decides.
+Its output is ``(result_hash, unknown_tool_name)``; ``result_hash is None`` means the outcome
+is not recorded at all (no result, or the detector's own loop veto).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from typing import Any, Final
+
+from detectors.hashing import Digester, js_trim, update_plan_shape
+from detectors.stable_json import UNDEFINED, JSNumber, js_number_text, stable_stringify
+
+__all__ = [
+    "MISSING",
+    "SEND_ACTIONS",
+    "ErrorMessage",
+    "error_text",
+    "extract_unknown_tool_name",
+    "hash_outcome",
+    "is_known_poll",
+    "is_send_result",
+    "strip_volatile_send_ids",
+]
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+#: "the tool returned nothing" / "nothing was thrown"
+MISSING: Final = _Missing()
+
+
+class ErrorMessage(str):
+    """A thrown ``Error`` whose message is this string (an empty message hashes as ``Error``)."""
+
+    __slots__ = ()
+
+
+SEND_ACTIONS: Final = frozenset(
+    {
+        "send",
+        "broadcast",
+        "reply",
+        "thread-reply",
+        "sendWithEffect",
+        "sendAttachment",
+        "upload-file",
+        "sticker",
+        "poll",
+    }
+)
+_VOLATILE_KEYS: Final = frozenset(
+    {
+        "messageId",
+        "message_id",
+        "messageIds",
+        "platformMessageId",
+        "platformMessageIds",
+        "fileId",
+        "file_id",
+        "fileKey",
+        "pollId",
+        "poll_id",
+        "receipt",
+        "runId",
+        "idempotencyKey",
+        "ts",
+        "timestamp",
+        "sentAt",
+        "deliveredAt",
+        "createdAt",
+    }
+)
+_UNKNOWN_TOOL: Final = (
+    re.compile(r"unknown tool[:\s]+[\"']?([a-z0-9_.-]+)[\"']?", re.IGNORECASE),
+    re.compile(r"tool\s+[\"']?([a-z0-9_.-]+)[\"']?\s+(?:not found|is not available)", re.IGNORECASE),
+)
+
+
+def _is_number(value: object) -> bool:
+    return (isinstance(value, (int, float, JSNumber))) and not isinstance(value, bool)
+
+
+def error_text(error: Any) -> str:
+    """The text OpenClaw hashes for a thrown value (``formatErrorForHash``)."""
+    if isinstance(error, ErrorMessage):
+        return str(error) or "Error"
+    if isinstance(error, str):
+        return error
+    if isinstance(error, bool):
+        return "true" if error else "false"
+    if isinstance(error, int):
+        return str(error)
+    if isinstance(error, float):
+        return js_number_text(error)
+    if isinstance(error, JSNumber):
+        return js_number_text(error.value)
+    if isinstance(error, BaseException):
+        return str(error) or type(error).__name__
+    return stable_stringify(error)
+
+
+def extract_unknown_tool_name(text: str) -> str | None:
+    """The missing tool's name in an error text, lower-cased (spec §3.5)."""
+    raw = js_trim(text)
+    if not raw:
+        return None
+    for pattern in _UNKNOWN_TOOL:
+        match = pattern.search(raw)
+        if match:
+            return js_trim(match.group(1)).lower() or None
+    return None
+
+
+def is_known_poll(tool: str, params: Any) -> bool:
+    """``command_status``, or ``process`` with action ``poll``/``log`` (spec §3.6)."""
+    if tool == "command_status":
+        return True
+    return tool == "process" and isinstance(params, dict) and params.get("action") in ("poll", "log")
+
+
+def is_send_result(tool: str, params: Any, send_tools: Collection[str]) -> bool:
+    """Whether a result is a delivery receipt whose volatile ids are stripped (spec §3.4)."""
+    if tool == "sessions_send":
+        return True
+    if tool == "message":
+        action = params.get("action") if isinstance(params, dict) else None
+        return isinstance(action, str) and action in SEND_ACTIONS
+    return tool in send_tools
+
+
+def _looks_like_message(obj: dict[str, Any]) -> bool:
+    if not (isinstance(obj.get("id"), str) and isinstance(obj.get("text"), str)):
+        return False
+    return (
+        isinstance(obj.get("direction"), str)
+        or isinstance(obj.get("senderId"), str)
+        or isinstance(obj.get("accountId"), str)
+        or isinstance(obj.get("conversation"), dict)
+    )
+
+
+def strip_volatile_send_ids(value: Any) -> Any:
+    """``details`` without per-send ids and timestamps, at every depth (spec §3.4)."""
+    if isinstance(value, list):
+        return [strip_volatile_send_ids(item) for item in value]
+    if isinstance(value, dict):
+        drop_id = _looks_like_message(value)
+        return {
+            key: strip_volatile_send_ids(item)
+            for key, item in value.items()
+            if key not in _VOLATILE_KEYS and not (drop_id and key == "id")
+        }
+    return value
+
+
+def _text_of(result: dict[str, Any]) -> str:
+    content = result.get("content")
+    if not isinstance(content, list):
+        return ""
+    texts = [
+        entry["text"]
+        for entry in content
+        if isinstance(entry, dict)
+        and isinstance(entry.get("type"), str)
+        and isinstance(entry.get("text"), str)
+    ]
+    if not texts:
+        return ""
+    return js_trim(texts[0] if len(texts) == 1 else "\n".join(texts))
+
+
+def _or_null(details: dict[str, Any], key: str) -> Any:
+    value = details.get(key)
+    return None if value is None else value
+
+
+def _exec_fingerprint(details: dict[str, Any], status: str, text: str) -> dict[str, Any] | None:
+    if status == "running":
+        tail = details.get("tail")
+        return {"status": status, "tail": tail if isinstance(tail, str) else ""}
+    if status in ("completed", "failed"):
+        exit_code = details.get("exitCode")
+        aggregated = details.get("aggregated")
+        output = js_trim(aggregated) if isinstance(aggregated, str) else ""
+        return {
+            "status": status,
+            "exitCode": exit_code if _is_number(exit_code) else None,
+            "timedOut": details.get("timedOut") is True,
+            "output": output or text,
+        }
+    if status in ("approval-pending", "approval-unavailable"):
+
+        def string_or(key: str, default: str | None) -> str | None:
+            value = details.get(key)
+            return value if isinstance(value, str) else default
+
+        return {
+            "status": status,
+            "reason": string_or("reason", None),
+            "host": string_or("host", None),
+            "command": string_or("command", ""),
+            "warningText": string_or("warningText", ""),
+        }
+    return None
+
+
+def _process_fingerprint(action: object, details: dict[str, Any], text: str) -> dict[str, Any] | None:
+    status = details.get("status", UNDEFINED)
+    if action == "poll":
+        return {
+            "action": action,
+            "status": status,
+            "exitCode": _or_null(details, "exitCode"),
+            "exitSignal": _or_null(details, "exitSignal"),
+            "aggregated": _or_null(details, "aggregated"),
+            "text": text,
+        }
+    if action == "log":
+        return {
+            "action": action,
+            "status": status,
+            "totalLines": _or_null(details, "totalLines"),
+            "totalChars": _or_null(details, "totalChars"),
+            "truncated": _or_null(details, "truncated"),
+            "exitCode": _or_null(details, "exitCode"),
+            "exitSignal": _or_null(details, "exitSignal"),
+            "text": text,
+        }
+    return None
+
+
+def hash_outcome(
+    tool: str,
+    params: Any,
+    result: Any,
+    error: Any,
+    digester: Digester,
+    send_tools: Collection[str] = (),
+) -> tuple[str | None, str | None]:
+    """``(result_hash, unknown_tool_name)`` of one outcome (spec §3.3).
+
+    ``result`` is :data:`MISSING` when the tool returned nothing; ``error`` is :data:`MISSING`
+    (or ``None``) when nothing was thrown, an :class:`ErrorMessage` for a thrown ``Error``, or
+    any other value thrown as-is.
+    """
+    if error is not MISSING and error is not None:
+        text = error_text(error)
+        return "error:" + digester.digest_text(text), extract_unknown_tool_name(text)
+    if result is MISSING:
+        return None, None
+    if not isinstance(result, dict):
+        return digester.digest(result), None
+    raw_details = result.get("details")
+    details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
+    text = _text_of(result)
+    status = details.get("status")
+    if status == "blocked" and details.get("deniedReason") == "tool-loop":
+        return None, None
+    if tool == "exec" and isinstance(status, str) and status:
+        fingerprint = _exec_fingerprint(details, status, text)
+        if fingerprint is not None:
+            return digester.digest(fingerprint), None
+    if tool == "process" and isinstance(params, dict):
+        fingerprint = _process_fingerprint(params.get("action"), details, text)
+        if fingerprint is not None:
+            return digester.digest(fingerprint), None
+    if is_send_result(tool, params, send_tools):
+        return digester.digest(strip_volatile_send_ids(details)), None
+    if tool == "update_plan":
+        return digester.digest({"details": update_plan_shape(details), "text": ""}), None
+    return digester.digest({"details": details, "text": text}), None

@@ -1,0 +1,154 @@
+"""Per-run state (DESIGN §4) and its compact byte form for faust tables.
+
+Bounded by construction: at most ``historySize`` history records, ``seen_event_ids`` event
+ids, 256 warning keys, ``windowSize`` guard observations and a few counters. The live object
+(:class:`RunState`) carries indexes derived from the history; :class:`RunSnapshot` is what is
+persisted, and :meth:`RunState.from_bytes` rebuilds the indexes from it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Final
+
+import msgspec
+
+from detectors.compaction_guard import PostCompactionGuard
+from detectors.history import History
+
+__all__ = ["RunSnapshot", "RunState"]
+
+_FORMAT_VERSION: Final = 1
+
+RecordTuple = tuple[str, str, "str | None", "str | None", "str | None", "int | None"]
+
+
+class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
+    """The persisted shape of a :class:`RunState` (array-encoded msgpack)."""
+
+    version: int
+    scope: str
+    agent_id: str
+    run_id: str | None
+    session_id: str | None
+    records: list[tuple[str, str, str | None, str | None, str | None, int | None]]
+    seen: list[str]
+    buckets: list[tuple[str, int]]
+    guard_remaining: int
+    guard_window: int
+    guard_observations: list[tuple[str, str, str]]
+    criticals: int
+    recovery_aborted: bool
+    last_ts: int | None
+    events: int
+
+
+_ENCODER: Final = msgspec.msgpack.Encoder()
+_DECODER: Final = msgspec.msgpack.Decoder(RunSnapshot)
+
+
+class RunState:
+    """Mutable state of one run scope; changed only by :func:`detectors.step.apply`."""
+
+    __slots__ = (
+        "_seen_limit",
+        "agent_id",
+        "buckets",
+        "criticals",
+        "events",
+        "guard",
+        "history",
+        "last_ts",
+        "recovery_aborted",
+        "run_id",
+        "scope",
+        "seen",
+        "seen_set",
+        "session_id",
+    )
+
+    def __init__(
+        self,
+        scope: str,
+        agent_id: str = "default",
+        run_id: str | None = None,
+        session_id: str | None = None,
+        seen_limit: int = 256,
+    ) -> None:
+        self.scope = scope
+        self.agent_id = agent_id
+        self.run_id = run_id
+        self.session_id = session_id
+        self.history = History()
+        self._seen_limit = seen_limit
+        self.seen: deque[str] = deque()
+        self.seen_set: set[str] = set()
+        self.buckets: dict[str, int] = {}
+        self.guard = PostCompactionGuard()
+        self.criticals = 0
+        self.recovery_aborted = False
+        self.last_ts: int | None = None
+        self.events = 0
+
+    def remember(self, event_id: str) -> bool:
+        """Record an event id; ``False`` if it was already seen (a redelivery)."""
+        if event_id in self.seen_set:
+            return False
+        self.seen.append(event_id)
+        self.seen_set.add(event_id)
+        if len(self.seen) > self._seen_limit:
+            self.seen_set.discard(self.seen.popleft())
+        return True
+
+    def snapshot(self) -> RunSnapshot:
+        return RunSnapshot(
+            version=_FORMAT_VERSION,
+            scope=self.scope,
+            agent_id=self.agent_id,
+            run_id=self.run_id,
+            session_id=self.session_id,
+            records=[record.as_tuple() for record in self.history.records],
+            seen=list(self.seen),
+            buckets=list(self.buckets.items()),
+            guard_remaining=self.guard.remaining,
+            guard_window=self.guard.window,
+            guard_observations=list(self.guard.observations),
+            criticals=self.criticals,
+            recovery_aborted=self.recovery_aborted,
+            last_ts=self.last_ts,
+            events=self.events,
+        )
+
+    def to_bytes(self) -> bytes:
+        """Compact msgpack bytes of the state."""
+        return _ENCODER.encode(self.snapshot())
+
+    @classmethod
+    def from_snapshot(cls, snap: RunSnapshot, seen_limit: int = 256) -> RunState:
+        state = cls(snap.scope, snap.agent_id, snap.run_id, snap.session_id, seen_limit)
+        unbounded = len(snap.records)
+        for tool, args_hash, call_id, result_hash, unknown, ts in snap.records:
+            state.history.append(tool, args_hash, call_id, result_hash, unknown, ts, unbounded)
+        for event_id in snap.seen:
+            state.remember(event_id)
+        state.buckets = dict(snap.buckets)
+        state.guard = PostCompactionGuard(
+            snap.guard_remaining,
+            snap.guard_window,
+            [tuple(t) for t in snap.guard_observations],  # type: ignore[misc]
+        )
+        state.criticals = snap.criticals
+        state.recovery_aborted = snap.recovery_aborted
+        state.last_ts = snap.last_ts
+        state.events = snap.events
+        return state
+
+    @classmethod
+    def from_bytes(cls, data: bytes, seen_limit: int = 256) -> RunState:
+        """Rebuild a state (and its indexes) from :meth:`to_bytes` output."""
+        return cls.from_snapshot(_DECODER.decode(data), seen_limit)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunState) and self.snapshot() == other.snapshot()
+
+    __hash__ = None  # type: ignore[assignment]

@@ -1,0 +1,150 @@
+"""The ``loopwatch`` command line (shell only: parse flags, read files, call the core, print)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+from config.errors import ConfigError
+from detectors.conformance import run_vector
+from detectors.engine import Engine
+from detectors.events import encode_output
+from detectors.stable_json import WIRE_DECODER
+from streams.config_files import load_config
+from streams.event_lines import BadLine, read_events
+
+__all__ = ["main"]
+
+FIXTURES = Path(__file__).parent / "data" / "fixtures"
+
+
+def _open_input(path: str | None) -> tuple[BinaryIO, str]:
+    if path is None or path == "-":
+        return sys.stdin.buffer, "<stdin>"
+    return open(path, "rb"), path
+
+
+def cmd_run(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    config = load_config(args.config)
+    engine = Engine(config)
+    stream, source = _open_input(args.events)
+    bad = 0
+    try:
+        for item in read_events(stream, source, config.settings.max_event_bytes):
+            if isinstance(item, BadLine):
+                bad += 1
+                print(f"loopwatch: skipped invalid event at {item}", file=err)
+                continue
+            for output in engine.process(item):
+                out.write(encode_output(output) + b"\n")
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    out.flush()
+    return 0
+
+
+def cmd_conformance(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    passed = failed = 0
+    lines_out: list[str] = []
+    for path in args.files:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            print(f"loopwatch: cannot read {path}: {exc.strerror}", file=err)
+            return 2
+        for number, line in enumerate(data.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                vector = WIRE_DECODER.decode(line)
+            except Exception as exc:  # noqa: BLE001 - a malformed line is a failed vector
+                failed += 1
+                lines_out.append(f"FAIL {path}:{number}: not valid JSON: {exc}")
+                continue
+            name = vector.get("name", f"line {number}") if isinstance(vector, dict) else f"line {number}"
+            failure = run_vector(vector)
+            if failure is None:
+                passed += 1
+            else:
+                failed += 1
+                lines_out.append(f"FAIL {name} ({path}:{number}): {failure}")
+    text = "\n".join([*lines_out, f"{passed} passed, {failed} failed"]) + "\n"
+    out.write(text.encode())
+    out.flush()
+    return 1 if failed or not passed else 0
+
+
+def cmd_demo(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    from streams.demo import run_demo
+
+    return run_demo(args, out, err)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loopwatch",
+        description="Stop AI agents stuck in tool-call loops, fleet-wide.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  loopwatch demo\n  loopwatch run --config openclaw.json events.jsonl\n"
+        "  loopwatch conformance vectors.jsonl",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="run the detector core in-process: events in, verdicts out",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Reads event JSON lines (file or stdin) and writes verdict and abort JSON "
+        "lines to stdout, in input order. Invalid lines are reported on stderr and skipped.",
+        epilog="examples:\n  loopwatch run --config openclaw.json events.jsonl\n"
+        "  cat events.jsonl | loopwatch run -",
+    )
+    run.add_argument(
+        "--config",
+        metavar="FILE",
+        help="OpenClaw-style config file (JSON5); default: detection enabled with OpenClaw's defaults",
+    )
+    run.add_argument("events", nargs="?", default="-", metavar="EVENTS", help="events file, or - for stdin")
+    run.set_defaults(func=cmd_run)
+
+    conf = sub.add_parser(
+        "conformance",
+        help="run conformance vector files (spec §0 step vocabulary)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  loopwatch conformance tests/data/openclaw-public.jsonl",
+    )
+    conf.add_argument("files", nargs="+", metavar="FILE")
+    conf.set_defaults(func=cmd_conformance)
+
+    demo = sub.add_parser(
+        "demo",
+        help="replay the bundled real OpenClaw traces through the core (no broker)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  loopwatch demo",
+    )
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args, sys.stdout.buffer, sys.stderr)
+    except ConfigError as exc:
+        print(f"loopwatch: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"loopwatch: no such file: {exc.filename}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

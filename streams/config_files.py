@@ -1,0 +1,22 @@
+"""Reading config files (the I/O half of :mod:`config.fleet`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from config.errors import ConfigError, ConfigProblem
+from config.fleet import FleetConfig, parse_config_text
+from config.settings import DetectorSettings
+
+__all__ = ["load_config"]
+
+
+def load_config(path: str | None, settings: DetectorSettings | None = None) -> FleetConfig:
+    """The config of a file, or the product default (detection enabled) without one."""
+    if path is None:
+        return FleetConfig.enabled_default(settings)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([ConfigProblem("", f"cannot read config file: {exc.strerror}")], path) from exc
+    return parse_config_text(text, source=path, settings=settings)

@@ -1,0 +1,75 @@
+"""Trace builders for tests: readable event sequences without hand-written JSON."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult
+from detectors.stable_json import from_python
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+FIXTURES = ROOT / "streams" / "data" / "fixtures"
+VECTORS = DATA / "openclaw-public.jsonl"
+
+
+class Trace:
+    """Builds the events of one run: ``trace.call(...)``, ``trace.result(...)``."""
+
+    _ids = itertools.count()
+
+    def __init__(self, run_id: str = "run-1", agent_id: str = "default") -> None:
+        self.run_id = run_id
+        self.agent_id = agent_id
+        self.events: list[Event] = []
+
+    def _event_id(self) -> str:
+        return f"{self.run_id}-e{next(self._ids)}"
+
+    def call(self, tool: str, params: Any, call_id: str | None = None) -> ToolCall:
+        event = ToolCall(
+            event_id=self._event_id(),
+            run_id=self.run_id,
+            agent_id=self.agent_id,
+            tool=tool,
+            params=from_python(params),
+            tool_call_id=call_id,
+        )
+        self.events.append(event)
+        return event
+
+    def result(
+        self, tool: str, params: Any, result: Any = None, error: str | None = None, call_id: str | None = None
+    ) -> ToolResult:
+        from msgspec import UNSET
+
+        event = ToolResult(
+            event_id=self._event_id(),
+            run_id=self.run_id,
+            agent_id=self.agent_id,
+            tool=tool,
+            params=from_python(params),
+            result=UNSET if error is not None else from_python(result),
+            error=error if error is not None else UNSET,
+            tool_call_id=call_id,
+        )
+        self.events.append(event)
+        return event
+
+    def both(self, tool: str, params: Any, result: Any = None, error: str | None = None) -> None:
+        call_id = f"c{len(self.events)}"
+        self.call(tool, params, call_id)
+        self.result(tool, params, result, error, call_id)
+
+    def compaction(self) -> None:
+        self.events.append(CompactionRetry(event_id=self._event_id(), run_id=self.run_id))
+
+    def end(self) -> None:
+        self.events.append(RunEnd(event_id=self._event_id(), run_id=self.run_id))
+
+
+def text_result(text: str, **details: Any) -> dict[str, Any]:
+    """An OpenClaw-shaped tool result."""
+    return {"content": [{"type": "text", "text": text}], "details": details}

@@ -1,0 +1,115 @@
+import pytest
+
+from config import ConfigError, FleetConfig, merge_agent, parse_config_text, resolve, validate_block
+
+
+def test_defaults_and_enabled_states() -> None:
+    resolved = resolve(None)
+    assert (resolved.history_size, resolved.warning_threshold, resolved.critical_threshold) == (30, 10, 20)
+    assert resolved.global_circuit_breaker_threshold == 30 and resolved.guard_window == 3
+    assert not resolved.enabled and resolved.records_calls and resolved.guard_enabled
+    off = resolve({"enabled": False})
+    assert not off.records_calls and not off.guard_enabled
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        ({"warningThreshold": 10, "criticalThreshold": 5}, (10, 11, 30)),
+        ({"warningThreshold": 30}, (30, 31, 32)),
+        ({"criticalThreshold": 30, "globalCircuitBreakerThreshold": 30}, (10, 30, 31)),
+        ({"warningThreshold": "5", "criticalThreshold": 0, "globalCircuitBreakerThreshold": 2.5}, (10, 20, 30)),
+    ],
+)
+def test_auto_raise_and_positive_int_fallback(block: dict[str, object], expected: tuple[int, int, int]) -> None:
+    r = resolve(block)
+    assert (r.warning_threshold, r.critical_threshold, r.global_circuit_breaker_threshold) == expected
+
+
+def test_merge_is_key_by_key_for_nested_objects() -> None:
+    merged = merge_agent(
+        {"enabled": False, "warningThreshold": 5, "detectors": {"pingPong": False},
+         "postCompactionGuard": {"windowSize": 2}},
+        {"enabled": True, "detectors": {"genericRepeat": False}},
+    )
+    r = resolve(merged)
+    assert r.enabled and r.warning_threshold == 5 and r.guard_window == 2
+    assert (r.generic_repeat, r.known_poll_no_progress, r.ping_pong) == (False, True, False)
+
+
+def test_validation_lists_every_problem_with_its_path() -> None:
+    problems = validate_block(
+        {"enabled": "yes", "historySize": 0, "bogus": 1, "detectors": {"pingPong": 1, "x": True},
+         "warningThreshold": 20, "criticalThreshold": 10},
+        "tools.loopDetection",
+    )
+    text = [str(p) for p in problems]
+    assert "tools.loopDetection.bogus: unknown key" in text
+    assert "tools.loopDetection.enabled: must be a boolean" in text
+    assert "tools.loopDetection.historySize: must be a positive integer" in text
+    assert "tools.loopDetection.detectors.pingPong: must be a boolean" in text
+    assert "tools.loopDetection.detectors.x: unknown key" in text
+    assert any("warningThreshold must be lower than criticalThreshold." in t for t in text)
+
+
+def test_ordering_message_for_global() -> None:
+    problems = validate_block({"criticalThreshold": 30, "globalCircuitBreakerThreshold": 30}, "p")
+    assert [p.message for p in problems] == [
+        "tools.loopDetection.criticalThreshold must be lower than globalCircuitBreakerThreshold."
+    ]
+
+
+OPENCLAW_FILE = """
+// a real-looking openclaw.json (JSON5)
+{
+  gateway: { port: 18789 },
+  tools: { loopDetection: { enabled: true, warningThreshold: 8, } },
+  agents: {
+    list: [
+      { id: "coder", tools: { loopDetection: { criticalThreshold: 12 } } },
+      { id: "plain" },
+    ],
+    entries: { ops: { tools: { loopDetection: { enabled: false } } } },
+  },
+  loopwatch: { digest: "sha256", criticalBlocksBeforeAbort: 2 },
+}
+"""
+
+
+def test_openclaw_file_with_agents_and_settings() -> None:
+    config = parse_config_text(OPENCLAW_FILE, "openclaw.json")
+    assert config.for_agent("coder").critical_threshold == 12
+    assert config.for_agent("coder").warning_threshold == 8
+    assert config.for_agent("plain").critical_threshold == 20
+    assert not config.for_agent("ops").enabled
+    assert config.settings.digest == "sha256" and config.settings.critical_blocks_before_abort == 2
+
+
+def test_bad_file_reports_all_problems_at_once() -> None:
+    text = """{tools: {loopDetection: {enabled: 1}},
+      agents: {list: [{id: "a", tools: {loopDetection: {historySize: -1}}},
+                      {id: "b", tools: {loopDetection: {nope: true}}}]},
+      loopwatch: {digest: "md5", seenEventIds: 3}}"""
+    with pytest.raises(ConfigError) as info:
+        parse_config_text(text, "bad.json")
+    paths = [p.path for p in info.value.problems]
+    assert paths == [
+        "tools.loopDetection.enabled",
+        "agents.list[0].tools.loopDetection.historySize",
+        "agents.list[1].tools.loopDetection.nope",
+        "loopwatch.digest",
+        "loopwatch.seenEventIds",
+    ]
+    assert "bad.json" in str(info.value)
+
+
+def test_not_json5() -> None:
+    with pytest.raises(ConfigError, match="not valid JSON5"):
+        parse_config_text("{tools: ", "x.json")
+
+
+def test_agent_override_is_validated() -> None:
+    base = FleetConfig.enabled_default()
+    assert base.with_agent_block("a", {"warningThreshold": 3}).for_agent("a").warning_threshold == 3
+    with pytest.raises(ConfigError):
+        base.with_agent_block("a", {"warningThreshold": 0})
