@@ -81,16 +81,18 @@ def _check_object(
 
 def _check_order(block: dict[str, Any], path: str, problems: list[ConfigProblem]) -> None:
     """The two cross-field messages of OpenClaw's schema (spec §6.1)."""
-    warning, critical = block.get("warningThreshold"), block.get("criticalThreshold")
-    glob = block.get("globalCircuitBreakerThreshold")
-    if _is_positive_int(warning) and _is_positive_int(critical) and warning >= critical:
+    values = [
+        block.get(key) for key in ("warningThreshold", "criticalThreshold", "globalCircuitBreakerThreshold")
+    ]
+    warning, critical, glob = (value if _is_positive_int(value) else None for value in values)
+    if warning is not None and critical is not None and warning >= critical:
         problems.append(
             ConfigProblem(
                 f"{path}.warningThreshold",
                 "tools.loopDetection.warningThreshold must be lower than criticalThreshold.",
             )
         )
-    if _is_positive_int(critical) and _is_positive_int(glob) and critical >= glob:
+    if critical is not None and glob is not None and critical >= glob:
         problems.append(
             ConfigProblem(
                 f"{path}.criticalThreshold",

@@ -155,11 +155,16 @@ class _Session:
         call = self.prepared(step, with_outcome=False)
         found = detect(state.history, tool, call.args_hash, call.known_poll, self.resolved)
         run_id = None if key == _NO_RUN else key
-        common = {"run_id": run_id, "session_id": "vector-session", "agent_id": _AGENT}
         outputs = apply(
             state,
             ToolCall(
-                event_id=self.event_id(), tool=tool, params=params, tool_call_id=_call_id(step), **common
+                event_id=self.event_id(),
+                run_id=run_id,
+                session_id="vector-session",
+                agent_id=_AGENT,
+                tool=tool,
+                params=params,
+                tool_call_id=_call_id(step),
             ),
             self.fleet,
             call,

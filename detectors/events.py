@@ -52,7 +52,7 @@ class _Base(msgspec.Struct, kw_only=True, frozen=True, tag_field="type"):
     ts: int | None = None
 
 
-class ToolCall(_Base, tag="tool_call"):
+class ToolCall(_Base, frozen=True, tag="tool_call"):
     """A tool is about to execute. Send ``params``, or ``args_digest`` (digest-only mode)."""
 
     tool: str
@@ -62,7 +62,7 @@ class ToolCall(_Base, tag="tool_call"):
     tool_call_id: str | None = None
 
 
-class ToolResult(_Base, tag="tool_result"):
+class ToolResult(_Base, frozen=True, tag="tool_result"):
     """A tool returned (``result``) or raised (``error``); or digests of that outcome."""
 
     tool: str
@@ -75,11 +75,11 @@ class ToolResult(_Base, tag="tool_result"):
     tool_call_id: str | None = None
 
 
-class CompactionRetry(_Base, tag="compaction_retry"):
+class CompactionRetry(_Base, frozen=True, tag="compaction_retry"):
     """A compaction after a context overflow succeeded and the run retries (arms the guard)."""
 
 
-class RunEnd(_Base, tag="run_end"):
+class RunEnd(_Base, frozen=True, tag="run_end"):
     """The run finished; its state can be dropped."""
 
 
@@ -169,7 +169,7 @@ def validate_event(event: Event) -> None:
 def decode_event(data: bytes | str) -> Event:
     """Decode and validate one JSON event; raises :class:`InvalidEvent` with the reason."""
     try:
-        event = _DECODER.decode(data)
+        event: Event = _DECODER.decode(data)
     except msgspec.ValidationError as exc:
         raise InvalidEvent(f"invalid event: {exc}") from exc
     except msgspec.DecodeError as exc:
@@ -188,9 +188,10 @@ def _decode_fallback(data: bytes | str, error: msgspec.DecodeError) -> Event:
     except (ValueError, TypeError):
         raise InvalidEvent(f"not valid JSON: {error}") from error
     try:
-        return msgspec.convert(value, Event, strict=True)
+        converted: Event = msgspec.convert(value, Event, strict=True)
     except msgspec.ValidationError as exc:
         raise InvalidEvent(f"invalid event: {exc}") from exc
+    return converted
 
 
 def encode_output(output: Output) -> bytes:

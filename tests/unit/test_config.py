@@ -6,10 +6,14 @@ from config import ConfigError, FleetConfig, merge_agent, parse_config_text, res
 def test_defaults_and_enabled_states() -> None:
     resolved = resolve(None)
     assert (resolved.history_size, resolved.warning_threshold, resolved.critical_threshold) == (30, 10, 20)
-    assert resolved.global_circuit_breaker_threshold == 30 and resolved.guard_window == 3
-    assert not resolved.enabled and resolved.records_calls and resolved.guard_enabled
+    assert resolved.global_circuit_breaker_threshold == 30
+    assert resolved.guard_window == 3
+    assert not resolved.enabled
+    assert resolved.records_calls
+    assert resolved.guard_enabled
     off = resolve({"enabled": False})
-    assert not off.records_calls and not off.guard_enabled
+    assert not off.records_calls
+    assert not off.guard_enabled
 
 
 @pytest.mark.parametrize(
@@ -18,29 +22,46 @@ def test_defaults_and_enabled_states() -> None:
         ({"warningThreshold": 10, "criticalThreshold": 5}, (10, 11, 30)),
         ({"warningThreshold": 30}, (30, 31, 32)),
         ({"criticalThreshold": 30, "globalCircuitBreakerThreshold": 30}, (10, 30, 31)),
-        ({"warningThreshold": "5", "criticalThreshold": 0, "globalCircuitBreakerThreshold": 2.5}, (10, 20, 30)),
+        (
+            {"warningThreshold": "5", "criticalThreshold": 0, "globalCircuitBreakerThreshold": 2.5},
+            (10, 20, 30),
+        ),
     ],
 )
-def test_auto_raise_and_positive_int_fallback(block: dict[str, object], expected: tuple[int, int, int]) -> None:
+def test_auto_raise_and_positive_int_fallback(
+    block: dict[str, object], expected: tuple[int, int, int]
+) -> None:
     r = resolve(block)
     assert (r.warning_threshold, r.critical_threshold, r.global_circuit_breaker_threshold) == expected
 
 
 def test_merge_is_key_by_key_for_nested_objects() -> None:
     merged = merge_agent(
-        {"enabled": False, "warningThreshold": 5, "detectors": {"pingPong": False},
-         "postCompactionGuard": {"windowSize": 2}},
+        {
+            "enabled": False,
+            "warningThreshold": 5,
+            "detectors": {"pingPong": False},
+            "postCompactionGuard": {"windowSize": 2},
+        },
         {"enabled": True, "detectors": {"genericRepeat": False}},
     )
     r = resolve(merged)
-    assert r.enabled and r.warning_threshold == 5 and r.guard_window == 2
+    assert r.enabled
+    assert r.warning_threshold == 5
+    assert r.guard_window == 2
     assert (r.generic_repeat, r.known_poll_no_progress, r.ping_pong) == (False, True, False)
 
 
 def test_validation_lists_every_problem_with_its_path() -> None:
     problems = validate_block(
-        {"enabled": "yes", "historySize": 0, "bogus": 1, "detectors": {"pingPong": 1, "x": True},
-         "warningThreshold": 20, "criticalThreshold": 10},
+        {
+            "enabled": "yes",
+            "historySize": 0,
+            "bogus": 1,
+            "detectors": {"pingPong": 1, "x": True},
+            "warningThreshold": 20,
+            "criticalThreshold": 10,
+        },
         "tools.loopDetection",
     )
     text = [str(p) for p in problems]
@@ -82,7 +103,8 @@ def test_openclaw_file_with_agents_and_settings() -> None:
     assert config.for_agent("coder").warning_threshold == 8
     assert config.for_agent("plain").critical_threshold == 20
     assert not config.for_agent("ops").enabled
-    assert config.settings.digest == "sha256" and config.settings.critical_blocks_before_abort == 2
+    assert config.settings.digest == "sha256"
+    assert config.settings.critical_blocks_before_abort == 2
 
 
 def test_bad_file_reports_all_problems_at_once() -> None:

@@ -1,0 +1,204 @@
+import json
+import random
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from config import FleetConfig, resolve
+from detectors.detection import detect
+from detectors.engine import Engine
+from detectors.events import Event, Output, Verdict
+from detectors.hashing import Digester
+from detectors.outcomes import MISSING, ErrorMessage, hash_outcome, is_known_poll
+from detectors.stable_json import WIRE_DECODER, canonical_bytes, from_python, stable_stringify
+from detectors.state import RunState
+from detectors.step import Prepared, record_outcome
+from tests.helpers import Trace
+from tests.property.reference_model import ReferenceHistory, reference_detect
+from tests.property.strategies import PARAMS, TOOLS, json_values, outcome_of, steps
+
+SHA = Digester("sha256")
+
+
+def build(run_id: str, plan: list[tuple[str, int, int, int]]) -> Trace:
+    trace = Trace(run_id)
+    for n, (kind, t, p, o) in enumerate(plan):
+        tool, params = TOOLS[t], PARAMS[p]
+        result, error = outcome_of(o)
+        call_id = f"c{n}"
+        if kind in ("call", "both"):
+            trace.call(tool, params, call_id)
+        if kind in ("outcome", "both"):
+            trace.result(tool, params, result, error, call_id if kind == "both" else None)
+    return trace
+
+
+def outputs_of(events: list[Event], config: FleetConfig) -> list[Output]:
+    engine = Engine(config)
+    return [out for event in events for out in engine.process(event)]
+
+
+def small_config(history: int, warning: int, critical: int, glob: int) -> FleetConfig:
+    block = {
+        "enabled": True,
+        "historySize": history,
+        "warningThreshold": warning,
+        "criticalThreshold": critical,
+        "globalCircuitBreakerThreshold": glob,
+        "unknownToolThreshold": warning,
+    }
+    return FleetConfig(global_block=block)
+
+
+configs = st.builds(
+    small_config, st.integers(1, 12), st.integers(1, 5), st.integers(1, 8), st.integers(1, 12)
+)
+
+
+@given(json_values)
+def test_fast_canonical_bytes_equal_the_reference(value: Any) -> None:
+    wire = WIRE_DECODER.decode(json.dumps(value).encode())
+    assert canonical_bytes(wire) == stable_stringify(wire).encode()
+    assert canonical_bytes(from_python(value)) == canonical_bytes(wire)
+
+
+@given(st.dictionaries(st.text(max_size=5), json_values, max_size=6), st.randoms())
+def test_args_hash_ignores_key_order(params: dict[str, Any], rnd: random.Random) -> None:
+    items = list(params.items())
+    rnd.shuffle(items)
+    shuffled = dict(items)
+    assert SHA.args_hash("t", from_python(params)) == SHA.args_hash("t", from_python(shuffled))
+
+
+@given(steps, st.integers(1, 12), st.integers(1, 5), st.integers(1, 9))
+@settings(max_examples=300)
+def test_incremental_history_matches_a_rescanning_model(
+    plan: list[tuple[str, int, int, int]], limit: int, warning: int, critical: int
+) -> None:
+    """Every detection and every history bound agree with a literal model of the spec."""
+    cfg = resolve(
+        {
+            "enabled": True,
+            "historySize": limit,
+            "warningThreshold": warning,
+            "criticalThreshold": critical,
+            "unknownToolThreshold": warning,
+        }
+    )
+    state = RunState("r")
+    model = ReferenceHistory(cfg.history_size)
+    for n, (kind, t, p, o) in enumerate(plan):
+        tool, params = TOOLS[t], from_python(PARAMS[p])
+        h = SHA.args_hash(tool, params)
+        poll = is_known_poll(tool, params)
+        got = detect(state.history, tool, h, poll, cfg)
+        want = reference_detect(model.records, tool, h, poll, cfg)
+        assert (None if got is None else (got.level, got.detector, got.count)) == want
+        call_id = f"c{n}" if kind != "outcome" else None
+        if kind in ("call", "both"):
+            state.history.append(tool, h, call_id, None, None, None, cfg.history_size)
+            model.record_call(tool, h, call_id)
+        if kind in ("outcome", "both"):
+            result, error = outcome_of(o)
+            rh, unknown = hash_outcome(
+                tool,
+                params,
+                from_python(result) if error is None else MISSING,
+                ErrorMessage(error) if error else MISSING,
+                SHA,
+            )
+            record_outcome(state, tool, call_id, None, Prepared(h, poll, rh, unknown), cfg)
+            model.record_outcome(tool, h, call_id, rh, unknown)
+        assert len(state.history) <= cfg.history_size
+        assert [(r.args_hash, r.result_hash) for r in state.history] == [
+            (r.args_hash, r.result_hash) for r in model.records
+        ]
+
+
+@given(steps, configs)
+def test_same_events_same_verdicts(plan: list[tuple[str, int, int, int]], config: FleetConfig) -> None:
+    events = build("r", plan).events
+    assert outputs_of(events, config) == outputs_of(events, config)
+
+
+@given(st.lists(steps, min_size=2, max_size=4), configs, st.randoms())
+@settings(max_examples=100)
+def test_interleaving_runs_changes_nothing_per_run(
+    plans: list[list[tuple[str, int, int, int]]], config: FleetConfig, rnd: random.Random
+) -> None:
+    traces = [build(f"run-{i}", plan) for i, plan in enumerate(plans)]
+    alone = {t.run_id: outputs_of(t.events, config) for t in traces}
+    queues = [list(t.events) for t in traces]
+    mixed: list[Event] = []
+    while any(queues):
+        queue = rnd.choice([q for q in queues if q])
+        mixed.append(queue.pop(0))
+    together = outputs_of(mixed, config)
+    for run_id, expected in alone.items():
+        assert [o for o in together if o.run_id == run_id] == expected
+
+
+def first_block(outputs: list[Output]) -> int | None:
+    blocks = [o for o in outputs if isinstance(o, Verdict) and o.action == "block"]
+    return int(blocks[0].trigger_event_id.rsplit("e", 1)[1]) if blocks else None
+
+
+@given(steps, st.integers(1, 12), st.integers(1, 5), st.integers(1, 8), st.integers(0, 5), st.integers(0, 5))
+def test_raising_block_thresholds_never_blocks_earlier(
+    plan: list[tuple[str, int, int, int]], history: int, warning: int, critical: int, up_c: int, up_g: int
+) -> None:
+    events = build("r", plan).events
+    base = first_block(outputs_of(events, small_config(history, warning, critical, critical + 1)))
+    raised = first_block(
+        outputs_of(events, small_config(history, warning, critical + up_c, critical + 1 + up_c + up_g))
+    )
+    if base is None:
+        assert raised is None
+    elif raised is not None:
+        assert raised >= base
+
+
+# A change is only visible once a signature has two outcomes: a window of 3+ records and a
+# critical threshold of 4+ (a ping-pong tail of 3) guarantee that before any critical.
+wide_configs = st.builds(
+    small_config, st.integers(3, 12), st.integers(1, 5), st.integers(4, 8), st.integers(1, 12)
+)
+
+
+@given(st.integers(1, 60), wide_configs)
+def test_changing_outcomes_never_give_a_no_progress_critical(calls: int, config: FleetConfig) -> None:
+    trace = Trace("r")
+    for n in range(calls):
+        tool = ("read", "process")[n % 2]
+        params = {"path": "x"} if tool == "read" else {"action": "poll", "sessionId": "s"}
+        trace.both(tool, params, {"content": [{"type": "text", "text": f"line {n}"}]})
+    criticals = [
+        o for o in outputs_of(trace.events, config) if isinstance(o, Verdict) and o.level == "critical"
+    ]
+    assert not [
+        o
+        for o in criticals
+        if o.detector in ("generic_repeat", "known_poll_no_progress", "global_circuit_breaker", "ping_pong")
+    ]
+
+
+@given(steps, configs)
+def test_state_bytes_round_trip(plan: list[tuple[str, int, int, int]], config: FleetConfig) -> None:
+    trace = build("r", plan)
+    trace.compaction()
+    engine = Engine(config)
+    for event in trace.events:
+        engine.process(event)
+    for state in engine.states.values():
+        assert RunState.from_bytes(state.to_bytes()) == state
+
+
+@given(steps, st.integers(1, 12))
+def test_history_never_exceeds_history_size(plan: list[tuple[str, int, int, int]], size: int) -> None:
+    config = replace(FleetConfig(global_block={"enabled": True, "historySize": size}))
+    engine = Engine(config)
+    for event in build("r", plan).events:
+        engine.process(event)
+        assert all(len(s.history) <= size for s in engine.states.values())

@@ -1,0 +1,73 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from detectors.conformance import run_vector
+from detectors.stable_json import WIRE_DECODER
+from tests.helpers import VECTORS
+
+VECTOR_LINES = VECTORS.read_bytes().splitlines()
+
+
+@pytest.mark.parametrize("line", VECTOR_LINES, ids=[json.loads(v)["name"] for v in VECTOR_LINES])
+def test_public_vector_passes(line: bytes) -> None:
+    assert run_vector(WIRE_DECODER.decode(line)) is None
+
+
+def test_a_wrong_expectation_fails_naming_the_step() -> None:
+    vector = json.loads(VECTOR_LINES[0])
+    vector["steps"][-1]["expect"] = {"stuck": True}
+    failure = run_vector(vector)
+    assert failure is not None
+    assert failure.step == len(vector["steps"]) - 1
+    assert "expected stuck=True" in failure.reason
+
+
+@pytest.mark.parametrize(
+    ("mutation", "reason"),
+    [
+        ({"op": "teleport"}, "unknown op 'teleport'"),
+        (
+            {"op": "check", "tool": "read", "params": {}, "expect": {"vibes": 1}},
+            "cannot evaluate expectation key 'vibes'",
+        ),
+        ({"op": "check"}, "step needs a string tool and params"),
+        ({"op": "assert_history", "expect": {"entries": [{"index": 99}]}}, "no entry at index 99"),
+    ],
+)
+def test_what_cannot_be_evaluated_is_a_failure(mutation: dict[str, object], reason: str) -> None:
+    failure = run_vector({"name": "x", "steps": [mutation]})
+    assert failure is not None
+    assert reason in failure.reason
+
+
+def test_malformed_vector() -> None:
+    assert run_vector({"name": "x"}) is not None
+    assert run_vector([1, 2]) is not None
+
+
+def test_cli_reports_failures_and_exit_status(tmp_path: Path) -> None:
+    good = VECTOR_LINES[0].decode()
+    bad = json.loads(good)
+    bad["name"] = "broken"
+    bad["steps"][-1]["expect"] = {"stuck": True}
+    vectors = tmp_path / "v.jsonl"
+    vectors.write_text("\n".join([good, json.dumps(bad), "{oops"]) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "conformance", str(vectors)], capture_output=True
+    )
+    lines = done.stdout.decode().splitlines()
+    assert done.returncode == 1
+    assert lines[-1] == "1 passed, 2 failed"
+    assert any(line.startswith("FAIL broken") and "step 1" in line for line in lines)
+
+
+def test_cli_passes_on_the_public_file() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "conformance", str(VECTORS)], capture_output=True
+    )
+    assert done.returncode == 0
+    assert done.stdout.decode().splitlines()[-1] == f"{len(VECTOR_LINES)} passed, 0 failed"
