@@ -80,9 +80,10 @@ class PostCompactionGuard:
         self.remaining = window
         self.observations.clear()
 
-    def observe(self, enabled: bool, tool: str, args_hash: str, result_hash: str) -> GuardVerdict:
+    def observe(self, enabled: bool, tool: str, args_hash: str, result_hash: str) -> GuardVerdict | None:
+        """The verdict of one observation; ``None`` when the guard is not armed (or off)."""
         if not enabled or self.remaining <= 0:
-            return GuardVerdict(False, False)
+            return None
         self.remaining -= 1
         triple = (tool, args_hash, result_hash)
         self.observations.append(triple)

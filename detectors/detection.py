@@ -62,7 +62,7 @@ def detect(
     if not config.enabled or not history.records:
         return None
     streak, unknown_name = history.unknown_tool_streak(tool)
-    if streak >= config.unknown_tool_threshold:
+    if streak and streak >= config.unknown_tool_threshold:
         return Detection(
             "critical",
             unknown_tool_repeat.DETECTOR,
@@ -70,7 +70,7 @@ def detect(
             unknown_tool_repeat.message(unknown_name or tool, streak),
             unknown_tool_repeat.warning_key(tool, unknown_name),
         )
-    no_progress, latest = history.no_progress(args_hash)
+    recent, no_progress, latest = history.counts(args_hash)
     if no_progress >= config.global_circuit_breaker_threshold:
         return Detection(
             "critical",
@@ -89,7 +89,8 @@ def detect(
                 known_poll_no_progress.message(level, tool, no_progress),
                 known_poll_no_progress.warning_key(tool, args_hash, latest),
             )
-    if config.ping_pong:
+    records = history.records
+    if config.ping_pong and len(records) >= 2 and records[-2].args_hash == args_hash:
         found = ping_pong.evaluate(history, args_hash, config)
         if found is not None:
             level, count, paired = found
@@ -110,7 +111,6 @@ def detect(
                 generic_repeat.critical_message(tool, no_progress),
                 generic_repeat.critical_key(tool, args_hash, latest),
             )
-        recent = history.recent_count(args_hash)
         if recent >= config.warning_threshold:
             return Detection(
                 "warning",

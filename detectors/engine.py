@@ -26,8 +26,9 @@ class Engine:
 
     def process(self, event: Event, prepared: Prepared | None = None) -> list[Output]:
         """Apply one event; the verdicts and aborts it produced."""
-        scope = run_scope(event)
-        if isinstance(event, RunEnd):
+        run_id = event.run_id
+        scope = run_id if run_id and run_id == run_id.strip() else run_scope(event)
+        if type(event) is RunEnd:
             self.states.pop(scope, None)
             return []
         state = self.states.get(scope)

@@ -141,29 +141,24 @@ def validate_event(event: Event) -> None:
     """Checks msgspec's types cannot express; raises :class:`InvalidEvent`."""
     if not event.event_id:
         raise InvalidEvent("event_id: must be a non-empty string")
-    if not (event.run_id and event.run_id.strip()) and not (event.session_id and event.session_id.strip()):
+    run_id, session_id = event.run_id, event.session_id
+    if not (run_id and not run_id.isspace()) and not (session_id and not session_id.isspace()):
         raise InvalidEvent("run_id or session_id: one of them is required")
-    if isinstance(event, (ToolCall, ToolResult)):
-        if not event.tool:
+    kind = type(event)
+    if kind is ToolCall or kind is ToolResult:
+        if not event.tool:  # type: ignore[union-attr]
             raise InvalidEvent("tool: must be a non-empty string")
-        has_params = event.params is not UNSET
-        if has_params == (event.args_digest is not UNSET):
+        if (event.params is UNSET) is (event.args_digest is UNSET):  # type: ignore[union-attr]
             raise InvalidEvent("params / args_digest: exactly one of them is required")
-    if isinstance(event, ToolResult):
-        given = [
-            name
-            for name, value in (
-                ("result", event.result),
-                ("error", event.error),
-                ("result_digest", event.result_digest),
-            )
-            if value is not UNSET and not (name == "error" and value is None)
-        ]
-        if len(given) != 1:
-            raise InvalidEvent(
-                "result / error / result_digest: exactly one of them is required"
-                + (f" (got {', '.join(given)})" if given else "")
-            )
+    if kind is ToolResult:
+        error = event.error  # type: ignore[union-attr]
+        given = (
+            (event.result is not UNSET)  # type: ignore[union-attr]
+            + (error is not UNSET and error is not None)
+            + (event.result_digest is not UNSET)  # type: ignore[union-attr]
+        )
+        if given != 1:
+            raise InvalidEvent("result / error / result_digest: exactly one of them is required")
 
 
 def decode_event(data: bytes | str) -> Event:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["History", "Record"]
 
@@ -60,31 +61,28 @@ class Record:
         )
 
 
-class _Signature:
-    """The records of one ``argsHash`` and the run-length encoding of their result hashes."""
+# The records of one ``argsHash`` and the run-length encoding of their result hashes, kept as
+# a plain list (creating one per new signature is on the hot path; a class costs 3x more):
+#   [records oldest first, runs [[result_hash, count], ...] oldest first,
+#    pending records, seq of the newest hashed record]
+_RECORDS, _RUNS, _PENDING, _LAST_HASHED = 0, 1, 2, 3
 
-    __slots__ = ("last_hashed_seq", "pending", "records", "runs")
 
-    def __init__(self) -> None:
-        self.records: deque[Record] = deque()
-        self.runs: deque[list[object]] = deque()  # [result_hash, count], oldest first
-        self.pending = 0
-        self.last_hashed_seq = -1
+def _push_hash(signature: list[Any], record: Record) -> None:
+    runs = signature[_RUNS]
+    if runs and runs[-1][0] == record.result_hash:
+        runs[-1][1] += 1
+    else:
+        runs.append([record.result_hash, 1])
+    signature[_LAST_HASHED] = record.seq
 
-    def push_hash(self, record: Record) -> None:
-        runs = self.runs
-        if runs and runs[-1][0] == record.result_hash:
-            runs[-1][1] += 1  # type: ignore[operator]
-        else:
-            runs.append([record.result_hash, 1])
-        self.last_hashed_seq = record.seq
 
-    def rebuild_runs(self) -> None:
-        self.runs.clear()
-        self.last_hashed_seq = -1
-        for record in self.records:
-            if record.result_hash is not None:
-                self.push_hash(record)
+def _rebuild_runs(signature: list[Any]) -> None:
+    signature[_RUNS] = []
+    signature[_LAST_HASHED] = -1
+    for record in signature[_RECORDS]:
+        if record.result_hash is not None:
+            _push_hash(signature, record)
 
 
 class History:
@@ -94,7 +92,7 @@ class History:
 
     def __init__(self) -> None:
         self.records: deque[Record] = deque()
-        self._by_args: dict[str, _Signature] = {}
+        self._by_args: dict[str, list[Any]] = {}
         self._alt = 0  # length of the strictly alternating tail (A, B, A, B, ...)
         self._next_seq = 0
 
@@ -132,14 +130,19 @@ class History:
                 self._alt = 2
         records.append(record)
         signature = self._by_args.get(args_hash)
-        if signature is None:
-            signature = self._by_args[args_hash] = _Signature()
-        signature.records.append(record)
         if result_hash is None:
-            signature.pending += 1
+            if signature is None:
+                self._by_args[args_hash] = [[record], [], 1, -1]
+            else:
+                signature[_RECORDS].append(record)
+                signature[_PENDING] += 1
+        elif signature is None:
+            self._by_args[args_hash] = [[record], [[result_hash, 1]], 0, record.seq]
         else:
-            signature.push_hash(record)
-        self.trim(limit)
+            signature[_RECORDS].append(record)
+            _push_hash(signature, record)
+        if len(records) > limit:
+            self.trim(limit)
         return record
 
     def fill(self, record: Record, result_hash: str, unknown_tool_name: str | None) -> None:
@@ -147,11 +150,11 @@ class History:
         signature = self._by_args[record.args_hash]
         record.result_hash = result_hash
         record.unknown_tool_name = unknown_tool_name
-        signature.pending -= 1
-        if record.seq > signature.last_hashed_seq:
-            signature.push_hash(record)
+        signature[_PENDING] -= 1
+        if record.seq > signature[_LAST_HASHED]:
+            _push_hash(signature, record)
         else:  # an older call answered after a newer one: rare, recount this signature
-            signature.rebuild_runs()
+            _rebuild_runs(signature)
 
     def trim(self, limit: int) -> None:
         """Drop the oldest records until at most ``limit`` remain."""
@@ -159,15 +162,16 @@ class History:
         while len(records) > limit:
             old = records.popleft()
             signature = self._by_args[old.args_hash]
-            signature.records.popleft()
+            kept = signature[_RECORDS]
+            del kept[0]
             if old.result_hash is None:
-                signature.pending -= 1
+                signature[_PENDING] -= 1
             else:
-                first = signature.runs[0]
-                first[1] -= 1  # type: ignore[operator]
-                if first[1] == 0:
-                    signature.runs.popleft()
-            if not signature.records:
+                runs = signature[_RUNS]
+                runs[0][1] -= 1
+                if runs[0][1] == 0:
+                    del runs[0]
+            if not kept:
                 del self._by_args[old.args_hash]
         if self._alt > len(records):
             self._alt = len(records)
@@ -177,31 +181,45 @@ class History:
     def find_pending(self, args_hash: str, tool_call_id: str | None) -> Record | None:
         """The newest record of ``args_hash`` without an outcome (matching the call id if given)."""
         signature = self._by_args.get(args_hash)
-        if signature is None or signature.pending == 0:
+        if signature is None or signature[_PENDING] == 0:
             return None
-        for record in reversed(signature.records):
+        record: Record
+        for record in reversed(signature[_RECORDS]):
             if record.result_hash is None and (not tool_call_id or record.tool_call_id == tool_call_id):
                 return record
         return None
 
+    def counts(self, args_hash: str) -> tuple[int, int, str | None]:
+        """``(recent, no_progress, latest_result_hash)`` for ``args_hash`` in one lookup."""
+        signature = self._by_args.get(args_hash)
+        if signature is None:
+            return 0, 0, None
+        runs = signature[_RUNS]
+        if not runs:
+            return len(signature[_RECORDS]), 0, None
+        return len(signature[_RECORDS]), runs[-1][1], runs[-1][0]
+
     def recent_count(self, args_hash: str) -> int:
         """How many records share ``args_hash`` (with or without an outcome)."""
         signature = self._by_args.get(args_hash)
-        return len(signature.records) if signature is not None else 0
+        return len(signature[_RECORDS]) if signature is not None else 0
 
     def no_progress(self, args_hash: str) -> tuple[int, str | None]:
         """Trailing run of identical result hashes for ``args_hash``, and the newest hash."""
         signature = self._by_args.get(args_hash)
-        if signature is None or not signature.runs:
+        if signature is None or not signature[_RUNS]:
             return 0, None
-        result_hash, count = signature.runs[-1]
-        return count, result_hash  # type: ignore[return-value]
+        result_hash, count = signature[_RUNS][-1]
+        return count, result_hash
 
     def unknown_tool_streak(self, tool: str) -> tuple[int, str | None]:
         """Newest records of ``tool`` that failed as the same unavailable tool (spec §5)."""
+        records = self.records
+        if not records or records[-1].unknown_tool_name is None:
+            return 0, None
         count = 0
         name: str | None = None
-        for record in reversed(self.records):
+        for record in reversed(records):
             unknown = record.unknown_tool_name
             if record.tool != tool or unknown is None:
                 break

@@ -11,7 +11,7 @@ import re
 from collections.abc import Collection
 from typing import Any, Final
 
-from detectors.hashing import Digester, js_trim, update_plan_shape
+from detectors.hashing import _JS_WHITESPACE, Digester, js_trim, update_plan_shape
 from detectors.stable_json import UNDEFINED, JSNumber, js_number_text, stable_stringify
 
 __all__ = [
@@ -164,7 +164,14 @@ def strip_volatile_send_ids(value: Any) -> Any:
 
 def _text_of(result: dict[str, Any]) -> str:
     content = result.get("content")
-    if not isinstance(content, list):
+    if type(content) is not list:
+        return ""
+    if len(content) == 1:  # the common shape: one text block
+        entry = content[0]
+        if type(entry) is dict:
+            text = entry.get("text")
+            if type(text) is str and type(entry.get("type")) is str:
+                return text.strip(_JS_WHITESPACE)
         return ""
     texts = [
         entry["text"]

@@ -44,6 +44,7 @@ from detectors.events import (
 )
 from detectors.hashing import Digester, digester_for
 from detectors.outcomes import MISSING, ErrorMessage, hash_outcome, is_known_poll
+from detectors.stable_json import canonical_bytes
 from detectors.state import RunState
 from detectors.warning_buckets import should_emit
 
@@ -84,9 +85,15 @@ class Prepared:
 def prepare(event: ToolCall | ToolResult, digester: Digester, send_tools: frozenset[str]) -> Prepared:
     """Hash one event: its ``argsHash`` and, for a result, its outcome (spec §3)."""
     tool = event.tool
-    digest_only = event.params is UNSET
-    params: Any = None if digest_only else event.params
-    args_hash = f"{tool}:{event.args_digest}" if digest_only else digester.args_hash(tool, params)
+    params: Any = event.params
+    digest_only = params is UNSET
+    if digest_only:
+        params = None
+        args_hash = f"{tool}:{event.args_digest}"
+    elif tool == "update_plan":
+        args_hash = digester.args_hash(tool, params)
+    else:
+        args_hash = f"{tool}:{digester.hex(canonical_bytes(params))}"
     if isinstance(event, ToolCall):
         if event.known_poll is not UNSET:
             known = bool(event.known_poll)
@@ -111,19 +118,21 @@ def apply(
     state: RunState, event: Event, config: FleetConfig, prepared: Prepared | None = None
 ) -> list[Output]:
     """Apply one event of the state's run scope; the verdicts and aborts it gives, in order."""
-    if not state.remember(event.event_id):
+    if event.event_id in state.seen_set or not state.remember(event.event_id):
         return []
     state.events += 1
-    if event.ts is not None and (state.last_ts is None or event.ts > state.last_ts):
-        state.last_ts = event.ts
-    if isinstance(event, (ToolCall, ToolResult)):
+    ts = event.ts
+    if ts is not None and (state.last_ts is None or ts > state.last_ts):
+        state.last_ts = ts
+    kind = type(event)
+    if kind is ToolCall or kind is ToolResult:
         settings = config.settings
         if prepared is None:
-            prepared = prepare(event, digester_for(settings.digest), settings.provider_send_tools)
+            prepared = prepare(event, digester_for(settings.digest), settings.provider_send_tools)  # type: ignore[arg-type]
         resolved = config.for_agent(event.agent_id)
-        if isinstance(event, ToolCall):
-            return _on_call(state, event, prepared, resolved, config)
-        return _on_result(state, event, prepared, resolved, settings.observe_only)
+        if kind is ToolCall:
+            return _on_call(state, event, prepared, resolved, config)  # type: ignore[arg-type]
+        return _on_result(state, event, prepared, resolved, settings.observe_only)  # type: ignore[arg-type]
     if isinstance(event, CompactionRetry):
         resolved = config.for_agent(event.agent_id)
         if resolved.guard_enabled:

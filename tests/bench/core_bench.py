@@ -1,0 +1,217 @@
+"""``make bench``: the detector core on the four workloads (µs per tool call, calls/s).
+
+Per workload and digest: the time to process one tool call (its ``tool_call`` and
+``tool_result`` events) through :class:`detectors.engine.Engine`, with JSON decoding
+included and, separately, on events decoded beforehand; median of 5 timed passes after a
+warm-up pass, each pass on fresh state. The long workload runs at historySize 30, 100 and
+300. Then the SHA-256 equivalence census of the benchmark specification is recomputed and
+compared with its published digests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from config import DetectorSettings, FleetConfig, resolve
+from config.settings import Digest
+from detectors.detection import detect
+from detectors.engine import Engine
+from detectors.events import Event, ToolCall, ToolResult, decode_event
+from detectors.hashing import digester_for
+from detectors.state import RunState
+from detectors.step import prepare, record_outcome
+from tests.bench.workloads import ensure, to_wire
+
+BENCH_DIR = Path(".bench")
+OPENCLAW_CALLS_PER_S = {
+    "healthy": 86_700,
+    "looping": 83_600,
+    "large": 8_900,
+    "long-h30": 82_000,
+    "long-h100": 71_800,
+    "long-h300": 50_400,
+}
+CENSUS = {  # (workload, history) -> (stuck, outcomes, verdict_digest, outcome_digest)
+    ("healthy", 30): (
+        0,
+        50000,
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "8c36a6cb2676474943c67bcaa1aa540549e8ebd9745cd8cf6d7a4151fc522c75",
+    ),
+    ("looping", 30): (
+        9210,
+        50000,
+        "fccf875a615fcd795a3c9dfdd9b6255fc0746126072da51570a8db61a49587e8",
+        "3018095ac1a05c4bcd4c99a069c8289b34ea8e343085cf2d8db511f3c2ecf4ce",
+    ),
+    ("large", 30): (
+        0,
+        5000,
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "ceba6b4d29f2bd9e69a4ffa1ba8461aa364673de8dbc5773b6c6221a3835bd02",
+    ),
+    ("long", 30): (
+        0,
+        50000,
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "1e088f081522e984709668cdb20c6cee6635134ae1ebd8243158a74f03357a5c",
+    ),
+    ("looping", 100): (
+        9210,
+        50000,
+        "00c5c1794ed9d7277ccc0647c0d46d0554d4c61b68ae8154c245a0f6c60b8239",
+        "3018095ac1a05c4bcd4c99a069c8289b34ea8e343085cf2d8db511f3c2ecf4ce",
+    ),
+    ("looping", 300): (
+        9210,
+        50000,
+        "00c5c1794ed9d7277ccc0647c0d46d0554d4c61b68ae8154c245a0f6c60b8239",
+        "3018095ac1a05c4bcd4c99a069c8289b34ea8e343085cf2d8db511f3c2ecf4ce",
+    ),
+}
+
+
+def config_for(digest: Digest, history: int) -> FleetConfig:
+    block = {"enabled": True, "historySize": history}
+    return FleetConfig(global_block=block, settings=DetectorSettings(digest=digest))
+
+
+def median_time(run: Callable[[], None], repeats: int) -> float:
+    run()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def with_decoding(lines: list[bytes], config: FleetConfig) -> Callable[[], None]:
+    def run() -> None:
+        engine = Engine(config)
+        process = engine.process
+        for line in lines:
+            process(decode_event(line))
+
+    return run
+
+
+def without_decoding(events: list[Event], config: FleetConfig) -> Callable[[], None]:
+    def run() -> None:
+        engine = Engine(config)
+        process = engine.process
+        for event in events:
+            process(event)
+
+    return run
+
+
+def census(events: list[Event], history: int) -> tuple[int, int, str, str]:
+    """Observe-only replay in SHA-256 mode: every detection counted, every call recorded."""
+    resolved = resolve({"enabled": True, "historySize": history})
+    digester = digester_for("sha256")
+    states: dict[str, RunState] = {}
+    verdicts, outcomes = hashlib.sha256(), hashlib.sha256()
+    stuck = recorded = 0
+    for event in events:
+        assert event.run_id is not None
+        state = states.setdefault(event.run_id, RunState(event.run_id))
+        prepared = prepare(event, digester, frozenset())  # type: ignore[arg-type]
+        if isinstance(event, ToolCall):
+            found = detect(state.history, event.tool, prepared.args_hash, prepared.known_poll, resolved)
+            if found is not None:
+                stuck += 1
+                verdicts.update(
+                    f"{event.tool_call_id} {found.level} {found.detector} {found.count}\n".encode()
+                )
+            state.history.append(
+                event.tool, prepared.args_hash, event.tool_call_id, None, None, None, history
+            )
+        else:
+            assert isinstance(event, ToolResult)
+            record_outcome(state, event.tool, event.tool_call_id, None, prepared, resolved)
+            recorded += 1
+            outcomes.update(f"{event.tool_call_id} {prepared.args_hash} {prepared.result_hash}\n".encode())
+    return stuck, recorded, verdicts.hexdigest(), outcomes.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workloads", default="healthy,looping,large,long")
+    args = parser.parse_args(argv)
+    names = args.workloads.split(",")
+    rows: list[dict[str, Any]] = []
+    census_ok = True
+    print(
+        f"loopwatch core benchmark — median of {args.repeats} after warm-up, Python {sys.version.split()[0]}"
+    )
+    print(
+        f"{'workload':12} {'digest':7} {'µs/call':>9} {'calls/s':>10} {'µs/call':>9} {'calls/s':>10}"
+        f" {'OpenClaw calls/s':>17}"
+    )
+    print(f"{'':20} {'decoding included':>20} {'pre-decoded events':>21}")
+    for name in names:
+        lines = to_wire(ensure(BENCH_DIR, name).read_bytes())
+        events = [decode_event(line) for line in lines]
+        calls = len(lines) // 2
+        histories = (30, 100, 300) if name == "long" else (30,)
+        for history in histories:
+            label = f"{name}-h{history}" if name == "long" else name
+            digests: tuple[Digest, ...] = ("xxh3", "sha256")
+            for digest in digests:
+                config = config_for(digest, history)
+                decoded = median_time(with_decoding(lines, config), args.repeats) / calls
+                bare = median_time(without_decoding(events, config), args.repeats) / calls
+                row = {
+                    "workload": label,
+                    "digest": digest,
+                    "us_per_call": decoded * 1e6,
+                    "calls_per_s": 1 / decoded,
+                    "us_per_call_predecoded": bare * 1e6,
+                    "calls_per_s_predecoded": 1 / bare,
+                }
+                rows.append(row)
+                anchor = OPENCLAW_CALLS_PER_S.get(label, 0)
+                print(
+                    f"{label:12} {digest:7} {decoded * 1e6:9.2f} {1 / decoded:10,.0f} {bare * 1e6:9.2f}"
+                    f" {1 / bare:10,.0f} {anchor:17,}",
+                    flush=True,
+                )
+            for key in [(name, history)]:
+                if key in CENSUS:
+                    got = census(events, history)
+                    ok = got == CENSUS[key]
+                    census_ok &= ok
+                    print(
+                        f"  census {name} h{history}: stuck {got[0]}, outcomes {got[1]}, "
+                        f"verdict_digest {got[2][:16]}…, outcome_digest {got[3][:16]}… "
+                        f"{'matches' if ok else 'DIFFERS from'} the specification",
+                        flush=True,
+                    )
+    long_rows = {(r["workload"], r["digest"]): r for r in rows if r["workload"].startswith("long")}
+    for digest in ("xxh3", "sha256"):
+        if ("long-h300", digest) in long_rows:
+            ratio = (
+                long_rows[("long-h300", digest)]["us_per_call"]
+                / long_rows[("long-h30", digest)]["us_per_call"]
+            )
+            print(f"long workload, {digest}: cost at historySize 300 / 30 = {ratio:.2f}× (OpenClaw: 1.63×)")
+    BENCH_DIR.mkdir(exist_ok=True)
+    (BENCH_DIR / "core-results.json").write_text(json.dumps(rows, indent=1))
+    print("OpenClaw calls/s: published figures of its own detector on this machine kind (objects in memory).")
+    return 0 if census_ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
