@@ -30,6 +30,7 @@ __all__ = [
     "ToolResult",
     "Verdict",
     "decode_event",
+    "encode_event",
     "encode_output",
     "run_scope",
     "validate_event",
@@ -192,3 +193,8 @@ def _decode_fallback(data: bytes | str, error: msgspec.DecodeError) -> Event:
 def encode_output(output: Output) -> bytes:
     """One verdict or abort as compact JSON."""
     return _ENCODER.encode(output)
+
+
+def encode_event(event: Event) -> bytes:
+    """One event as wire JSON (absent optional fields omitted)."""
+    return _ENCODER.encode(event)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from config.errors import ConfigError
+from config.errors import ConfigError, LoopwatchError
 from detectors.conformance import run_vector
 from detectors.engine import Engine
 from detectors.events import encode_output
@@ -84,6 +84,12 @@ def cmd_demo(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     return run_demo(args, out, err)
 
 
+def cmd_worker(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    from streams.worker_cli import run_worker
+
+    return run_worker(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loopwatch",
@@ -127,6 +133,25 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example:\n  loopwatch demo",
     )
     demo.set_defaults(func=cmd_demo)
+
+    from config.stream_settings import env_name
+    from streams.worker_cli import SETTING_FLAGS
+
+    worker = sub.add_parser(
+        "worker",
+        help="run a Kafka worker (faust-streaming)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Consumes tool events, applies the detectors per run, publishes verdicts. "
+        "Every setting also reads LOOPWATCH_<NAME> from the environment; flags win.",
+        epilog="examples:\n  loopwatch worker --kafka 127.0.0.1:9092 --config openclaw.json\n"
+        "  LOOPWATCH_REDIS_URL=redis://127.0.0.1:6379/0 loopwatch worker",
+    )
+    worker.add_argument("--config", metavar="FILE", help="OpenClaw-style config file (JSON5)")
+    for flag, (field, text) in SETTING_FLAGS.items():
+        worker.add_argument(
+            flag, dest=field, metavar=field.split("_")[-1].upper(), help=f"{text} (env {env_name(field)})"
+        )
+    worker.set_defaults(func=cmd_worker)
     return parser
 
 
@@ -136,6 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args, sys.stdout.buffer, sys.stderr)
     except ConfigError as exc:
+        print(f"loopwatch: {exc}", file=sys.stderr)
+        return 2
+    except LoopwatchError as exc:
         print(f"loopwatch: {exc}", file=sys.stderr)
         return 2
     except FileNotFoundError as exc:

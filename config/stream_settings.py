@@ -1,0 +1,189 @@
+"""Settings of the Kafka worker, the Redis cache and the client (DESIGN §5, §6).
+
+Every setting has an environment variable ``LOOPWATCH_<NAME>`` (upper case); command-line
+flags override the environment. :func:`parse_stream_settings` takes a plain mapping of
+names to raw values (strings from the environment, typed values from flags), checks all of
+them and reports every problem at once. Secrets never appear in :meth:`StreamSettings.masked`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from config.errors import ConfigError, ConfigProblem
+
+__all__ = ["SECRET_FIELDS", "StreamSettings", "env_name", "mask_url", "parse_stream_settings"]
+
+SECRET_FIELDS = frozenset({"kafka_sasl_password", "kafka_ssl_password", "redis_password"})
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """One frozen object: Kafka, topics, Redis, state lifetime, web and logging."""
+
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    app_id: str = "loopwatch"
+    partitions: int = 4
+    replication_factor: int = 1
+    topic_events: str = "loopwatch.tool-events"
+    topic_verdicts: str = "loopwatch.verdicts"
+    topic_dead_letter: str = "loopwatch.dead-letter"
+    topic_config: str = "loopwatch.config"
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_sasl_mechanism: str = "PLAIN"
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: str | None = None
+    kafka_ssl_cafile: str | None = None
+    kafka_ssl_certfile: str | None = None
+    kafka_ssl_keyfile: str | None = None
+    kafka_ssl_password: str | None = None
+    redis_url: str | None = None
+    redis_password: str | None = None
+    redis_ttl_s: int = 3600
+    state_ttl_s: int = 3600
+    expiry_interval_s: float = 60.0
+    startup_timeout_s: float = 30.0
+    web_enabled: bool = True
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    data_dir: str = ".loopwatch-data"
+    log_format: str = "console"
+    log_level: str = "info"
+
+    def masked(self) -> dict[str, Any]:
+        """Every setting, with secrets (and passwords inside URLs) replaced by ``***``."""
+        out: dict[str, Any] = {}
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if spec.name in SECRET_FIELDS and value:
+                value = "***"
+            elif spec.name == "redis_url" and value:
+                value = mask_url(value)
+            out[spec.name] = value
+        return out
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{key}={value!r}" for key, value in self.masked().items())
+        return f"StreamSettings({inner})"
+
+
+def mask_url(url: str) -> str:
+    """``redis://user:secret@host`` → ``redis://user:***@host``."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable of a setting."""
+    return f"LOOPWATCH_{field_name.upper()}"
+
+
+def _convert(kind: str, optional: bool, raw: Any) -> Any:
+    if raw is None or (optional and raw == ""):
+        return None
+    if kind == "int":
+        if isinstance(raw, bool):
+            raise ValueError("must be an integer")
+        return int(raw)
+    if kind == "float":
+        return float(raw)
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise ValueError("must be true or false")
+    return str(raw)
+
+
+def _check_kafka(settings: StreamSettings, bad: Callable[[str, str], None]) -> None:
+    if not settings.kafka_bootstrap.strip():
+        bad("kafka_bootstrap", "must name at least one host:port")
+    for part in settings.kafka_bootstrap.split(","):
+        if part.strip() and not re.match(r"^[^:\s]+:\d{1,5}$", part.strip()):
+            bad("kafka_bootstrap", f"{part.strip()!r} is not host:port")
+    for name in ("topic_events", "topic_verdicts", "topic_dead_letter", "topic_config", "app_id"):
+        if not _TOPIC.match(getattr(settings, name)):
+            bad(name, "must be 1-249 characters of letters, digits, '.', '_' or '-'")
+    topics = [
+        settings.topic_events,
+        settings.topic_verdicts,
+        settings.topic_dead_letter,
+        settings.topic_config,
+    ]
+    if len(set(topics)) != len(topics):
+        bad("topic_events", "the four topics must have different names")
+    if settings.kafka_security_protocol not in _PROTOCOLS:
+        bad("kafka_security_protocol", f"must be one of {', '.join(_PROTOCOLS)}")
+    if settings.kafka_security_protocol.startswith("SASL"):
+        if settings.kafka_sasl_mechanism not in _MECHANISMS:
+            bad("kafka_sasl_mechanism", f"must be one of {', '.join(_MECHANISMS)}")
+        if not settings.kafka_sasl_username or not settings.kafka_sasl_password:
+            bad("kafka_sasl_username", "SASL needs a username and a password")
+    if (settings.kafka_ssl_certfile is None) != (settings.kafka_ssl_keyfile is None):
+        bad("kafka_ssl_certfile", "a client certificate needs its key file, and the other way round")
+
+
+def _check(settings: StreamSettings) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+
+    def bad(name: str, message: str) -> None:
+        problems.append(ConfigProblem(env_name(name), message))
+
+    _check_kafka(settings, bad)
+    for name in ("partitions", "replication_factor", "redis_ttl_s", "state_ttl_s"):
+        if getattr(settings, name) < 1:
+            bad(name, "must be a positive integer")
+    for name in ("expiry_interval_s", "startup_timeout_s"):
+        if getattr(settings, name) <= 0:
+            bad(name, "must be a positive number")
+    if not 0 < settings.web_port < 65536:
+        bad("web_port", "must be a port number (1-65535)")
+    if settings.redis_url is not None and not re.match(r"^(redis|rediss|unix)://", settings.redis_url):
+        bad("redis_url", "must start with redis://, rediss:// (TLS) or unix://")
+    if settings.log_format not in ("console", "json"):
+        bad("log_format", "must be console or json")
+    if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
+        bad("log_level", "must be debug, info, warning or error")
+    return problems
+
+
+def parse_stream_settings(
+    env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> StreamSettings:
+    """Settings from ``LOOPWATCH_*`` variables, then ``overrides`` (flags, by field name).
+
+    Raises :class:`ConfigError` listing every problem.
+    """
+    env = env or {}
+    overrides = {key: value for key, value in (overrides or {}).items() if value is not None}
+    values: dict[str, Any] = {}
+    problems: list[ConfigProblem] = []
+    known = {spec.name: spec for spec in fields(StreamSettings)}
+    for key in overrides:
+        if key not in known:
+            problems.append(ConfigProblem(key, "unknown setting"))
+    for name, spec in known.items():
+        raw = overrides.get(name, env.get(env_name(name)))
+        if raw is None:
+            continue
+        annotation = str(spec.type)
+        kind = annotation.split(" ")[0]
+        try:
+            values[name] = _convert(kind, "None" in annotation, raw)
+        except ValueError:
+            where = "flag --" + name.replace("_", "-") if name in overrides else env_name(name)
+            problems.append(ConfigProblem(where, f"cannot read {raw!r} as {kind}"))
+    settings = StreamSettings(**values)  # unreadable values keep their defaults for the checks
+    problems.extend(_check(settings))
+    if problems:
+        raise ConfigError(problems, "stream settings")
+    return settings

@@ -1,0 +1,298 @@
+"""The Kafka worker: a faust-streaming app built from settings (DESIGN §5).
+
+One agent consumes the tool-event topic (key = run scope). Its body is short: decode →
+core → verdicts → state table → Redis → one log line. Rules of the shell:
+
+* State lives in the faust table ``runs`` (run scope → :meth:`RunState.to_bytes`), whose
+  changelog is co-partitioned with the input: one changelog write per event. The snapshot
+  holds every detector's state in named sections: ``records`` (the rolling window shared by
+  generic repeat, known poll, ping-pong, unknown tool and the global breaker), ``buckets``
+  (warning de-duplication), ``guard_*`` (post-compaction guard), ``criticals`` /
+  ``recovery_aborted`` (bounded recovery) and ``seen`` (event-id de-duplication).
+* A verdict is awaited on the broker before the state that records its event is written, so
+  a crash at any point either replays the event (same verdict id again) or has published it.
+* Invalid records go to the dead-letter topic with the reason and their origin.
+* ``run_end`` deletes the run's state; runs idle longer than the state TTL get a synthetic
+  ``run_end`` on their own partition. Config overrides are followed on the compacted config
+  topic and apply to the next event, without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import faust
+import structlog
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.partitioner import murmur2
+
+from config.errors import ConfigError
+from config.fleet import FleetConfig
+from config.stream_settings import StreamSettings
+from detectors.events import InvalidEvent, RunEnd, decode_event, encode_event, encode_output, run_scope
+from detectors.state import RunState
+from detectors.step import apply, new_state
+from streams.dead_letter import dead_letter
+from streams.kafka_connect import aiokafka_auth, faust_credentials
+from streams.logs import verdict_log_fields
+from streams.redis_cache import DecisionCache
+
+__all__ = ["LoopwatchWorker", "apply_config_record", "read_config_overrides"]
+
+_log = structlog.get_logger("loopwatch.worker")
+
+
+def apply_config_record(config: FleetConfig, key: bytes | None, value: bytes | None) -> FleetConfig:
+    """A config-topic record applied: key = agent id, value = a loopDetection block or null."""
+    if not key:
+        raise ConfigError([], "config record without an agent id key")
+    agent = key.decode("utf-8", "replace")
+    block = None if not value else _json_object(value, agent)
+    return config.with_agent_block(agent, block)
+
+
+def _json_object(value: bytes, agent: str) -> dict[str, Any] | None:
+    import json5
+
+    from config.errors import ConfigProblem
+
+    try:
+        block = json5.loads(value.decode("utf-8"))
+    except ValueError as exc:
+        raise ConfigError([ConfigProblem(f"agents.{agent}", f"not valid JSON: {exc}")]) from exc
+    if block is not None and not isinstance(block, dict):
+        raise ConfigError([ConfigProblem(f"agents.{agent}.tools.loopDetection", "must be an object")])
+    return block
+
+
+async def read_config_overrides(settings: StreamSettings, config: FleetConfig) -> tuple[FleetConfig, int]:
+    """The config topic read to its end; returns the config and the next offset."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **aiokafka_auth(settings)
+    )
+    await consumer.start()
+    try:
+        tp = TopicPartition(settings.topic_config, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            for message in batch.get(tp, []):
+                config = _apply_logged(config, message.key, message.value)
+        return config, end
+    finally:
+        await consumer.stop()
+
+
+def _apply_logged(config: FleetConfig, key: bytes | None, value: bytes | None) -> FleetConfig:
+    try:
+        updated = apply_config_record(config, key, value)
+    except ConfigError as exc:
+        _log.error(
+            "config override refused",
+            agent=(key or b"").decode("utf-8", "replace"),
+            problems=[str(p) for p in exc.problems] or [str(exc)],
+        )
+        return config
+    _log.info("config override applied", agent=(key or b"").decode("utf-8", "replace"), removed=not value)
+    return updated
+
+
+class LoopwatchWorker:
+    """Owns the faust app, its topics and table, and the shell state around the core."""
+
+    def __init__(
+        self,
+        settings: StreamSettings,
+        config: FleetConfig,
+        config_offset: int = 0,
+        cache: DecisionCache | None = None,
+    ) -> None:
+        self.settings = settings
+        self.config = config
+        self._config_offset = config_offset
+        self.cache = cache
+        self._live: dict[bytes, tuple[bytes, RunState]] = {}
+        self._last_seen: dict[bytes, float] = {}
+        self.processed = 0
+        self.invalid = 0
+        self.verdicts = 0
+        app = faust.App(
+            settings.app_id,
+            broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
+            broker_credentials=faust_credentials(settings),
+            store="memory://",
+            topic_partitions=settings.partitions,
+            topic_replication_factor=settings.replication_factor,
+            topic_disable_leader=True,
+            processing_guarantee="at_least_once",
+            consumer_auto_offset_reset="earliest",
+            producer_acks=-1,
+            web_enabled=settings.web_enabled,
+            web_host=settings.web_host,
+            web_port=settings.web_port,
+            datadir=settings.data_dir,
+        )
+        self.app = app
+        self.events_topic = app.topic(
+            settings.topic_events,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+        self.verdicts_topic = app.topic(
+            settings.topic_verdicts,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+        self.dead_letter_topic = app.topic(
+            settings.topic_dead_letter,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+        raw: Any = faust.Schema(
+            key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
+        self.runs = app.Table("runs", default=None, schema=raw, partitions=settings.partitions)
+        app.agent(self.events_topic, name="detect")(self._agent)
+        app.timer(settings.expiry_interval_s)(self._expire_idle_runs)
+        app.task(self._follow_config)
+        if cache is not None:
+            app.timer(1.0)(cache.tick)
+
+    async def _agent(self, stream: Any) -> None:
+        async for event in stream.events():
+            await self.handle(event.message)
+
+    async def handle(self, message: Any) -> None:
+        """Process one input record (any error in it goes to the dead-letter topic)."""
+        with structlog.contextvars.bound_contextvars(partition=message.partition, offset=message.offset):
+            value: bytes = message.value or b""
+            if len(value) > self.config.settings.max_event_bytes:
+                reason = (
+                    f"event of {len(value)} bytes exceeds the limit of {self.config.settings.max_event_bytes}"
+                )
+                await self._dead_letter(message, reason)
+                return
+            try:
+                event = decode_event(value)
+            except InvalidEvent as exc:
+                await self._dead_letter(message, exc.reason)
+                return
+            scope = run_scope(event)
+            key = scope.encode()
+            structlog.contextvars.bind_contextvars(run_id=scope)
+            self.processed += 1
+            if isinstance(event, RunEnd):
+                await self._drop(key, scope)
+                return
+            self._last_seen[key] = time.time()
+            state = self._load(key, event)
+            outputs = apply(state, event, self.config)
+            if outputs:
+                sent = [
+                    await self.verdicts_topic.send(key=key, value=encode_output(out), force=True)
+                    for out in outputs
+                ]
+                for future in sent:
+                    await future
+                self.verdicts += len(outputs)
+                for out in outputs:
+                    _log.warning("tool loop", **verdict_log_fields(out, scope))
+                    if self.cache is not None:
+                        await self.cache.record(scope, out)
+            blob = state.to_bytes()
+            self.runs[key] = blob
+            self._live[key] = (blob, state)
+
+    def _load(self, key: bytes, event: Any) -> RunState:
+        blob = self.runs.get(key)
+        cached = self._live.get(key)
+        if blob is not None and cached is not None and cached[0] is blob:
+            return cached[1]
+        if blob is None:
+            return new_state(event, self.config)
+        return RunState.from_bytes(blob, self.config.settings.seen_event_ids)
+
+    async def _drop(self, key: bytes, scope: str) -> None:
+        if self.runs.get(key) is not None:
+            del self.runs[key]
+        self._live.pop(key, None)
+        self._last_seen.pop(key, None)
+        if self.cache is not None:
+            await self.cache.forget(scope)
+
+    async def _dead_letter(self, message: Any, reason: str) -> None:
+        self.invalid += 1
+        _log.warning("invalid event sent to dead-letter topic", reason=reason)
+        record = dead_letter(
+            reason,
+            message.topic,
+            message.partition,
+            message.offset,
+            message.key,
+            message.value,
+            message.timestamp and int(message.timestamp * 1000),
+            self.config.settings.max_event_bytes,
+        )
+        await self.dead_letter_topic.send(key=message.key, value=record, force=True)
+
+    def _owns(self, key: bytes) -> bool:
+        partition = (murmur2(key) & 0x7FFFFFFF) % self.settings.partitions
+        assignment = self.app.consumer.assignment()
+        return faust.types.TP(self.settings.topic_events, partition) in assignment
+
+    async def _expire_idle_runs(self) -> None:
+        """Send a ``run_end`` for every owned run idle longer than the state TTL."""
+        now = time.time()
+        keys = list(self.runs.keys())
+        live = set(keys)
+        for key in list(self._live):
+            if key not in live:
+                self._live.pop(key, None)
+        for key in keys:
+            last = self._last_seen.setdefault(key, now)
+            if now - last <= self.settings.state_ttl_s or not self._owns(key):
+                continue
+            scope = key.decode()
+            session = scope.removeprefix("session:") if scope.startswith("session:") else None
+            end = RunEnd(
+                event_id=f"loopwatch-expiry:{scope}:{int(last)}",
+                run_id=None if session is not None else scope,
+                session_id=session,
+            )
+            await self.events_topic.send(key=key, value=encode_event(end), force=True)
+            self._last_seen[key] = now
+            _log.info("idle run expired", run_id=scope, idle_s=round(now - last))
+
+    async def _follow_config(self) -> None:
+        """Apply config overrides published after startup, for as long as the worker runs."""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            enable_auto_commit=False,
+            **aiokafka_auth(self.settings),
+        )
+        await consumer.start()
+        try:
+            tp = TopicPartition(self.settings.topic_config, 0)
+            consumer.assign([tp])
+            consumer.seek(tp, self._config_offset)
+            while True:
+                batch = await consumer.getmany(tp, timeout_ms=1000)
+                for message in batch.get(tp, []):
+                    self.config = _apply_logged(self.config, message.key, message.value)
+        except asyncio.CancelledError:
+            raise
+        finally:
+            await consumer.stop()
