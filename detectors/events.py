@@ -17,7 +17,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from config.errors import LoopwatchError
-from detectors.stable_json import _float_hook
+from detectors.stable_json import _float_hook, wire_enc_hook
 
 __all__ = [
     "Abort",
@@ -127,7 +127,7 @@ class Abort(msgspec.Struct, kw_only=True, frozen=True, tag="abort", tag_field="t
 Output = Verdict | Abort
 
 _DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
-_ENCODER: Final = msgspec.json.Encoder()
+_ENCODER: Final = msgspec.json.Encoder(enc_hook=wire_enc_hook)
 
 
 def run_scope(event: Event) -> str:

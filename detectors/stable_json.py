@@ -30,6 +30,7 @@ __all__ = [
     "js_number_text",
     "js_string",
     "stable_stringify",
+    "wire_enc_hook",
 ]
 
 _MAX_SAFE: Final = 2**53
@@ -203,6 +204,18 @@ def _enc_hook(value: Any) -> Any:
     if value is UNDEFINED:
         return msgspec.Raw(b"undefined")
     raise NotImplementedError(f"cannot serialise {type(value).__name__}")
+
+
+def wire_enc_hook(value: Any) -> Any:
+    """msgspec ``enc_hook`` writing :class:`JSNumber` back as a JSON number (wire encoding)."""
+    if isinstance(value, JSNumber):
+        number = value.value
+        if math.isfinite(number):
+            return msgspec.Raw(js_number_text(number).encode())
+        if number == number:
+            return msgspec.Raw(b"1e999" if number > 0 else b"-1e999")
+        return None
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 
 #: Decodes JSON so that numbers already carry their JavaScript value (see module docstring).

@@ -161,10 +161,10 @@ class LoopwatchWorker:
             value_serializer="raw",
             partitions=settings.partitions,
         )
-        raw: Any = faust.Schema(
-            key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        # bytes keys and values: faust derives the "raw" codec for the table and its changelog
+        self.runs = app.Table(
+            "runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions
         )
-        self.runs = app.Table("runs", default=None, schema=raw, partitions=settings.partitions)
         app.agent(self.events_topic, name="detect")(self._agent)
         app.timer(settings.expiry_interval_s)(self._expire_idle_runs)
         app.task(self._follow_config)

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Start or stop the services the integration tests need: a real Kafka broker (from Maven
+# Central jars, docker/kafka/broker.sh) and a real Redis server (Debian's redis-server).
+#
+#   docker/services.sh up     start what is not running yet; remember what was started
+#   docker/services.sh down   stop only what `up` started
+#   docker/services.sh env    print the variables the tests read
+#
+# Ports: LOOPWATCH_TEST_KAFKA_PORT (19092), LOOPWATCH_TEST_REDIS_PORT (16379).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
+STATE="$REPO/.services"
+KAFKA_PORT="${LOOPWATCH_TEST_KAFKA_PORT:-19092}"
+REDIS_PORT="${LOOPWATCH_TEST_REDIS_PORT:-16379}"
+export KAFKA_PORT KAFKA_CONTROLLER_PORT="$((KAFKA_PORT + 1))"
+export PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
+mkdir -p "$STATE"
+
+redis_up() {
+  if redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then return 0; fi
+  if ! command -v redis-server >/dev/null 2>&1; then
+    echo "services: installing Debian's redis-server" >&2
+    if [ "$(id -u)" = 0 ]; then
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null
+    else
+      echo "services: redis-server is missing and this user cannot install it (apt-get install redis-server)" >&2
+      return 1
+    fi
+  fi
+  mkdir -p "$STATE/redis"
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
+    --dir "$STATE/redis" --pidfile "$STATE/redis/redis.pid" --logfile "$STATE/redis/redis.log"
+  for _ in $(seq 1 50); do
+    redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && { echo redis >> "$STATE/started"; return 0; }
+    sleep 0.1
+  done
+  echo "services: redis-server did not answer on port $REDIS_PORT" >&2
+  return 1
+}
+
+kafka_up() {
+  if "$HERE/kafka/broker.sh" status; then return 0; fi
+  "$HERE/kafka/broker.sh" start
+  echo kafka >> "$STATE/started"
+}
+
+down() {
+  [ -f "$STATE/started" ] || return 0
+  if grep -qx redis "$STATE/started"; then
+    redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
+  fi
+  if grep -qx kafka "$STATE/started"; then
+    "$HERE/kafka/broker.sh" stop || true
+  fi
+  rm -f "$STATE/started"
+}
+
+case "${1:-}" in
+  up) redis_up; kafka_up ;;
+  down) down ;;
+  env) echo "LOOPWATCH_TEST_KAFKA=127.0.0.1:$KAFKA_PORT LOOPWATCH_TEST_REDIS=redis://127.0.0.1:$REDIS_PORT/0" ;;
+  *) echo "usage: $0 {up|down|env}" >&2; exit 2 ;;
+esac

@@ -1,0 +1,56 @@
+"""Integration fixtures: the real Kafka broker and Redis server that ``make test`` starts.
+
+A missing service is a failure, not a skip: the test command starts both
+(``docker/services.sh up``), so absence means the environment is broken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from config.stream_settings import parse_stream_settings
+from streams.kafka_connect import wait_for_broker
+from tests.integration.harness import Names, WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    bootstrap = os.environ.get("LOOPWATCH_TEST_KAFKA", "127.0.0.1:19092")
+    settings = parse_stream_settings({}, {"kafka_bootstrap": bootstrap, "startup_timeout_s": 20})
+    try:
+        asyncio.run(wait_for_broker(settings))
+    except Exception as exc:  # noqa: BLE001 - reported as a failure with the reason
+        pytest.fail(f"no Kafka broker at {bootstrap} (start it with docker/services.sh up): {exc}")
+    return bootstrap
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    url = os.environ.get("LOOPWATCH_TEST_REDIS", "redis://127.0.0.1:16379/0")
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    done = subprocess.run(["redis-cli", "-p", port, "ping"], capture_output=True, text=True)
+    if done.stdout.strip() != "PONG":
+        pytest.fail(f"no Redis server at {url} (start it with docker/services.sh up)")
+    return url
+
+
+@pytest.fixture
+def names() -> Names:
+    return Names()
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[list[WorkerProcess]]:
+    """Workers started by a test; all stopped at its end."""
+    started: list[WorkerProcess] = []
+    yield started
+    for worker in started:
+        worker.stop()

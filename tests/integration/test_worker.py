@@ -1,0 +1,168 @@
+"""The worker on a real Kafka broker: same verdicts as the in-process core, whatever happens."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from config.fleet import FleetConfig
+from detectors.events import Event, decode_event
+from tests.bench.workloads import Workload, generate, to_wire
+from tests.integration.harness import (
+    Names,
+    WorkerProcess,
+    consume,
+    event_records,
+    expected_outputs,
+    fixture_events,
+    per_run,
+    produce,
+    run,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def fleet_events(runs: int = 60, seed: int = 7) -> list[Event]:
+    """A generated fleet: 50 calls per run, 30 % of runs stuck in a 40-call loop."""
+    data = generate(Workload("fleet", seed, runs, 50, loop_pct=30))
+    events = [decode_event(line) for line in to_wire(data)]
+    return [msgspec.structs.replace(e, event_id=f"fleet-{e.event_id}", agent_id="fleet") for e in events]
+
+
+def start_worker(
+    names: Names,
+    bootstrap: str,
+    tmp_path: Path,
+    workers: list[WorkerProcess],
+    label: str,
+    config: str | None = None,
+    **env: str,
+) -> WorkerProcess:
+    port = str(17000 + len(workers) + hash(names.app_id) % 500 * 4)
+    config_file = None
+    if config is not None:
+        config_file = tmp_path / f"{label}.json5"
+        config_file.write_text(config)
+    worker = WorkerProcess(
+        names.env(bootstrap, LOOPWATCH_WEB_PORT=port, LOOPWATCH_DATA_DIR=str(tmp_path / label), **env),
+        tmp_path / f"{label}.log",
+        config_file,
+    )
+    workers.append(worker)
+    worker.wait_ready()
+    return worker
+
+
+def test_round_trip_gives_exactly_the_core_verdicts(
+    kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    events = fixture_events() + fleet_events()
+    expected = expected_outputs(events)
+    assert len(expected) > 300  # the fleet's loops and the real read-error loop
+    start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
+    run(produce(kafka_bootstrap, names.events, event_records(events)))
+    got = run(consume(kafka_bootstrap, names.verdicts, until=len(expected), timeout=120, settle=2))
+    assert per_run(got) == per_run(expected)
+    assert len(got) == len(expected)
+
+
+def test_bad_input_is_dead_lettered_and_nothing_else_changes(
+    kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    events = fixture_events()
+    good = event_records(events)
+    bad: list[tuple[bytes | None, bytes]] = [
+        (b"r", b"{not json"),
+        (b"r", b'{"type":"tool_call","event_id":"x","run_id":"r","tool":7,"params":{}}'),
+        (b"r", b'{"type":"tool_call","run_id":"r","tool":"read","params":{}}'),
+        (b"r", b'{"type":"tool_result","event_id":"y","run_id":"r","tool":"read","params":{}}'),
+        (
+            b"r",
+            b'{"type":"tool_call","event_id":"z","run_id":"r","tool":"read","params":"'
+            + b"x" * 200_000
+            + b'"}',
+        ),
+    ]
+    mixed = list(good)
+    for index, record in enumerate(bad):
+        mixed.insert(1 + index * (len(good) // len(bad)), record)
+    limits = "{tools: {loopDetection: {enabled: true}}, loopwatch: {maxEventBytes: 100000}}"
+    start_worker(names, kafka_bootstrap, tmp_path, workers, "w1", config=limits)
+    run(produce(kafka_bootstrap, names.events, mixed))
+    expected = expected_outputs(events)
+    got = run(consume(kafka_bootstrap, names.verdicts, until=len(expected), timeout=90, settle=2))
+    assert per_run(got) == per_run(expected)
+    letters = run(consume(kafka_bootstrap, names.dead_letter, until=len(bad), timeout=30))
+    reasons = sorted(letter["reason"] for letter in letters)
+    assert len(letters) == len(bad)
+    assert any(r.startswith("not valid JSON") for r in reasons)
+    assert any("Expected `str`, got `int` - at `$.tool`" in r for r in reasons)
+    assert any("missing required field `event_id`" in r for r in reasons)
+    assert any("exactly one of them is required" in r for r in reasons)
+    assert any("exceeds the limit" in r for r in reasons)
+    assert all(letter["topic"] == names.events and letter["offset"] >= 0 for letter in letters)
+
+
+def test_second_worker_joining_changes_no_verdict(
+    kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    events = fleet_events(runs=80, seed=21)
+    expected = expected_outputs(events)
+    half = len(events) // 2
+    start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
+    run(produce(kafka_bootstrap, names.events, event_records(events[:half])))
+    start_worker(names, kafka_bootstrap, tmp_path, workers, "w2")
+    run(produce(kafka_bootstrap, names.events, event_records(events[half:])))
+    got = run(consume(kafka_bootstrap, names.verdicts, until=len(expected), timeout=120, settle=3))
+    assert per_run(got, dedupe=True) == per_run(expected)
+
+
+def test_kill_minus_nine_loses_and_invents_nothing(
+    kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    events = fleet_events(runs=80, seed=33)
+    expected = expected_outputs(events)
+    first = start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
+    cut = len(events) // 2
+    run(produce(kafka_bootstrap, names.events, event_records(events[:cut])))
+    run(consume(kafka_bootstrap, names.verdicts, until=len(expected) // 4, timeout=60))
+    first.kill()
+    run(produce(kafka_bootstrap, names.events, event_records(events[cut:])))
+    second = start_worker(names, kafka_bootstrap, tmp_path, workers, "w2")
+    got = run(consume(kafka_bootstrap, names.verdicts, until=len(expected), timeout=120, settle=3))
+    assert per_run(got, dedupe=True) == per_run(expected)
+    by_id = {}
+    for output in got:  # a repeated verdict id is the same verdict
+        assert by_id.setdefault(output["verdict_id"], output) == output
+    assert b"Recovery complete" in second.log.read_bytes()
+
+
+def test_config_override_changes_one_agent_only(
+    kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    def loop(agent: str) -> list[Event]:
+        from tests.helpers import Trace
+
+        trace = Trace(f"{agent}-run", agent_id=agent)
+        for _ in range(8):
+            trace.both("read", {"path": "/missing"}, error="ENOENT")
+        return trace.events
+
+    start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
+    override = {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}
+    run(produce(kafka_bootstrap, names.config, [(b"tuned", json.dumps(override).encode())]))
+    import time
+
+    time.sleep(3)  # the follower polls the config topic every second
+    events = loop("tuned") + loop("plain")
+    run(produce(kafka_bootstrap, names.events, event_records(events)))
+    config = FleetConfig.enabled_default().with_agent_block("tuned", override)
+    expected = expected_outputs(events, config)
+    got = run(consume(kafka_bootstrap, names.verdicts, until=len(expected), timeout=60, settle=2))
+    assert per_run(got) == per_run(expected)
+    assert {o["agent_id"] for o in got} == {"tuned"}
+    assert [o["action"] for o in got if o["type"] == "verdict"][:2] == ["warn", "block"]
