@@ -22,6 +22,7 @@ client follows it from the moment it starts) or, with ``redis_url``, from the Re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import time
@@ -155,10 +156,8 @@ class LoopwatchClient:
     async def stop(self) -> None:
         if self._follower is not None:
             self._follower.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._follower
-            except asyncio.CancelledError:
-                pass
         if self._consumer is not None:
             await self._consumer.stop()
         if self._producer is not None:

@@ -135,7 +135,7 @@ def test_kill_minus_nine_loses_and_invents_nothing(
     second = start_worker(names, kafka_bootstrap, tmp_path, workers, "w2")
     got = run(consume(kafka_bootstrap, names.verdicts, until=len(expected), timeout=120, settle=3))
     assert per_run(got, dedupe=True) == per_run(expected)
-    by_id = {}
+    by_id: dict[str, dict[str, object]] = {}
     for output in got:  # a repeated verdict id is the same verdict
         assert by_id.setdefault(output["verdict_id"], output) == output
     assert b"Recovery complete" in second.log.read_bytes()
