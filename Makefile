@@ -5,7 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint typecheck conformance unit bench clean
+.PHONY: help setup demo test lint typecheck conformance unit services-up services-down bench bench-stream soak clean
+
+KAFKA_TEST := 127.0.0.1:19092
+REDIS_TEST := redis://127.0.0.1:16379/0
+export LOOPWATCH_TEST_KAFKA ?= $(KAFKA_TEST)
+export LOOPWATCH_TEST_REDIS ?= $(REDIS_TEST)
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -31,13 +36,28 @@ typecheck: $(STAMP)  ## mypy strict
 conformance: $(STAMP)  ## the public OpenClaw conformance vectors
 	$(BIN)/loopwatch conformance tests/data/openclaw-public.jsonl
 
-unit: $(STAMP)  ## the pytest suite
-	$(BIN)/pytest
+services-up: $(STAMP)  ## start the local Kafka broker and Redis (what is not running yet)
+	docker/services.sh up
+
+services-down:  ## stop what services-up started
+	docker/services.sh down
+
+unit: $(STAMP)  ## the pytest suite (starts Kafka and Redis for the integration tests, stops them after)
+	docker/services.sh up
+	$(BIN)/pytest; status=$$?; docker/services.sh down; exit $$status
 
 test: lint typecheck conformance unit  ## everything CI runs
 
 bench: $(STAMP)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench
+
+bench-stream: $(STAMP)  ## worker throughput and latency on the local broker (vs. raw aiokafka)
+	docker/services.sh up
+	$(BIN)/python -m tests.bench.stream_bench; status=$$?; docker/services.sh down; exit $$status
+
+soak: $(STAMP)  ## 10 minutes of steady load; the worker's memory over time
+	docker/services.sh up
+	$(BIN)/python -m tests.bench.soak; status=$$?; docker/services.sh down; exit $$status
 
 clean:  ## remove build and benchmark artefacts
 	rm -rf build .bench .mypy_cache .pytest_cache .ruff_cache

@@ -70,14 +70,18 @@ def decision_fields(output: Output) -> dict[str, str]:
 
 
 class DecisionCache:
-    """Writes decisions to Redis; keeps them while Redis is down and catches up after."""
+    """Writes decisions to Redis; rewrites them all when Redis comes back (it may have lost them).
+
+    The latest decision of every run with a verdict is also kept here (bounded by
+    ``keep_limit``), which is what a returning Redis is re-filled from.
+    """
 
     def __init__(
         self,
         url: str,
         password: str | None = None,
         ttl_s: int = 3600,
-        pending_limit: int = 100_000,
+        keep_limit: int = 100_000,
         retry_s: float = 1.0,
     ) -> None:
         self._client = aioredis.Redis.from_url(
@@ -85,8 +89,9 @@ class DecisionCache:
         )
         self._set = self._client.register_script(_STICKY_SET)
         self._ttl = ttl_s
-        self._pending: dict[str, dict[str, str] | None] = {}  # None = delete
-        self._pending_limit = pending_limit
+        self._latest: dict[str, dict[str, str]] = {}
+        self._deleted: set[str] = set()
+        self._keep_limit = keep_limit
         self._retry_s = retry_s
         self._down_since: float | None = None
         self._next_try = 0.0
@@ -100,46 +105,40 @@ class DecisionCache:
 
     async def record(self, scope: str, output: Output) -> None:
         """Store the run's latest decision and publish a notice."""
-        await self._write(scope, decision_fields(output))
+        fields = decision_fields(output)
+        previous = self._latest.get(scope)
+        if previous is not None and previous.get("action") == "abort" and fields["action"] != "abort":
+            fields = previous  # an abort stays the decision
+        elif previous is None and len(self._latest) >= self._keep_limit:
+            self.dropped += 1
+        else:
+            self._latest[scope] = fields
+        self._deleted.discard(scope)
+        if self._down_since is None:  # never wait for a dead Redis on the event path
+            try:
+                await self._send(scope, fields)
+            except (RedisError, OSError) as exc:
+                self._went_down(exc)
 
     async def forget(self, scope: str) -> None:
         """The run ended: delete its decision."""
-        await self._write(scope, None)
-
-    async def _write(self, scope: str, fields: dict[str, str] | None) -> None:
-        if self._down_since is not None:
-            self._keep(scope, fields)
-            if time.monotonic() < self._next_try:
+        self._latest.pop(scope, None)
+        if self._down_since is None:
+            try:
+                await self._client.delete(run_key(scope))
                 return
-            if not await self._flush_pending():
-                return
-            return
-        try:
-            await self._send(scope, fields)
-        except (RedisError, OSError) as exc:
-            self._went_down(exc)
-            self._keep(scope, fields)
+            except (RedisError, OSError) as exc:
+                self._went_down(exc)
+        self._deleted.add(scope)
 
-    async def _send(self, scope: str, fields: dict[str, str] | None) -> None:
-        key = run_key(scope)
-        if fields is None:
-            await self._client.delete(key)
-            return
+    async def _send(self, scope: str, fields: dict[str, str], notify: bool = True) -> None:
         args: list[str | int] = [self._ttl, fields["action"]]
         for name, value in fields.items():
             args.extend((name, value))
-        await self._set(keys=[key], args=args)
-        await self._client.publish(CHANNEL, msgspec.json.encode({"scope": scope, **fields}))
+        await self._set(keys=[run_key(scope)], args=args)
+        if notify:
+            await self._client.publish(CHANNEL, msgspec.json.encode({"scope": scope, **fields}))
         self.writes += 1
-
-    def _keep(self, scope: str, fields: dict[str, str] | None) -> None:
-        previous = self._pending.get(scope)
-        if previous is not None and previous.get("action") == "abort" and fields is not None:
-            return  # an abort stays the decision
-        if scope not in self._pending and len(self._pending) >= self._pending_limit:
-            self.dropped += 1
-            return
-        self._pending[scope] = fields
 
     def _went_down(self, exc: BaseException) -> None:
         self.failures += 1
@@ -148,24 +147,26 @@ class DecisionCache:
             _log.warning("redis unavailable; decisions are kept until it returns", error=str(exc))
         self._next_try = time.monotonic() + self._retry_s
 
-    async def _flush_pending(self) -> bool:
+    async def _resync(self) -> bool:
         try:
-            while self._pending:
-                scope = next(iter(self._pending))
-                await self._send(scope, self._pending[scope])
-                del self._pending[scope]
+            await self._client.ping()
+            for scope in list(self._deleted):
+                await self._client.delete(run_key(scope))
+                self._deleted.discard(scope)
+            for scope, fields in list(self._latest.items()):
+                await self._send(scope, fields, notify=False)
         except (RedisError, OSError) as exc:
             self._went_down(exc)
             return False
         down_for = time.monotonic() - (self._down_since or time.monotonic())
         self._down_since = None
-        _log.info("redis is back; pending decisions written", down_for_s=round(down_for, 1))
+        _log.info("redis is back; decisions rewritten", runs=len(self._latest), down_for_s=round(down_for, 1))
         return True
 
     async def tick(self) -> None:
-        """Retry a pending catch-up (called periodically by the worker)."""
+        """Retry after an outage (called every second by the worker)."""
         if self._down_since is not None and time.monotonic() >= self._next_try:
-            await self._flush_pending()
+            await self._resync()
 
     async def close(self) -> None:
         await self._client.aclose()
