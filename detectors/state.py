@@ -1,7 +1,8 @@
 """Per-run state (DESIGN §4) and its compact byte form for faust tables.
 
 Bounded by construction: at most ``historySize`` history records, ``seen_event_ids`` event
-ids, 256 warning keys, ``windowSize`` guard observations and a few counters. The live object
+ids, 256 warning keys, ``windowSize`` guard observations, the outputs of at most 64 events
+awaiting delivery confirmation, and a few counters. The live object
 (:class:`RunState`) carries indexes derived from the history; :class:`RunSnapshot` is what is
 persisted, and :meth:`RunState.from_bytes` rebuilds the indexes from it.
 """
@@ -41,9 +42,11 @@ class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
     recovery_aborted: bool
     last_ts: int | None
     events: int
+    outbox: list[tuple[str, list[bytes]]] = []
 
 
 _ENCODER: Final = msgspec.msgpack.Encoder()
+OUTBOX_LIMIT: Final = 64
 _DECODER: Final = msgspec.msgpack.Decoder(RunSnapshot)
 
 
@@ -59,6 +62,7 @@ class RunState:
         "guard",
         "history",
         "last_ts",
+        "outbox",
         "recovery_aborted",
         "run_id",
         "scope",
@@ -89,6 +93,9 @@ class RunState:
         self.recovery_aborted = False
         self.last_ts: int | None = None
         self.events = 0
+        # Encoded outputs whose delivery the shell has not confirmed yet, by trigger event id:
+        # a redelivered event re-publishes them (at most OUTBOX_LIMIT events).
+        self.outbox: dict[str, list[bytes]] = {}
 
     def remember(self, event_id: str) -> bool:
         """Record an event id; ``False`` if it was already seen (a redelivery)."""
@@ -99,6 +106,15 @@ class RunState:
         if len(self.seen) > self._seen_limit:
             self.seen_set.discard(self.seen.popleft())
         return True
+
+    def hold(self, event_id: str, encoded: list[bytes]) -> None:
+        """Keep an event's encoded outputs until :meth:`delivered` (oldest dropped past the limit)."""
+        self.outbox[event_id] = encoded
+        while len(self.outbox) > OUTBOX_LIMIT:
+            del self.outbox[next(iter(self.outbox))]
+
+    def delivered(self, event_id: str) -> None:
+        self.outbox.pop(event_id, None)
 
     def snapshot(self) -> RunSnapshot:
         return RunSnapshot(
@@ -117,6 +133,7 @@ class RunState:
             recovery_aborted=self.recovery_aborted,
             last_ts=self.last_ts,
             events=self.events,
+            outbox=list(self.outbox.items()),
         )
 
     def to_bytes(self) -> bytes:
@@ -141,6 +158,7 @@ class RunState:
         state.recovery_aborted = snap.recovery_aborted
         state.last_ts = snap.last_ts
         state.events = snap.events
+        state.outbox = dict(snap.outbox)
         return state
 
     @classmethod

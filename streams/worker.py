@@ -4,13 +4,17 @@ One agent consumes the tool-event topic (key = run scope). Its body is short: de
 core → verdicts → state table → Redis → one log line. Rules of the shell:
 
 * State lives in the faust table ``runs`` (run scope → :meth:`RunState.to_bytes`), whose
-  changelog is co-partitioned with the input: one changelog write per event. The snapshot
+  changelog is co-partitioned with the input. Events are processed in small batches
+  (``take_events``); a run's state is written once per batch in which it changed, before the
+  batch is acknowledged, so a run that sends a burst of events costs one changelog write. The snapshot
   holds every detector's state in named sections: ``records`` (the rolling window shared by
   generic repeat, known poll, ping-pong, unknown tool and the global breaker), ``buckets``
   (warning de-duplication), ``guard_*`` (post-compaction guard), ``criticals`` /
   ``recovery_aborted`` (bounded recovery) and ``seen`` (event-id de-duplication).
-* A verdict is awaited on the broker before the state that records its event is written, so
-  a crash at any point either replays the event (same verdict id again) or has published it.
+* Verdicts are sent without waiting. Until the broker confirms them they are also kept in the
+  run's state (its outbox), which is written with the event: a crash at any point either
+  replays the event from scratch or finds it already applied and re-publishes its
+  unconfirmed verdicts — the same verdict ids, never a lost verdict.
 * Invalid records go to the dead-letter topic with the reason and their origin.
 * ``run_end`` deletes the run's state; runs idle longer than the state TTL get a synthetic
   ``run_end`` on their own partition. Config overrides are followed on the compacted config
@@ -40,6 +44,11 @@ from streams.logs import verdict_log_fields
 from streams.redis_cache import DecisionCache
 
 __all__ = ["LoopwatchWorker", "apply_config_record", "read_config_overrides"]
+
+#: Events are taken in batches of at most BATCH_MAX, waiting at most BATCH_WITHIN_S for more;
+#: each run's state is written once per batch, before the batch's offsets are acknowledged.
+BATCH_MAX = 500
+BATCH_WITHIN_S = 0.005
 
 _log = structlog.get_logger("loopwatch.worker")
 
@@ -115,7 +124,9 @@ class LoopwatchWorker:
         self.config = config
         self._config_offset = config_offset
         self.cache = cache
-        self._live: dict[bytes, tuple[bytes, RunState]] = {}
+        # run scope -> (the table value it was loaded from, or None while changed in this batch; state)
+        self._live: dict[bytes, tuple[bytes | None, RunState]] = {}
+        self._dirty: dict[bytes, tuple[int, RunState | None]] = {}
         self._last_seen: dict[bytes, float] = {}
         self.processed = 0
         self.invalid = 0
@@ -172,8 +183,26 @@ class LoopwatchWorker:
             app.timer(1.0)(cache.tick)
 
     async def _agent(self, stream: Any) -> None:
-        async for event in stream.events():
-            await self.handle(event.message)
+        async for batch in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            for event in batch:
+                await self.handle(event.message)
+            self._write_dirty()  # before take_events acks the batch
+
+    def _write_dirty(self) -> None:
+        """One changelog write per run changed in the batch, on the run's input partition."""
+        data = self.runs.data
+        for key, (partition, state) in self._dirty.items():
+            if state is None:
+                if key in data:
+                    del data[key]
+                    self.runs.send_changelog(partition, key, None, value_serializer="raw")
+                self._live.pop(key, None)
+                continue
+            blob = state.to_bytes()
+            data[key] = blob
+            self.runs.send_changelog(partition, key, blob)
+            self._live[key] = (blob, state)
+        self._dirty.clear()
 
     async def handle(self, message: Any) -> None:
         """Process one input record (any error in it goes to the dead-letter topic)."""
@@ -195,39 +224,53 @@ class LoopwatchWorker:
             structlog.contextvars.bind_contextvars(run_id=scope)
             self.processed += 1
             if isinstance(event, RunEnd):
-                await self._drop(key, scope)
+                await self._drop(key, scope, message.partition)
                 return
             self._last_seen[key] = time.time()
             state = self._load(key, event)
+            if event.event_id in state.seen_set:  # redelivered: re-publish what is unconfirmed
+                await self._publish(key, state, event.event_id, state.outbox.get(event.event_id, []))
+                return
             outputs = apply(state, event, self.config)
             if outputs:
-                sent = [
-                    await self.verdicts_topic.send(key=key, value=encode_output(out), force=True)
-                    for out in outputs
-                ]
-                for future in sent:
-                    await future
+                encoded = [encode_output(out) for out in outputs]
+                state.hold(event.event_id, encoded)  # persisted with the state written below
+                await self._publish(key, state, event.event_id, encoded)
                 self.verdicts += len(outputs)
                 for out in outputs:
                     _log.warning("tool loop", **verdict_log_fields(out, scope))
                     if self.cache is not None:
                         await self.cache.record(scope, out)
-            blob = state.to_bytes()
-            self.runs[key] = blob
-            self._live[key] = (blob, state)
+            self._dirty[key] = (message.partition, state)
+            self._live[key] = (None, state)
+
+    async def _publish(self, key: bytes, state: RunState, event_id: str, encoded: list[bytes]) -> None:
+        """Send outputs without waiting; confirmed ones leave the state's outbox."""
+        if not encoded:
+            return
+        pending = len(encoded)
+
+        def confirmed(_: Any) -> None:
+            nonlocal pending
+            pending -= 1
+            if pending == 0:
+                state.delivered(event_id)
+
+        for value in encoded:
+            await self.verdicts_topic.send(key=key, value=value, force=True, callback=confirmed)
 
     def _load(self, key: bytes, event: Any) -> RunState:
-        blob = self.runs.get(key)
+        """The run's live state: changed in this batch, or hydrated from the table."""
         cached = self._live.get(key)
-        if blob is not None and cached is not None and cached[0] is blob:
+        blob = self.runs.data.get(key)
+        if cached is not None and (cached[0] is None or cached[0] is blob):
             return cached[1]
         if blob is None:
             return new_state(event, self.config)
         return RunState.from_bytes(blob, self.config.settings.seen_event_ids)
 
-    async def _drop(self, key: bytes, scope: str) -> None:
-        if self.runs.get(key) is not None:
-            del self.runs[key]
+    async def _drop(self, key: bytes, scope: str, partition: int) -> None:
+        self._dirty[key] = (partition, None)
         self._live.pop(key, None)
         self._last_seen.pop(key, None)
         if self.cache is not None:

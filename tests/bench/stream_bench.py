@@ -1,0 +1,218 @@
+"""``make bench-stream``: one loopwatch worker against a raw aiokafka passthrough, same broker.
+
+(a) passthrough: an aiokafka consumer (group) that produces every record it reads to another
+    topic — the ceiling for a Python worker on this machine;
+(b) loopwatch: one ``loopwatch worker`` process on the same events.
+
+Both are measured live: the consumer side is running, then the benchmark produces the
+events as fast as it can and times until the last output arrives. Then (c) the worker's
+event-to-verdict latency (p50/p99) at a fixed offered load of half its measured maximum.
+Events: a generated fleet (50 calls per run, 30 % of runs in a 40-call loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from detectors.events import decode_event, run_scope
+from tests.bench.workloads import Workload, generate, to_wire
+from tests.integration.harness import Names, WorkerProcess, expected_outputs
+
+BOOTSTRAP = "127.0.0.1:19092"
+
+
+def workload(runs: int) -> list[tuple[bytes, bytes, str]]:
+    """(key, value, event_id) for every event of a generated fleet."""
+    lines = to_wire(generate(Workload("stream", 99, runs, 50, loop_pct=30)))
+    out = []
+    for line in lines:
+        event = decode_event(line)
+        out.append((run_scope(event).encode(), line, event.event_id))
+    return out
+
+
+async def create_topics(names: list[str], partitions: int = 4) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1) for name in names])
+    finally:
+        await admin.close()
+
+
+async def produce_all(topic: str, records: list[tuple[bytes, bytes, str]]) -> float:
+    producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=5)
+    await producer.start()
+    start = time.perf_counter()
+    try:
+        for key, value, _ in records:
+            await producer.send(topic, value, key=key)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return start
+
+
+async def passthrough(records: list[tuple[bytes, bytes, str]]) -> float:
+    """Events/s of consume → produce in one Python process."""
+    tag = f"pt-{int(time.time())}"
+    await create_topics([f"{tag}.in", f"{tag}.out"])
+    consumer = AIOKafkaConsumer(
+        f"{tag}.in",
+        bootstrap_servers=BOOTSTRAP,
+        group_id=tag,
+        auto_offset_reset="earliest",
+        enable_auto_commit=True,
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=5)
+    sink = AIOKafkaConsumer(
+        f"{tag}.out", bootstrap_servers=BOOTSTRAP, group_id=None, auto_offset_reset="earliest"
+    )
+    await asyncio.gather(consumer.start(), producer.start(), sink.start())
+
+    async def pump() -> None:
+        async for message in consumer:
+            await producer.send(f"{tag}.out", message.value, key=message.key)
+
+    async def drain() -> float:
+        seen = 0
+        while seen < len(records):
+            batch = await sink.getmany(timeout_ms=500)
+            seen += sum(len(messages) for messages in batch.values())
+        return time.perf_counter()
+
+    task = asyncio.create_task(pump())
+    await asyncio.sleep(3)  # group joined
+    start = await produce_all(f"{tag}.in", records)
+    end = await drain()
+    task.cancel()
+    await asyncio.gather(consumer.stop(), producer.stop(), sink.stop(), return_exceptions=True)
+    return len(records) / (end - start)
+
+
+async def collect(topic: str, want: set[str], sent: dict[str, float], deadline: float) -> dict[str, float]:
+    """Arrival time of verdicts whose trigger is in ``want`` (all of them, or the deadline)."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=BOOTSTRAP, group_id=None, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    arrived: dict[str, float] = {}
+    try:
+        while len(arrived) < len(want) and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            now = time.perf_counter()
+            for messages in batch.values():
+                for message in messages:
+                    trigger = json.loads(message.value)["trigger_event_id"]
+                    if trigger in want:
+                        arrived.setdefault(trigger, now)
+    finally:
+        await consumer.stop()
+    return arrived
+
+
+async def worker_throughput(names: Names, records: list[tuple[bytes, bytes, str]]) -> float:
+    expected = expected_outputs(decode_event(value) for _, value, _ in records)
+    last_per_partition: dict[bytes, str] = {}
+    for output in expected:
+        last_per_partition[(output["run_id"] or "").encode()] = output["trigger_event_id"]
+    want = {output["trigger_event_id"] for output in expected}
+    collector = asyncio.create_task(collect(names.verdicts, want, {}, time.monotonic() + 600))
+    await asyncio.sleep(1)
+    start = await produce_all(names.events, records)
+    arrived = await collector
+    if len(arrived) < len(want):
+        raise SystemExit(f"worker published {len(arrived)} of {len(want)} verdict triggers")
+    return len(records) / (max(arrived.values()) - start)
+
+
+async def paced_latency(names: Names, records: list[tuple[bytes, bytes, str]], rate: float) -> list[float]:
+    expected = expected_outputs(decode_event(value) for _, value, _ in records)
+    want = {output["trigger_event_id"] for output in expected}
+    sent: dict[str, float] = {}
+    collector = asyncio.create_task(collect(names.verdicts, want, sent, time.monotonic() + 600))
+    await asyncio.sleep(1)
+    producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=0)
+    await producer.start()
+    start = time.perf_counter()
+    for index, (key, value, event_id) in enumerate(records):
+        due = start + index / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        sent[event_id] = time.perf_counter()
+        await producer.send(names.events, value, key=key)
+    await producer.flush()
+    await producer.stop()
+    arrived = await collector
+    return sorted((arrived[t] - sent[t]) * 1000 for t in arrived if t in sent)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=400, help="runs of 50 calls (2 events each)")
+    parser.add_argument("--latency-seconds", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    records = workload(args.runs)
+    print(f"loopwatch stream benchmark: {len(records)} events, broker {BOOTSTRAP}, 4 partitions", flush=True)
+    ceiling = asyncio.run(passthrough(records))
+    print(f"(a) aiokafka passthrough:  {ceiling:10,.0f} events/s", flush=True)
+    names = Names()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = names.env(BOOTSTRAP, LOOPWATCH_WEB_PORT="16999", LOOPWATCH_DATA_DIR=tmp)
+        worker = WorkerProcess(env, Path(tmp) / "worker.log")
+        try:
+            worker.wait_ready()
+            rate = asyncio.run(worker_throughput(names, records))
+            print(
+                f"(b) loopwatch worker:      {rate:10,.0f} events/s  ({rate / ceiling:.0%} of passthrough)",
+                flush=True,
+            )
+            offered = rate / 2
+            count = min(len(records), int(offered * args.latency_seconds))
+            second = Names()
+            second_records = [
+                (k, v.replace(b'"event_id":"e', b'"event_id":"l'), e.replace("e", "l", 1))
+                for k, v, e in records[:count]
+            ]
+            worker.stop()
+            env2 = second.env(BOOTSTRAP, LOOPWATCH_WEB_PORT="16998", LOOPWATCH_DATA_DIR=tmp + "/2")
+            worker = WorkerProcess(env2, Path(tmp) / "worker2.log")
+            worker.wait_ready()
+            latencies = asyncio.run(paced_latency(second, second_records, offered))
+        finally:
+            worker.stop()
+    p50 = statistics.median(latencies)
+    p99 = latencies[int(0.99 * (len(latencies) - 1))]
+    print(
+        f"(c) latency at {offered:,.0f} events/s offered ({count} events, {len(latencies)} verdicts): "
+        f"p50 {p50:.1f} ms, p99 {p99:.1f} ms",
+        flush=True,
+    )
+    results: dict[str, Any] = {
+        "passthrough_eps": ceiling,
+        "worker_eps": rate,
+        "ratio": rate / ceiling,
+        "offered_eps": offered,
+        "p50_ms": p50,
+        "p99_ms": p99,
+    }
+    Path(".bench").mkdir(exist_ok=True)
+    Path(".bench/stream-results.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
