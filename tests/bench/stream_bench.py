@@ -1,7 +1,8 @@
 """``make bench-stream``: one loopwatch worker against a raw aiokafka passthrough, same broker.
 
 (a) passthrough: an aiokafka consumer (group) that produces every record it reads to another
-    topic — the ceiling for a Python worker on this machine;
+    topic — the ceiling for a Python worker on this machine; beside it, a faust agent that
+    only forwards each event (faust's own per-event cost, the ceiling for any faust worker);
 (b) loopwatch: one ``loopwatch worker`` process on the same events.
 
 Both are measured live: the consumer side is running, then the benchmark produces the
@@ -100,6 +101,43 @@ async def passthrough(records: list[tuple[bytes, bytes, str]]) -> float:
     return len(records) / (end - start)
 
 
+async def faust_noop(records: list[tuple[bytes, bytes, str]], tmp: str) -> float:
+    """Events/s of a faust agent that forwards every event (separate process)."""
+    import subprocess
+    import sys
+
+    tag = f"noop-{int(time.time())}"
+    await create_topics([f"{tag}.in", f"{tag}.out"])
+    log = Path(tmp) / "noop.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.bench.faust_noop", BOOTSTRAP, tag, f"{tag}.in", f"{tag}.out"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while b"Worker ready" not in log.read_bytes():
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit(f"faust no-op agent did not start:\n{log.read_text()[-2000:]}")
+            await asyncio.sleep(0.2)
+        sink = AIOKafkaConsumer(
+            f"{tag}.out", bootstrap_servers=BOOTSTRAP, group_id=None, auto_offset_reset="earliest"
+        )
+        await sink.start()
+        start = await produce_all(f"{tag}.in", records)
+        seen = 0
+        while seen < len(records):
+            batch = await sink.getmany(timeout_ms=500)
+            seen += sum(len(messages) for messages in batch.values())
+        end = time.perf_counter()
+        await sink.stop()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return len(records) / (end - start)
+
+
 async def collect(topic: str, want: set[str], sent: dict[str, float], deadline: float) -> dict[str, float]:
     """Arrival time of verdicts whose trigger is in ``want`` (all of them, or the deadline)."""
     consumer = AIOKafkaConsumer(
@@ -171,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"(a) aiokafka passthrough:  {ceiling:10,.0f} events/s", flush=True)
     names = Names()
     with tempfile.TemporaryDirectory() as tmp:
+        noop = asyncio.run(faust_noop(records, tmp))
+        print(
+            f"    faust no-op agent:     {noop:10,.0f} events/s  ({noop / ceiling:.0%} of passthrough)",
+            flush=True,
+        )
         env = names.env(BOOTSTRAP, LOOPWATCH_WEB_PORT="16999", LOOPWATCH_DATA_DIR=tmp)
         worker = WorkerProcess(env, Path(tmp) / "worker.log")
         try:
