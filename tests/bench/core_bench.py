@@ -11,6 +11,7 @@ compared with its published digests.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import statistics
@@ -85,6 +86,8 @@ def config_for(digest: Digest, history: int) -> FleetConfig:
 
 
 def median_time(run: Callable[[], None], repeats: int) -> float:
+    gc.collect()
+    gc.freeze()  # the benchmark's own input lists are not the detector's garbage to scan
     run()  # warm-up
     times = []
     for _ in range(repeats):

@@ -1,0 +1,34 @@
+"""Guards nobody reviews: the README's example is the shipped one, example configs load."""
+
+import re
+from pathlib import Path
+
+from config import parse_config_text
+from tests.helpers import ROOT
+
+
+def test_readme_agent_loop_is_the_shipped_example() -> None:
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    shipped = (ROOT / "streams" / "example_agent.py").read_text()
+    loop = next(block for block in blocks if "async def agent_loop" in block)
+    assert loop.strip() in shipped
+
+
+def test_example_openclaw_config_is_valid() -> None:
+    path = ROOT / "docker" / "openclaw.example.json"
+    config = parse_config_text(path.read_text(), str(path))
+    assert config.for_agent("poller").critical_threshold == 30
+    assert config.for_agent("anyone").enabled
+
+
+def test_compose_and_readme_name_real_settings() -> None:
+    from dataclasses import fields
+
+    from config.stream_settings import StreamSettings, env_name
+
+    known = {env_name(f.name) for f in fields(StreamSettings)}
+    for path in (ROOT / "docker-compose.yml", ROOT / "README.md", ROOT / "docker" / "Dockerfile"):
+        named = set(re.findall(r"LOOPWATCH_[A-Z_]*[A-Z]", Path(path).read_text()))
+        unknown = {name for name in named if name not in known and not name.startswith("LOOPWATCH_TEST")}
+        assert not unknown, f"{path.name} names unknown settings: {sorted(unknown)}"
