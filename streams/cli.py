@@ -6,44 +6,52 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from collections.abc import Iterator
 from typing import BinaryIO, TextIO
 
 from config.errors import ConfigError, LoopwatchError
 from detectors.conformance import run_vector
-from detectors.engine import Engine
-from detectors.events import encode_output
+from detectors.events import Event, encode_output
 from detectors.stable_json import WIRE_DECODER
 from streams.config_files import load_config
-from streams.event_lines import BadLine, read_events
+from streams.event_lines import BadLine, read_sourced_events
 
 __all__ = ["main"]
 
 FIXTURES = Path(__file__).parent / "data" / "fixtures"
 
 
-def _open_input(path: str | None) -> tuple[BinaryIO, str]:
-    if path is None or path == "-":
-        return sys.stdin.buffer, "<stdin>"
-    return open(path, "rb"), path
-
-
 def cmd_run(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    import asyncio
+
+    from streams.embedded import EmbeddedRuntime
+    from streams.inputs import input_lines
+
     config = load_config(args.config)
-    engine = Engine(config)
-    stream, source = _open_input(args.events)
-    bad = 0
-    try:
-        for item in read_events(stream, source, config.settings.max_event_bytes):
+    sink: BinaryIO = open(args.output, "wb") if args.output else out  # noqa: SIM115 - closed below
+
+    def events() -> Iterator[Event]:
+        lines = input_lines(args.events, follow=args.follow)
+        for item in read_sourced_events(lines, config.settings.max_event_bytes):
             if isinstance(item, BadLine):
-                bad += 1
                 print(f"loopwatch: skipped invalid event at {item}", file=err)
-                continue
-            for output in engine.process(item):
-                out.write(encode_output(output) + b"\n")
+            else:
+                yield item
+
+    async def main() -> None:
+        async with EmbeddedRuntime(config, workers=args.workers) as runtime:
+            async for outputs in runtime.run(events()):
+                for output in outputs:
+                    sink.write(encode_output(output) + b"\n")
+                if outputs and args.follow:
+                    sink.flush()
+
+    try:
+        asyncio.run(main())
     finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
-    out.flush()
+        sink.flush()
+        if sink is not out:
+            sink.close()
     return 0
 
 
@@ -107,14 +115,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Reads event JSON lines (file or stdin) and writes verdict and abort JSON "
         "lines to stdout, in input order. Invalid lines are reported on stderr and skipped.",
         epilog="examples:\n  loopwatch run --config openclaw.json events.jsonl\n"
-        "  cat events.jsonl | loopwatch run -",
+        "  cat events.jsonl | loopwatch run -\n"
+        "  loopwatch run --follow /var/log/agents/events.jsonl -o verdicts.jsonl",
     )
     run.add_argument(
         "--config",
         metavar="FILE",
         help="OpenClaw-style config file (JSON5); default: detection enabled with OpenClaw's defaults",
     )
-    run.add_argument("events", nargs="?", default="-", metavar="EVENTS", help="events file, or - for stdin")
+    run.add_argument("events", nargs="?", default="-", metavar="EVENTS",
+                     help="events file, folder of .jsonl files, or - for stdin")
+    run.add_argument("--output", "-o", metavar="FILE", help="write verdicts here instead of stdout")
+    run.add_argument("--follow", "-f", action="store_true", help="keep reading a growing file")
+    run.add_argument("--workers", type=int, default=4, help="asyncio workers (partitions by run scope)")
     run.set_defaults(func=cmd_run)
 
     conf = sub.add_parser(

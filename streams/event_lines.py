@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from detectors.events import Event, InvalidEvent, decode_event
 
-__all__ = ["BadLine", "read_events"]
+__all__ = ["BadLine", "read_events", "read_sourced_events"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,9 +22,13 @@ class BadLine:
         return f"{self.source}:{self.line}: {self.reason}"
 
 
-def read_events(lines: Iterable[bytes], source: str, max_bytes: int = 1_048_576) -> Iterator[Event | BadLine]:
-    """Decode each non-blank line; yield the event or a :class:`BadLine` (never raise)."""
-    for number, raw in enumerate(lines, start=1):
+def read_sourced_events(
+    lines: Iterable[tuple[str, bytes]], max_bytes: int = 1_048_576
+) -> Iterator[Event | BadLine]:
+    """Decode each non-blank ``(source, line)``; yield the event or a :class:`BadLine`."""
+    numbers: dict[str, int] = {}
+    for source, raw in lines:
+        number = numbers[source] = numbers.get(source, 0) + 1
         line = raw.strip()
         if not line:
             continue
@@ -35,3 +39,8 @@ def read_events(lines: Iterable[bytes], source: str, max_bytes: int = 1_048_576)
             yield decode_event(line)
         except InvalidEvent as exc:
             yield BadLine(source, number, exc.reason)
+
+
+def read_events(lines: Iterable[bytes], source: str, max_bytes: int = 1_048_576) -> Iterator[Event | BadLine]:
+    """Decode the lines of one source (never raises)."""
+    return read_sourced_events(((source, line) for line in lines), max_bytes)

@@ -1,0 +1,99 @@
+"""The embedded runtime: the core over in-memory state, no broker (DESIGN §5).
+
+Events are partitioned by run scope across asyncio workers exactly like Kafka partitions
+them across consumers (murmur2 of the key, the Kafka default partitioner), each worker
+owning the state of its runs. Outputs are released in input order, so the result equals
+the single-threaded core's, whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from aiokafka.partitioner import murmur2
+
+from config.fleet import FleetConfig
+from detectors.engine import Engine
+from detectors.events import Event, Output, run_scope
+
+__all__ = ["EmbeddedRuntime", "partition_for"]
+
+_STOP: Any = object()
+
+
+def partition_for(scope: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives the key ``scope``."""
+    return int(murmur2(scope.encode()) & 0x7FFFFFFF) % partitions
+
+
+class EmbeddedRuntime:
+    """``await runtime.process(event)`` gives that event's outputs; state stays per worker."""
+
+    def __init__(self, config: FleetConfig, workers: int = 4) -> None:
+        self.workers = workers
+        self.engines = [Engine(config) for _ in range(workers)]
+        self._queues: list[asyncio.Queue[Any]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.events = 0
+
+    @property
+    def config(self) -> FleetConfig:
+        return self.engines[0].config
+
+    @config.setter
+    def config(self, config: FleetConfig) -> None:
+        for engine in self.engines:
+            engine.config = config
+
+    async def __aenter__(self) -> EmbeddedRuntime:
+        self._queues = [asyncio.Queue(maxsize=10_000) for _ in range(self.workers)]
+        self._tasks = [asyncio.create_task(self._work(index)) for index in range(self.workers)]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for queue in self._queues:
+            await queue.put(_STOP)
+        await asyncio.gather(*self._tasks)
+
+    async def _work(self, index: int) -> None:
+        engine, queue = self.engines[index], self._queues[index]
+        while True:
+            item = await queue.get()
+            if item is _STOP:
+                return
+            event, future = item
+            try:
+                future.set_result(engine.process(event))
+            except Exception as exc:  # noqa: BLE001 - handed to the caller awaiting this event
+                future.set_exception(exc)
+
+    def submit(self, event: Event) -> asyncio.Future[list[Output]]:
+        """Queue an event on its run's worker; the future resolves to its outputs."""
+        future: asyncio.Future[list[Output]] = asyncio.get_running_loop().create_future()
+        self.events += 1
+        self._queues[partition_for(run_scope(event), self.workers)].put_nowait((event, future))
+        return future
+
+    async def process(self, event: Event) -> list[Output]:
+        return await self.submit(event)
+
+    async def run(self, events: Iterable[Event], window: int = 1024) -> AsyncIterator[list[Output]]:
+        """Outputs of each event, in input order (at most ``window`` events in flight)."""
+        pending: asyncio.Queue[asyncio.Future[list[Output]] | None] = asyncio.Queue(maxsize=window)
+
+        async def feed() -> None:
+            try:
+                for event in events:
+                    await pending.put(self.submit(event))
+            finally:
+                await pending.put(None)  # also when reading the input failed: run() re-raises
+
+        feeder = asyncio.create_task(feed())
+        while (future := await pending.get()) is not None:
+            yield await future
+        await feeder
+
+    def active_runs(self) -> int:
+        return sum(len(engine.states) for engine in self.engines)
