@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from collections.abc import Iterator
 from typing import BinaryIO, TextIO
 
 from config.errors import ConfigError, LoopwatchError
@@ -123,8 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="OpenClaw-style config file (JSON5); default: detection enabled with OpenClaw's defaults",
     )
-    run.add_argument("events", nargs="?", default="-", metavar="EVENTS",
-                     help="events file, folder of .jsonl files, or - for stdin")
+    run.add_argument(
+        "events",
+        nargs="?",
+        default="-",
+        metavar="EVENTS",
+        help="events file, folder of .jsonl files, or - for stdin",
+    )
     run.add_argument("--output", "-o", metavar="FILE", help="write verdicts here instead of stdout")
     run.add_argument("--follow", "-f", action="store_true", help="keep reading a growing file")
     run.add_argument("--workers", type=int, default=4, help="asyncio workers (partitions by run scope)")
@@ -141,10 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="replay the bundled real OpenClaw traces through the core (no broker)",
+        help="a simulated fleet and real OpenClaw traces through the embedded runtime (no broker)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  loopwatch demo",
+        epilog="examples:\n  loopwatch demo\n  loopwatch demo --seed 3 --runs 40\n  loopwatch demo --json",
     )
+    demo.add_argument("--seed", type=int, default=7, help="seed of the simulated fleet (reproducible)")
+    demo.add_argument("--runs", type=int, default=24, help="runs per scenario, all at once")
+    demo.add_argument("--config", metavar="FILE", help="OpenClaw-style config file (JSON5)")
+    demo.add_argument("--json", action="store_true", help="the summary as JSON on stdout")
     demo.set_defaults(func=cmd_demo)
 
     from config.stream_settings import env_name

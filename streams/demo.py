@@ -1,50 +1,255 @@
-"""``loopwatch demo``: the bundled real OpenClaw traces through the core, summarised."""
+"""``loopwatch demo``: a simulated fleet and real recorded traces through the embedded runtime.
+
+The fleet (``streams.demo_fleet``) runs 24 agents per scenario at once, interleaved at
+random (seeded), through :class:`streams.embedded.EmbeddedRuntime` — the same partitioning
+by run scope as the Kafka path. Agents honour verdicts. Then every bundled real OpenClaw
+trace is replayed. The summary table says, per scenario, how many runs were warned,
+blocked and aborted, after how many calls, and how many healthy runs were flagged.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
 from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from detectors.engine import Engine
-from detectors.events import Abort, Verdict
+from msgspec import UNSET
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from config.fleet import FleetConfig
+from detectors.events import Abort, CompactionRetry, Output, RunEnd, ToolCall, ToolResult, Verdict, run_scope
 from streams.config_files import load_config
+from streams.demo_fleet import SCENARIOS, Scenario, Step
+from streams.embedded import EmbeddedRuntime
 from streams.event_lines import BadLine, read_events
 
-__all__ = ["run_demo"]
+__all__ = ["RunOutcome", "ScenarioReport", "run_demo", "simulate"]
+
+FIXTURES = Path(__file__).parent / "data" / "fixtures"
+
+
+@dataclass
+class RunOutcome:
+    calls: int = 0
+    first_warn: int | None = None
+    first_block: int | None = None
+    aborted_at: int | None = None
+    verdicts: int = 0
+
+
+@dataclass
+class ScenarioReport:
+    name: str
+    healthy: bool
+    runs: int = 0
+    warned: int = 0
+    blocked: int = 0
+    aborted: int = 0
+    median_calls_to_warning: float | None = None
+    median_calls_to_block: float | None = None
+    flagged_healthy: int = 0
+    stopped: int = 0  # runs with a block or an abort
+    detectors: dict[str, int] = field(default_factory=dict)
+
+
+def _summarise(
+    name: str, healthy: bool, outcomes: list[RunOutcome], detectors: Counter[str]
+) -> ScenarioReport:
+    warns = [o.first_warn for o in outcomes if o.first_warn is not None]
+    blocks = [o.first_block for o in outcomes if o.first_block is not None]
+    return ScenarioReport(
+        name=name,
+        healthy=healthy,
+        runs=len(outcomes),
+        warned=len(warns),
+        blocked=len(blocks),
+        aborted=sum(1 for o in outcomes if o.aborted_at is not None),
+        median_calls_to_warning=statistics.median(warns) if warns else None,
+        median_calls_to_block=statistics.median(blocks) if blocks else None,
+        flagged_healthy=sum(1 for o in outcomes if o.verdicts) if healthy else 0,
+        stopped=sum(1 for o in outcomes if o.first_block is not None or o.aborted_at is not None),
+        detectors=dict(detectors),
+    )
+
+
+def _note(outcome: RunOutcome, outputs: list[Output], detectors: Counter[str]) -> bool:
+    """Record outputs of one event; True if the run was aborted."""
+    aborted = False
+    for output in outputs:
+        outcome.verdicts += 1
+        if isinstance(output, Verdict):
+            detectors[output.detector] += 1
+            if output.action == "warn" and outcome.first_warn is None:
+                outcome.first_warn = outcome.calls
+            if output.action == "block" and outcome.first_block is None:
+                outcome.first_block = outcome.calls
+        elif isinstance(output, Abort):
+            detectors[output.reason] += 1
+            outcome.aborted_at = outcome.calls
+            aborted = True
+    return aborted
+
+
+async def simulate(
+    config: FleetConfig, seed: int = 7, runs_per_scenario: int = 24, progress: Progress | None = None
+) -> list[ScenarioReport]:
+    """Run the simulated fleet; one report per scenario."""
+    rnd = random.Random(seed)
+    agents: list[tuple[Scenario, str, list[Step], RunOutcome]] = []
+    for index, scenario in enumerate(SCENARIOS):
+        for n in range(runs_per_scenario):
+            steps = scenario.script(random.Random(rnd.random()))
+            agents.append((scenario, f"demo-{index}-{n:03d}", steps, RunOutcome()))
+    total = sum(len(steps) for _, _, steps, _ in agents)
+    task = progress.add_task("simulated fleet", total=total) if progress else None
+    detectors: dict[str, Counter[str]] = {s.name: Counter() for s in SCENARIOS}
+    cursor = {run_id: 0 for _, run_id, _, _ in agents}
+    serial = 0
+    async with EmbeddedRuntime(config) as runtime:
+        active = list(agents)
+        while active:
+            pick = rnd.randrange(len(active))
+            scenario, run_id, steps, outcome = active[pick]
+            step = steps[cursor[run_id]]
+            cursor[run_id] += 1
+            serial += 1
+            agent = scenario.agent_id
+            aborted = False
+            if step.compaction:
+                await runtime.process(
+                    CompactionRetry(event_id=f"e{serial}", run_id=run_id, agent_id=agent, ts=serial)
+                )
+            else:
+                outcome.calls += 1
+                call_id = f"{run_id}-c{outcome.calls}"
+                outputs = await runtime.process(
+                    ToolCall(
+                        event_id=f"e{serial}c",
+                        tool=step.tool,
+                        params=step.params,
+                        tool_call_id=call_id,
+                        run_id=run_id,
+                        agent_id=agent,
+                        ts=serial,
+                    )
+                )
+                aborted = _note(outcome, outputs, detectors[scenario.name])
+                blocked = any(isinstance(o, Verdict) and o.action == "block" for o in outputs)
+                if not blocked and not aborted:
+                    result = ToolResult(
+                        event_id=f"e{serial}r",
+                        tool=step.tool,
+                        params=step.params,
+                        result=step.result if step.error is None else UNSET,
+                        error=step.error if step.error is not None else UNSET,
+                        tool_call_id=call_id,
+                        run_id=run_id,
+                        agent_id=agent,
+                        ts=serial,
+                    )
+                    aborted = _note(outcome, await runtime.process(result), detectors[scenario.name])
+            if progress is not None and task is not None:
+                progress.advance(task)
+            if aborted or cursor[run_id] >= len(steps):
+                if progress is not None and task is not None:
+                    progress.advance(task, len(steps) - cursor[run_id])
+                await runtime.process(
+                    RunEnd(event_id=f"e{serial}end", run_id=run_id, agent_id=scenario.agent_id)
+                )
+                active.pop(pick)
+    reports = []
+    for scenario in SCENARIOS:
+        outcomes = [o for s, _, _, o in agents if s is scenario]
+        reports.append(_summarise(scenario.name, scenario.healthy, outcomes, detectors[scenario.name]))
+    return reports
+
+
+async def replay_traces(config: FleetConfig) -> list[ScenarioReport]:
+    """The bundled real OpenClaw traces, as recorded (the real agents were not stopped)."""
+    reports = []
+    for path in sorted(FIXTURES.glob("*.events.jsonl")):
+        outcomes: dict[str, RunOutcome] = {}
+        detectors: Counter[str] = Counter()
+        with path.open("rb") as stream:
+            events = [item for item in read_events(stream, str(path)) if not isinstance(item, BadLine)]
+        async with EmbeddedRuntime(config) as runtime:
+            for event in events:
+                outcome = outcomes.setdefault(run_scope(event), RunOutcome())
+                if isinstance(event, ToolCall):
+                    outcome.calls += 1
+                _note(outcome, await runtime.process(event), detectors)
+        name = "trace: " + path.name.removesuffix(".events.jsonl").removeprefix("openclaw-")
+        healthy = not (FIXTURES / path.name.replace(".events.", ".expected.")).read_text().strip()
+        reports.append(_summarise(name, healthy, list(outcomes.values()), detectors))
+    return reports
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def render(reports: list[ScenarioReport], console: Console, seconds: float, runs: int) -> None:
+    table = Table(
+        title=f"loopwatch demo — {runs} simulated runs at once, plus real OpenClaw traces "
+        f"({seconds:.1f} s; median calls)"
+    )
+    for column in (
+        "scenario",
+        "runs",
+        "warned",
+        "blocked",
+        "aborted",
+        "1st warning at call",
+        "1st block at call",
+        "healthy flagged",
+    ):
+        table.add_column(column, justify="left" if column == "scenario" else "right")
+    for report in reports:
+        table.add_row(
+            report.name,
+            str(report.runs),
+            str(report.warned),
+            str(report.blocked),
+            str(report.aborted),
+            _fmt(report.median_calls_to_warning),
+            _fmt(report.median_calls_to_block),
+            str(report.flagged_healthy) if report.healthy else "",
+        )
+    console.print(table)
+    flagged = sum(r.flagged_healthy for r in reports)
+    missed = [r.name for r in reports if not r.healthy and r.warned + r.blocked + r.aborted == 0]
+    console.print(
+        f"false positives on healthy runs: {flagged}; stuck scenarios missed: {len(missed)}"
+        + (f" ({', '.join(missed)})" if missed else "")
+    )
 
 
 def run_demo(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
-    from streams.cli import FIXTURES
-
-    config = load_config(None)
-    lines = ["loopwatch demo: real OpenClaw sessions replayed through the detector core", ""]
-    lines.append(f"{'trace':38} {'events':>6} {'warn':>5} {'block':>5} {'abort':>5}  first verdict")
-    for path in sorted(FIXTURES.glob("*.events.jsonl")):
-        engine = Engine(config)
-        counts: Counter[str] = Counter()
-        events = 0
-        first = "-"
-        with path.open("rb") as stream:
-            for item in read_events(stream, str(path)):
-                if isinstance(item, BadLine):
-                    print(f"loopwatch: skipped invalid event at {item}", file=err)
-                    continue
-                events += 1
-                for output in engine.process(item):
-                    if isinstance(output, Verdict):
-                        counts[output.action] += 1
-                        label = f"{output.level} {output.detector} count {output.count}"
-                    else:
-                        assert isinstance(output, Abort)
-                        counts["abort"] += 1
-                        label = f"abort {output.reason}"
-                    if first == "-":
-                        first = f"{label} at {output.trigger_event_id.rsplit('-', 1)[-1]}"
-        name = path.name.removesuffix(".events.jsonl")
-        lines.append(
-            f"{name:38} {events:>6} {counts['warn']:>5} {counts['block']:>5} {counts['abort']:>5}  {first}"
-        )
-    out.write(("\n".join(lines) + "\n").encode())
-    out.flush()
+    config = load_config(getattr(args, "config", None))
+    console = Console(file=err if args.json else None, width=max(118, Console().width))
+    started = time.perf_counter()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        reports = asyncio.run(simulate(config, args.seed, args.runs, progress))
+        reports += asyncio.run(replay_traces(config))
+    seconds = time.perf_counter() - started
+    if args.json:
+        out.write(json.dumps([asdict(r) for r in reports], indent=1).encode() + b"\n")
+    else:
+        render(reports, console, seconds, args.runs * len(SCENARIOS))
     return 0

@@ -19,7 +19,9 @@ class InputError(LoopwatchError):
 def _files(source: str) -> list[Path]:
     path = Path(source)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json", ".ndjson"))
+        files = sorted(
+            p for p in path.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json", ".ndjson")
+        )
         if not files:
             raise InputError(f"no .jsonl files in folder {source}")
         return files
@@ -49,5 +51,3 @@ def input_lines(source: str | None, follow: bool = False, poll_s: float = 0.2) -
                     if buffer.endswith(b"\n"):
                         yield str(path), buffer
                         buffer = b""
-
-

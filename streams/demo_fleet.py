@@ -1,0 +1,196 @@
+"""The demo's simulated fleet: scripted agents whose tool calls loop in the ways that matter.
+
+Each scenario makes one agent script per run: a list of steps, either a tool call with the
+outcome the tool gives, or a compaction retry. Agents honour verdicts like a real runtime:
+a blocked call is not executed (no result), an abort ends the run. Seeded: the same seed
+gives the same fleet.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SCENARIOS", "Scenario", "Step"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    tool: str = ""
+    params: Any = None
+    result: Any = None
+    error: str | None = None
+    compaction: bool = False
+
+
+def _text(text: str, **details: Any) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "details": details}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    agent_id: str
+    healthy: bool
+    script: Callable[[random.Random], list[Step]]
+    description: str
+
+
+def paging(rnd: random.Random) -> list[Step]:
+    """Reads a long log page by page, re-listing the folder now and then (legitimate)."""
+    steps = []
+    for page in range(rnd.randint(20, 40)):
+        steps.append(
+            Step(
+                "read",
+                {"path": "logs/app.log", "offset": page * 200, "limit": 200},
+                _text(f"lines {page * 200}-{page * 200 + 199}", totalLines=9000),
+            )
+        )
+        if page % 6 == 0:
+            steps.append(Step("list_dir", {"path": "logs"}, _text("app.log\nold.log")))
+    return steps
+
+
+def polling_progress(rnd: random.Random) -> list[Step]:
+    """Starts a build and polls it; every poll shows progress (legitimate repetition)."""
+    steps = [
+        Step(
+            "exec",
+            {"command": "make build", "background": True},
+            _text("started", status="running", sessionId="b1", tail=""),
+        )
+    ]
+    polls = rnd.randint(15, 35)
+    for n in range(polls):
+        steps.append(
+            Step(
+                "process",
+                {"action": "poll", "sessionId": "b1"},
+                _text(f"[{n + 1}/{polls}] compiling", status="running", aggregated=f"step {n}"),
+            )
+        )
+    steps.append(
+        Step("process", {"action": "poll", "sessionId": "b1"}, _text("done", status="exited", exitCode=0))
+    )
+    return steps
+
+
+def batch_edits(rnd: random.Random) -> list[Step]:
+    """Rewrites many files one after another, re-running the same test command between batches."""
+    steps = []
+    for n in range(rnd.randint(20, 35)):
+        steps.append(
+            Step("write", {"path": f"src/module_{n}.py", "content": f"# v2 {n}"}, _text("ok", bytes=40 + n))
+        )
+        if n % 8 == 7:
+            steps.append(
+                Step(
+                    "exec",
+                    {"command": "pytest -q"},
+                    _text("", status="completed", exitCode=0, aggregated=f"{n + 1} passed"),
+                )
+            )
+    return steps
+
+
+def stuck_poll(rnd: random.Random) -> list[Step]:
+    """Polls a hung process that never prints anything again."""
+    steps = [
+        Step(
+            "exec",
+            {"command": "./train.sh", "background": True},
+            _text("started", status="running", sessionId="t9", tail=""),
+        )
+    ]
+    for _ in range(rnd.randint(35, 45)):
+        steps.append(
+            Step(
+                "process",
+                {"action": "poll", "sessionId": "t9"},
+                _text("(no new output)", status="running", aggregated="epoch 3/10"),
+            )
+        )
+    return steps
+
+
+def ping_pong(rnd: random.Random) -> list[Step]:
+    """Alternates between reading a config and the same failing validation."""
+    steps = []
+    for _ in range(rnd.randint(18, 25)):
+        steps.append(Step("read", {"path": "config.yaml"}, _text("port: 80")))
+        steps.append(
+            Step(
+                "exec",
+                {"command": "validate config.yaml"},
+                _text("", status="failed", exitCode=1, aggregated="error: port"),
+            )
+        )
+    return steps
+
+
+def unknown_tool(rnd: random.Random) -> list[Step]:
+    """Keeps calling a tool that this session does not have, with varying arguments."""
+    return [
+        Step("browser_open", {"url": f"https://example.test/{n}"}, error="Tool browser_open not found")
+        for n in range(rnd.randint(14, 20))
+    ]
+
+
+def send_loop(rnd: random.Random) -> list[Step]:
+    """Re-sends the same message; receipts differ only in ids and timestamps."""
+    params = {"action": "send", "to": "slack:#ops", "text": "deploy finished"}
+    return [
+        Step(
+            "message",
+            params,
+            _text(
+                f"sent {n}",
+                ok=True,
+                messageId=f"m{rnd.randint(0, 10**9)}",
+                ts=1_800_000_000 + n,
+                channel="slack",
+            ),
+        )
+        for n in range(rnd.randint(25, 35))
+    ]
+
+
+def failing_exec(rnd: random.Random) -> list[Step]:
+    """Re-runs a failing test suite; the output is identical, only durations change."""
+    return [
+        Step(
+            "exec",
+            {"command": "npm test"},
+            _text(
+                "",
+                status="failed",
+                exitCode=1,
+                aggregated="1 failing: auth.spec.ts",
+                durationMs=rnd.randint(900, 2000),
+                pid=rnd.randint(1000, 9999),
+            ),
+        )
+        for _ in range(rnd.randint(25, 35))
+    ]
+
+
+def post_compaction(rnd: random.Random) -> list[Step]:
+    """Reads a missing file; the context overflows and is compacted; the loop goes on."""
+    missing = Step("read", {"path": "docs/PLAN…md"}, error="ENOENT: no such file")
+    return [*[missing] * rnd.randint(4, 8), Step(compaction=True), *[missing] * 6]
+
+
+SCENARIOS = [
+    Scenario("healthy: paging", "researcher", True, paging, "paging through a long file"),
+    Scenario("healthy: polling with progress", "ops", True, polling_progress, "polls that make progress"),
+    Scenario("healthy: batch edits", "coder", True, batch_edits, "many distinct writes, same test command"),
+    Scenario("stuck poll", "ops", False, stuck_poll, "the same poll answer forever"),
+    Scenario("ping-pong", "coder", False, ping_pong, "two calls alternating without progress"),
+    Scenario("unknown tool", "researcher", False, unknown_tool, "retrying a tool that does not exist"),
+    Scenario("send loop (volatile ids)", "assistant", False, send_loop, "same message, fresh receipt ids"),
+    Scenario("failing exec", "coder", False, failing_exec, "identical failure, changing durations"),
+    Scenario("loop after compaction", "researcher", False, post_compaction, "the compaction did not help"),
+]

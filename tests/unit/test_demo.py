@@ -1,0 +1,46 @@
+import argparse
+import asyncio
+import io
+import json
+
+from config import FleetConfig
+from streams.demo import replay_traces, run_demo, simulate
+
+
+def test_every_stuck_scenario_is_caught_and_no_healthy_run_flagged() -> None:
+    reports = asyncio.run(simulate(FleetConfig.enabled_default(), seed=11, runs_per_scenario=8))
+    assert len(reports) == 9
+    for report in reports:
+        assert report.runs == 8
+        if report.healthy:
+            assert report.flagged_healthy == 0, report.name
+            assert report.warned == report.blocked == report.aborted == 0, report.name
+        else:
+            assert report.stopped == 8, report.name  # every stuck run is blocked or aborted
+    by_name = {r.name: r for r in reports}
+    assert by_name["stuck poll"].detectors.get("known_poll_no_progress")
+    assert by_name["ping-pong"].detectors.get("ping_pong")
+    assert by_name["unknown tool"].detectors.get("unknown_tool_repeat")
+    assert by_name["loop after compaction"].detectors.get("compaction_loop_persisted") == 8
+
+
+def test_demo_is_reproducible() -> None:
+    first = asyncio.run(simulate(FleetConfig.enabled_default(), seed=5, runs_per_scenario=4))
+    second = asyncio.run(simulate(FleetConfig.enabled_default(), seed=5, runs_per_scenario=4))
+    assert first == second
+
+
+def test_real_traces_give_their_expected_verdict_counts() -> None:
+    reports = {r.name: r for r in asyncio.run(replay_traces(FleetConfig.enabled_default()))}
+    assert reports["trace: read-error-loop"].blocked == 1
+    assert reports["trace: post-compaction-abort"].aborted == 1
+    assert reports["trace: process-poll-loop"].warned == 2
+    assert all(r.flagged_healthy == 0 for r in reports.values())
+
+
+def test_demo_json_output() -> None:
+    out = io.BytesIO()
+    args = argparse.Namespace(seed=7, runs=2, json=True, config=None)
+    assert run_demo(args, out, io.StringIO()) == 0
+    rows = json.loads(out.getvalue())
+    assert {row["name"] for row in rows} >= {"stuck poll", "trace: heartbeat-runs"}
