@@ -91,6 +91,41 @@ def cmd_demo(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     return run_demo(args, out, err)
 
 
+def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    import json
+    import os
+
+    from config.explain import explain
+    from config.stream_settings import parse_stream_settings
+
+    config = load_config(args.file)
+    reports = explain(config)
+    settings = parse_stream_settings(os.environ)
+    if args.json:
+        document = {
+            "agents": {r.agent: {"effective": r.effective, "notes": r.notes} for r in reports},
+            "loopwatch": config.settings.as_dict(),
+            "stream": settings.masked(),
+        }
+        out.write(json.dumps(document, indent=1).encode() + b"\n")
+        return 0
+    lines = [f"{args.file}: valid"]
+    for report in reports:
+        lines.append(f"\nagent {report.agent}:")
+        lines.append("  " + json.dumps(report.effective))
+        lines.extend(f"  note: {note}" for note in report.notes)
+    lines.append("\nloopwatch: " + json.dumps(config.settings.as_dict()))
+    lines.append("stream settings (environment): " + json.dumps(settings.masked()))
+    out.write(("\n".join(lines) + "\n").encode())
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    from streams.replay import run_replay
+
+    return run_replay(args, out, err)
+
+
 def cmd_worker(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     from streams.worker_cli import run_worker
 
@@ -154,6 +189,40 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--config", metavar="FILE", help="OpenClaw-style config file (JSON5)")
     demo.add_argument("--json", action="store_true", help="the summary as JSON on stdout")
     demo.set_defaults(func=cmd_demo)
+
+    rep = sub.add_parser(
+        "replay",
+        help="run recorded history through a config (no side effects); compare two configs",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Replays an events file, a folder of them, or a Kafka topic (kafka:TOPIC, "
+        "bootstrap from LOOPWATCH_KAFKA_BOOTSTRAP) and reports per detector, per agent and per run "
+        "when each run was first warned, blocked and aborted.",
+        epilog="examples:\n  loopwatch replay --config openclaw.json history/\n"
+        "  loopwatch replay --config now.json --compare tuned.json history.jsonl\n"
+        "  loopwatch replay kafka:loopwatch.tool-events --since 2026-12-01T00:00 --json",
+    )
+    rep.add_argument("source", metavar="SOURCE")
+    rep.add_argument("--config", metavar="FILE", help="config to replay through (default: enabled)")
+    rep.add_argument("--compare", metavar="FILE", help="a second config: list the runs it changes")
+    rep.add_argument("--since", metavar="ISO_TIME", help="Kafka source: first record time")
+    rep.add_argument("--until", metavar="ISO_TIME", help="Kafka source: last record time")
+    rep.add_argument("--json", action="store_true", help="machine-readable report")
+    rep.set_defaults(func=cmd_replay)
+
+    check = sub.add_parser(
+        "check-config",
+        help="validate a config file and print every agent's effective config",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Validates an OpenClaw or loopwatch config file (every problem is listed with "
+        "its path) and prints the effective config of every agent after the per-agent merge and "
+        "the threshold auto-raise, with a note on every value the runtime changed. Stream settings "
+        "come from LOOPWATCH_* variables; secrets are masked.",
+        epilog="examples:\n  loopwatch check-config ~/.openclaw/openclaw.json\n"
+        "  loopwatch check-config --json openclaw.json",
+    )
+    check.add_argument("file", metavar="FILE")
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.set_defaults(func=cmd_check_config)
 
     from config.stream_settings import env_name
     from streams.worker_cli import SETTING_FLAGS

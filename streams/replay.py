@@ -1,0 +1,236 @@
+"""``loopwatch replay``: recorded history through a config, with no side effects.
+
+Reports, per run, the call at which it was first warned, blocked and aborted; per detector
+and per agent, how often each fired. ``--compare OTHER`` replays the same history through a
+second config and lists the runs whose outcome differs (what-if tuning before a rollout).
+Sources: an events file, a folder of them, or a Kafka topic (``kafka:TOPIC`` with
+``--since``/``--until``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, BinaryIO, TextIO
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from config.fleet import FleetConfig
+from detectors.engine import Engine
+from detectors.events import Abort, Event, ToolCall, Verdict, run_scope
+from streams.config_files import load_config
+from streams.event_lines import BadLine, read_sourced_events
+from streams.inputs import InputError, input_lines
+
+__all__ = ["RunSummary", "replay", "run_replay"]
+
+
+@dataclass
+class RunSummary:
+    run: str
+    agent: str
+    calls: int = 0
+    first_warning: int | None = None
+    first_block: int | None = None
+    first_abort: int | None = None
+    verdicts: int = 0
+    detectors: dict[str, int] = field(default_factory=dict)
+
+    def outcome(self) -> tuple[int | None, int | None, int | None]:
+        return self.first_warning, self.first_block, self.first_abort
+
+
+def replay(events: list[Event], config: FleetConfig) -> dict[str, RunSummary]:
+    """Every run's summary under ``config`` (pure: fresh in-memory state)."""
+    engine = Engine(config)
+    runs: dict[str, RunSummary] = {}
+    for event in events:
+        scope = run_scope(event)
+        summary = runs.get(scope)
+        if summary is None:
+            summary = runs[scope] = RunSummary(scope, event.agent_id)
+        if isinstance(event, ToolCall):
+            summary.calls += 1
+        for output in engine.process(event):
+            summary.verdicts += 1
+            name = output.detector if isinstance(output, Verdict) else output.reason
+            summary.detectors[name] = summary.detectors.get(name, 0) + 1
+            if isinstance(output, Abort):
+                summary.first_abort = summary.first_abort or summary.calls
+            elif output.action == "warn":
+                summary.first_warning = summary.first_warning or summary.calls
+            else:
+                summary.first_block = summary.first_block or summary.calls
+    return runs
+
+
+def _kafka_lines(topic: str, since: str | None, until: str | None) -> Iterator[tuple[str, bytes]]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from config.stream_settings import parse_stream_settings
+    from streams.kafka_connect import aiokafka_auth
+
+    settings = parse_stream_settings(os.environ)
+
+    def millis(text: str | None, default: int) -> int:
+        return default if text is None else int(datetime.fromisoformat(text).timestamp() * 1000)
+
+    async def fetch() -> list[tuple[str, bytes]]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **aiokafka_auth(settings)
+        )
+        await consumer.start()
+        try:
+            partitions = [
+                TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])
+            ]
+            if not partitions:
+                raise InputError(f"no such topic on {settings.kafka_bootstrap}: {topic}")
+            consumer.assign(partitions)
+            start, stop = millis(since, 0), millis(until, 2**62)
+            starts = await consumer.offsets_for_times(dict.fromkeys(partitions, start))
+            ends = await consumer.end_offsets(partitions)
+            lines: list[tuple[int, str, bytes]] = []
+            for tp in partitions:
+                found = starts.get(tp)
+                if found is None:
+                    continue
+                consumer.seek(tp, found.offset)
+                while await consumer.position(tp) < ends[tp]:
+                    batch = await consumer.getmany(tp, timeout_ms=1000)
+                    for message in batch.get(tp, []):
+                        if message.timestamp <= stop:
+                            lines.append((message.timestamp, f"{topic}[{tp.partition}]", message.value))
+            return [(where, value) for _, where, value in sorted(lines, key=lambda item: item[0])]
+        finally:
+            await consumer.stop()
+
+    yield from asyncio.run(fetch())
+
+
+def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) -> list[Event]:
+    if source.startswith("kafka:"):
+        lines: Iterator[tuple[str, bytes]] = _kafka_lines(
+            source.removeprefix("kafka:"), args.since, args.until
+        )
+    else:
+        lines = input_lines(source)
+    events: list[Event] = []
+    with Progress(console=Console(file=err), transient=True) as progress:
+        task = progress.add_task("reading history", total=None)
+        for item in read_sourced_events(lines, max_bytes):
+            if isinstance(item, BadLine):
+                print(f"loopwatch: skipped invalid event at {item}", file=err)
+                continue
+            events.append(item)
+            if len(events) % 5000 == 0:
+                progress.advance(task, 5000)
+    return events
+
+
+def _table(title: str, rows: list[tuple[str, ...]], headers: tuple[str, ...]) -> Table:
+    table = Table(title=title)
+    for index, header in enumerate(headers):
+        table.add_column(header, justify="left" if index == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _fmt(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    config = load_config(args.config)
+    other = load_config(args.compare) if args.compare else None
+    events = _load(args.source, args, config.settings.max_event_bytes, err)
+    runs = replay(events, config)
+    compared = replay(events, other) if other is not None else None
+    differences = []
+    if compared is not None:
+        for scope, summary in runs.items():
+            alt = compared[scope]
+            if summary.outcome() != alt.outcome():
+                differences.append(
+                    {"run": scope, "agent": summary.agent, "config": asdict(summary), "compare": asdict(alt)}
+                )
+    detectors: Counter[str] = Counter()
+    agents: dict[str, Counter[str]] = {}
+    for summary in runs.values():
+        detectors.update(summary.detectors)
+        agent = agents.setdefault(summary.agent, Counter())
+        agent["runs"] += 1
+        agent["warned"] += summary.first_warning is not None
+        agent["blocked"] += summary.first_block is not None
+        agent["aborted"] += summary.first_abort is not None
+    if args.json:
+        document: dict[str, Any] = {
+            "events": len(events),
+            "detectors": dict(detectors),
+            "agents": {name: dict(counts) for name, counts in agents.items()},
+            "runs": [asdict(s) for s in runs.values()],
+        }
+        if compared is not None:
+            document["differences"] = differences
+        out.write(json.dumps(document, indent=1).encode() + b"\n")
+        return 0
+    console = Console(file=None, width=max(110, Console().width))
+    console.print(f"{len(events)} events, {len(runs)} runs")
+    console.print(
+        _table("per detector", [(d, str(n)) for d, n in detectors.most_common()], ("detector", "fired"))
+    )
+    console.print(
+        _table(
+            "per agent",
+            [
+                (a, str(c["runs"]), str(c["warned"]), str(c["blocked"]), str(c["aborted"]))
+                for a, c in sorted(agents.items())
+            ],
+            ("agent", "runs", "warned", "blocked", "aborted"),
+        )
+    )
+    flagged = [s for s in runs.values() if s.verdicts]
+    console.print(
+        _table(
+            "runs with verdicts (call number of the first)",
+            [
+                (
+                    s.run,
+                    s.agent,
+                    str(s.calls),
+                    _fmt(s.first_warning),
+                    _fmt(s.first_block),
+                    _fmt(s.first_abort),
+                )
+                for s in flagged
+            ],
+            ("run", "agent", "calls", "warning", "block", "abort"),
+        )
+    )
+    if compared is not None:
+        console.print(
+            _table(
+                f"what {args.compare} would have done differently",
+                [
+                    (
+                        d["run"],
+                        d["agent"],
+                        "/".join(_fmt(v) for v in RunSummary(**d["config"]).outcome()),
+                        "/".join(_fmt(v) for v in RunSummary(**d["compare"]).outcome()),
+                    )
+                    for d in differences
+                ],
+                ("run", "agent", "warning/block/abort now", "with --compare"),
+            )
+        )
+        console.print(f"{len(differences)} of {len(runs)} runs differ")
+    return 0

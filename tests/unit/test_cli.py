@@ -1,0 +1,136 @@
+"""Every subcommand: its normal output and its bad-input paths (clear message, no traceback)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import FIXTURES
+
+
+def loopwatch(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "streams.cli", *args], capture_output=True, input=stdin, timeout=120
+    )
+
+
+LOWERED = "{tools: {loopDetection: {enabled: true, warningThreshold: 3, criticalThreshold: 5}}}"
+
+
+def test_replay_compare_reports_the_known_differences(tmp_path: Path) -> None:
+    lowered = tmp_path / "lowered.json5"
+    lowered.write_text(LOWERED)
+    done = loopwatch(
+        "replay",
+        str(FIXTURES / "openclaw-invalid-write-errors.events.jsonl"),
+        "--compare",
+        str(lowered),
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["events"] == 26
+    assert report["runs"][0]["verdicts"] == 0  # silence at the defaults
+    [difference] = report["differences"]
+    assert difference["config"]["first_warning"] is None
+    # expected-lowered: warning at event 13 (the 7th call), block at event 17 (the 9th)
+    assert (difference["compare"]["first_warning"], difference["compare"]["first_block"]) == (7, 9)
+
+
+def test_replay_per_run_first_verdicts() -> None:
+    done = loopwatch("replay", str(FIXTURES / "openclaw-read-error-loop.events.jsonl"), "--json")
+    run = json.loads(done.stdout)["runs"][0]
+    assert (run["first_warning"], run["first_block"], run["first_abort"]) == (13, 24, 27)
+    assert run["detectors"] == {
+        "generic_repeat": 44,
+        "global_circuit_breaker": 54,
+        "tool_loop_recovery_exhausted": 1,
+    }
+
+
+def test_check_config_notes_auto_raise(tmp_path: Path) -> None:
+    path = tmp_path / "openclaw.json"
+    path.write_text(
+        "{tools: {loopDetection: {enabled: true, warningThreshold: 25}}, "
+        'agents: {list: [{id: "a", tools: {loopDetection: {criticalThreshold: 40}}}]}}'
+    )
+    done = loopwatch("check-config", str(path), "--json")
+    assert done.returncode == 0
+    agents = json.loads(done.stdout)["agents"]
+    assert agents["default"]["effective"]["criticalThreshold"] == 26
+    assert any("raised to 26" in note for note in agents["default"]["notes"])
+    assert agents["a"]["effective"]["globalCircuitBreakerThreshold"] == 41
+
+
+def test_run_reads_stdin() -> None:
+    data = (FIXTURES / "openclaw-post-compaction-abort.events.jsonl").read_bytes()
+    done = loopwatch("run", "-", stdin=data)
+    assert [json.loads(line)["reason"] for line in done.stdout.splitlines()] == ["compaction_loop_persisted"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("run", "missing.jsonl"), "no such file: missing.jsonl"),
+        (("replay", "missing.jsonl"), "no such file: missing.jsonl"),
+        (("conformance", "missing.jsonl"), "cannot read missing.jsonl"),
+        (("check-config", "missing.json"), "cannot read config file"),
+        (("run", "--config", "BAD", "-"), "must be a positive integer"),
+        (("check-config", "BAD"), "tools.loopDetection.historySize: must be a positive integer"),
+        (("check-config", "NOTJSON"), "not valid JSON5"),
+        (("replay", "--config", "BAD", "x.jsonl"), "must be a positive integer"),
+        (("demo", "--config", "BAD"), "must be a positive integer"),
+    ],
+)
+def test_bad_input_gives_a_clear_message_and_non_zero_exit(
+    args: tuple[str, ...], message: str, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{tools: {loopDetection: {historySize: 0}}}")
+    notjson = tmp_path / "notjson.json"
+    notjson.write_text("{tools: ")
+    real = [str(bad) if a == "BAD" else str(notjson) if a == "NOTJSON" else a for a in args]
+    done = loopwatch(*real, stdin=b"")
+    assert done.returncode != 0
+    assert message in done.stderr.decode()
+    assert b"Traceback" not in done.stderr
+
+
+def test_worker_refuses_invalid_settings_with_every_problem(tmp_path: Path) -> None:
+    env_done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "worker"],
+        capture_output=True,
+        timeout=60,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "LOOPWATCH_PARTITIONS": "0",
+            "LOOPWATCH_WEB_PORT": "70000",
+            "LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "LOOPWATCH_KAFKA_SASL_PASSWORD": "hunter2",
+        },
+    )
+    err = env_done.stderr.decode()
+    assert env_done.returncode == 2
+    for expected in ("LOOPWATCH_PARTITIONS", "LOOPWATCH_WEB_PORT", "SASL needs a username"):
+        assert expected in err
+    assert "hunter2" not in err
+
+
+def test_worker_refuses_to_start_without_a_broker() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "worker", "--kafka", "127.0.0.1:1"],
+        capture_output=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "LOOPWATCH_STARTUP_TIMEOUT_S": "2"},
+    )
+    assert done.returncode == 2
+    assert "unreachable after 2s" in done.stderr.decode()
+
+
+def test_every_subcommand_has_help_with_examples() -> None:
+    for command in ("run", "replay", "conformance", "demo", "check-config", "worker"):
+        done = loopwatch(command, "--help")
+        assert done.returncode == 0
+        assert b"example" in done.stdout, command
