@@ -155,14 +155,15 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     events = _load(args.source, args, config.settings.max_event_bytes, err)
     runs = replay(events, config)
     compared = replay(events, other) if other is not None else None
-    differences = []
+    changed: list[tuple[RunSummary, RunSummary]] = []
     if compared is not None:
-        for scope, summary in runs.items():
-            alt = compared[scope]
-            if summary.outcome() != alt.outcome():
-                differences.append(
-                    {"run": scope, "agent": summary.agent, "config": asdict(summary), "compare": asdict(alt)}
-                )
+        changed = [
+            (s, compared[scope]) for scope, s in runs.items() if s.outcome() != compared[scope].outcome()
+        ]
+    differences = [
+        {"run": now.run, "agent": now.agent, "config": asdict(now), "compare": asdict(alt)}
+        for now, alt in changed
+    ]
     detectors: Counter[str] = Counter()
     agents: dict[str, Counter[str]] = {}
     for summary in runs.values():
@@ -217,20 +218,11 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         )
     )
     if compared is not None:
-        console.print(
-            _table(
-                f"what {args.compare} would have done differently",
-                [
-                    (
-                        d["run"],
-                        d["agent"],
-                        "/".join(_fmt(v) for v in RunSummary(**d["config"]).outcome()),
-                        "/".join(_fmt(v) for v in RunSummary(**d["compare"]).outcome()),
-                    )
-                    for d in differences
-                ],
-                ("run", "agent", "warning/block/abort now", "with --compare"),
-            )
-        )
+        rows = [
+            (now.run, now.agent, "/".join(map(_fmt, now.outcome())), "/".join(map(_fmt, alt.outcome())))
+            for now, alt in changed
+        ]
+        headers = ("run", "agent", "warning/block/abort now", "with --compare")
+        console.print(_table(f"what {args.compare} would have done differently", rows, headers))
         console.print(f"{len(differences)} of {len(runs)} runs differ")
     return 0
