@@ -14,7 +14,7 @@ import asyncio
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, BinaryIO, TextIO
@@ -136,7 +136,7 @@ def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) ->
     return events
 
 
-def _table(title: str, rows: list[tuple[str, ...]], headers: tuple[str, ...]) -> Table:
+def _table(title: str, rows: Sequence[tuple[str, ...]], headers: tuple[str, ...]) -> Table:
     table = Table(title=title)
     for index, header in enumerate(headers):
         table.add_column(header, justify="left" if index == 0 else "right")
