@@ -40,8 +40,14 @@ redis_up() {
   return 1
 }
 
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
 kafka_up() {
   if "$HERE/kafka/broker.sh" status; then return 0; fi
+  if port_open "$KAFKA_PORT"; then
+    echo "services: something already serves 127.0.0.1:$KAFKA_PORT; using it as the broker" >&2
+    return 0
+  fi
   "$HERE/kafka/broker.sh" start
   echo kafka >> "$STATE/started"
 }

@@ -126,6 +126,33 @@ def cmd_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     return run_replay(args, out, err)
 
 
+def cmd_import(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    from detectors.events import encode_event
+    from streams.inputs import source_files
+    from streams.transcripts import agent_from_path, is_transcript, transcript_events
+
+    imported = 0
+    for source in args.paths:
+        for path in source_files(source):
+            with path.open("rb") as stream:
+                first = stream.readline()
+            if not is_transcript(first):
+                print(
+                    f"loopwatch: {path}: not an OpenClaw session transcript (no session header); skipped",
+                    file=err,
+                )
+                continue
+            agent = args.agent_id or agent_from_path(str(path)) or "main"
+            for event in transcript_events(path.read_bytes().splitlines(), agent, path.stem):
+                out.write(encode_event(event) + b"\n")
+            imported += 1
+    out.flush()
+    if not imported:
+        print("loopwatch: no transcript imported", file=err)
+        return 1
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     from streams.worker_cli import run_worker
 
@@ -194,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
         "replay",
         help="run recorded history through a config (no side effects); compare two configs",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Replays an events file, a folder of them, or a Kafka topic (kafka:TOPIC, "
+        description="Replays an events file, an OpenClaw session transcript (detected automatically), "
+        "a folder of them, or a Kafka topic (kafka:TOPIC, "
         "bootstrap from LOOPWATCH_KAFKA_BOOTSTRAP) and reports per detector, per agent and per run "
         "when each run was first warned, blocked and aborted.",
         epilog="examples:\n  loopwatch replay --config openclaw.json history/\n"
@@ -207,7 +235,22 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--since", metavar="ISO_TIME", help="Kafka source: first record time")
     rep.add_argument("--until", metavar="ISO_TIME", help="Kafka source: last record time")
     rep.add_argument("--json", action="store_true", help="machine-readable report")
+    rep.add_argument("--agent-id", help="agent id for transcripts outside OpenClaw's directory layout")
     rep.set_defaults(func=cmd_replay)
+
+    imp = sub.add_parser(
+        "import",
+        help="convert OpenClaw session transcripts to loopwatch events (JSON lines on stdout)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Reads OpenClaw session files (~/.openclaw/agents/<agent>/sessions/*.jsonl) or "
+        "folders of them and writes the tool_call / tool_result / compaction_retry / run_end events "
+        "they correspond to. The agent id comes from the agents/<id>/sessions path, or --agent-id.",
+        epilog="examples:\n  loopwatch import ~/.openclaw/agents/main/sessions/ > events.jsonl\n"
+        "  loopwatch import --agent-id coder session.jsonl | loopwatch run -",
+    )
+    imp.add_argument("paths", nargs="+", metavar="PATH")
+    imp.add_argument("--agent-id", help="agent id for files outside OpenClaw's directory layout")
+    imp.set_defaults(func=cmd_import)
 
     check = sub.add_parser(
         "check-config",

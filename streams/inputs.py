@@ -9,7 +9,7 @@ from pathlib import Path
 
 from config.errors import LoopwatchError
 
-__all__ = ["InputError", "input_lines"]
+__all__ = ["InputError", "input_lines", "source_files"]
 
 
 class InputError(LoopwatchError):
@@ -28,6 +28,11 @@ def _files(source: str) -> list[Path]:
     if not path.exists():
         raise InputError(f"no such file: {source}")
     return [path]
+
+
+def source_files(source: str) -> list[Path]:
+    """The files of a source (a file, or every .jsonl file under a folder)."""
+    return _files(source)
 
 
 def input_lines(source: str | None, follow: bool = False, poll_s: float = 0.2) -> Iterator[tuple[str, bytes]]:

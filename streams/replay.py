@@ -28,7 +28,7 @@ from detectors.engine import Engine
 from detectors.events import Abort, Event, ToolCall, Verdict, run_scope
 from streams.config_files import load_config
 from streams.event_lines import BadLine, read_sourced_events
-from streams.inputs import InputError, input_lines
+from streams.inputs import InputError, input_lines, source_files
 
 __all__ = ["RunSummary", "replay", "run_replay"]
 
@@ -117,13 +117,14 @@ def _kafka_lines(topic: str, since: str | None, until: str | None) -> Iterator[t
 
 
 def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) -> list[Event]:
+    events: list[Event] = []
     if source.startswith("kafka:"):
         lines: Iterator[tuple[str, bytes]] = _kafka_lines(
             source.removeprefix("kafka:"), args.since, args.until
         )
     else:
-        lines = input_lines(source)
-    events: list[Event] = []
+        lines, transcripts = _event_files_and_transcripts(source, getattr(args, "agent_id", None))
+        events.extend(transcripts)
     with Progress(console=Console(file=err), transient=True) as progress:
         task = progress.add_task("reading history", total=None)
         for item in read_sourced_events(lines, max_bytes):
@@ -134,6 +135,29 @@ def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) ->
             if len(events) % 5000 == 0:
                 progress.advance(task, 5000)
     return events
+
+
+def _event_files_and_transcripts(
+    source: str, agent_id: str | None
+) -> tuple[Iterator[tuple[str, bytes]], list[Event]]:
+    """Lines of the event files of a source, and the events of its OpenClaw transcripts."""
+    from streams.transcripts import agent_from_path, is_transcript, transcript_events
+
+    event_files, imported = [], []
+    for path in source_files(source):
+        with path.open("rb") as stream:
+            first = stream.readline()
+        if is_transcript(first):
+            agent = agent_id or agent_from_path(str(path)) or "main"
+            imported.extend(transcript_events(path.read_bytes().splitlines(), agent, path.stem))
+        else:
+            event_files.append(path)
+
+    def lines() -> Iterator[tuple[str, bytes]]:
+        for path in event_files:
+            yield from input_lines(str(path))
+
+    return lines(), imported
 
 
 def _table(title: str, rows: Sequence[tuple[str, ...]], headers: tuple[str, ...]) -> Table:

@@ -1,0 +1,77 @@
+"""The OpenClaw transcript importer against the real (anonymised) transcripts."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from detectors.events import decode_event
+from streams.transcripts import agent_from_path, is_transcript, transcript_events
+from tests.helpers import DATA, FIXTURES
+
+TRANSCRIPTS = sorted((DATA / "transcripts").glob("*.session.jsonl"))
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=[p.name.split(".")[0] for p in TRANSCRIPTS])
+def test_transcript_imports_to_its_event_fixture(path: Path) -> None:
+    name = path.name.removesuffix(".session.jsonl")
+    got = [
+        msgspec.structs.replace(e, event_id="-")
+        for e in transcript_events(path.read_bytes().splitlines(), "s1", name)
+    ]
+    fixture = (FIXTURES / f"{name}.events.jsonl").read_bytes().splitlines()
+    want = [msgspec.structs.replace(decode_event(line), event_id="-") for line in fixture]
+    assert got == want
+
+
+def test_five_transcripts_are_tested() -> None:
+    assert len(TRANSCRIPTS) == 5
+
+
+def test_detection_and_layout() -> None:
+    assert is_transcript(b'{"type":"session","version":3,"id":"abc","timestamp":"2026-01-01T00:00:00Z"}')
+    assert not is_transcript(b'{"type":"tool_call"}')
+    assert not is_transcript(b"garbage")
+    assert agent_from_path("/home/u/.openclaw/agents/coder/sessions/x.jsonl") == "coder"
+    assert agent_from_path("/tmp/x.jsonl") is None
+
+
+def test_replaying_a_transcript_gives_the_verdicts_of_its_event_fixture(tmp_path: Path) -> None:
+    name = "openclaw-process-poll-loop"
+    layout = tmp_path / "agents" / "s1" / "sessions"
+    layout.mkdir(parents=True)
+    (layout / f"{name}.session.jsonl").write_bytes(
+        (DATA / "transcripts" / f"{name}.session.jsonl").read_bytes()
+    )
+
+    def replay(source: Path) -> dict[str, object]:
+        done = subprocess.run(
+            [sys.executable, "-m", "streams.cli", "replay", str(source), "--json"],
+            capture_output=True,
+            check=True,
+        )
+        report: dict[str, object] = json.loads(done.stdout)
+        return report
+
+    from_transcript = replay(layout)  # agent id from the agents/<id>/sessions layout
+    from_events = replay(FIXTURES / f"{name}.events.jsonl")
+    assert from_transcript["runs"] == from_events["runs"]
+    assert from_transcript["detectors"] == {"known_poll_no_progress": 2}
+
+
+def test_import_command_and_skips(tmp_path: Path) -> None:
+    other = tmp_path / "not-a-transcript.jsonl"
+    other.write_text('{"type": "tool_call"}\n')
+    path = DATA / "transcripts" / "openclaw-invalid-write-errors.session.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "import", "--agent-id", "s1", str(path), str(other)],
+        capture_output=True,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert len(lines) == 26
+    assert all(json.loads(line)["agent_id"] == "s1" for line in lines)
+    assert "not an OpenClaw session transcript" in done.stderr.decode()
