@@ -162,19 +162,7 @@ def _on_call(
             if escalation.recovery_exhausted(state.criticals, state.recovery_aborted, settings):
                 state.recovery_aborted = True
                 outputs.append(
-                    Abort(
-                        verdict_id=verdict_id(state.scope, event.event_id, "abort"),
-                        run_id=state.run_id,
-                        agent_id=event.agent_id,
-                        session_id=event.session_id,
-                        trigger_event_id=event.event_id,
-                        reason=escalation.REASON,
-                        tool=event.tool,
-                        count=None,
-                        message=escalation.MESSAGE,
-                        ts=event.ts,
-                        enforced=not settings.observe_only,
-                    )
+                    _abort(state, event, escalation.REASON, None, escalation.MESSAGE, settings.observe_only)
                 )
         else:
             key = f"{state.run_id}:{found.warning_key}" if state.run_id else found.warning_key
@@ -224,21 +212,30 @@ def _on_result(
     verdict = record_outcome(state, event.tool, event.tool_call_id, event.ts, prepared, resolved)
     if verdict is None or not verdict.should_abort:
         return []
-    return [
-        Abort(
-            verdict_id=verdict_id(state.scope, event.event_id, "abort"),
-            run_id=state.run_id,
-            agent_id=event.agent_id,
-            session_id=event.session_id,
-            trigger_event_id=event.event_id,
-            reason=GUARD_REASON,
-            tool=event.tool,
-            count=verdict.count,
-            message=verdict.message or "",
-            ts=event.ts,
-            enforced=not observe_only,
-        )
-    ]
+    return [_abort(state, event, GUARD_REASON, verdict.count, verdict.message or "", observe_only)]
+
+
+def _abort(
+    state: RunState,
+    event: ToolCall | ToolResult,
+    reason: str,
+    count: int | None,
+    message: str,
+    observe_only: bool,
+) -> Abort:
+    return Abort(
+        verdict_id=verdict_id(state.scope, event.event_id, "abort"),
+        run_id=state.run_id,
+        agent_id=event.agent_id,
+        session_id=event.session_id,
+        trigger_event_id=event.event_id,
+        reason=reason,
+        tool=event.tool,
+        count=count,
+        message=message,
+        ts=event.ts,
+        enforced=not observe_only,
+    )
 
 
 def record_outcome(
