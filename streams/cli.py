@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -24,22 +25,30 @@ def cmd_run(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     import asyncio
 
     from streams.embedded import EmbeddedRuntime
-    from streams.inputs import input_lines
+    from streams.inputs import follow_lines, input_lines
 
     config = load_config(args.config)
     sink: BinaryIO = open(args.output, "wb") if args.output else out  # noqa: SIM115 - closed below
 
-    def events() -> Iterator[Event]:
-        lines = input_lines(args.events, follow=args.follow)
-        for item in read_sourced_events(lines, config.settings.max_event_bytes):
+    def valid(items: Iterable[Event | BadLine]) -> Iterator[Event]:
+        for item in items:
             if isinstance(item, BadLine):
                 print(f"loopwatch: skipped invalid event at {item}", file=err)
             else:
                 yield item
 
+    def events() -> Iterator[Event]:
+        return valid(read_sourced_events(input_lines(args.events), config.settings.max_event_bytes))
+
+    async def followed() -> AsyncIterator[Event]:
+        async for where, line in follow_lines(args.events):
+            for event in valid(read_sourced_events([(where, line)], config.settings.max_event_bytes)):
+                yield event
+
     async def main() -> None:
+        source = followed() if args.follow else events()
         async with EmbeddedRuntime(config, workers=args.workers) as runtime:
-            async for outputs in runtime.run(events()):
+            async for outputs in runtime.run(source):
                 for output in outputs:
                     sink.write(encode_output(output) + b"\n")
                 if outputs and args.follow:
@@ -181,8 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--config",
+        default=os.environ.get("LOOPWATCH_CONFIG"),
         metavar="FILE",
-        help="OpenClaw-style config file (JSON5); default: detection enabled with OpenClaw's defaults",
+        help="OpenClaw-style config file (JSON5); default: detection enabled with OpenClaw's defaults "
+        "(env LOOPWATCH_CONFIG)",
     )
     run.add_argument(
         "events",
@@ -213,7 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--seed", type=int, default=7, help="seed of the simulated fleet (reproducible)")
     demo.add_argument("--runs", type=int, default=24, help="runs per scenario, all at once")
-    demo.add_argument("--config", metavar="FILE", help="OpenClaw-style config file (JSON5)")
+    demo.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get("LOOPWATCH_CONFIG"),
+        help="OpenClaw-style config file (JSON5) (env LOOPWATCH_CONFIG)",
+    )
     demo.add_argument("--json", action="store_true", help="the summary as JSON on stdout")
     demo.set_defaults(func=cmd_demo)
 
@@ -230,7 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
         "  loopwatch replay kafka:loopwatch.tool-events --since 2026-12-01T00:00 --json",
     )
     rep.add_argument("source", metavar="SOURCE")
-    rep.add_argument("--config", metavar="FILE", help="config to replay through (default: enabled)")
+    rep.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get("LOOPWATCH_CONFIG"),
+        help="config to replay through (default: enabled; env LOOPWATCH_CONFIG)",
+    )
     rep.add_argument("--compare", metavar="FILE", help="a second config: list the runs it changes")
     rep.add_argument("--since", metavar="ISO_TIME", help="Kafka source: first record time")
     rep.add_argument("--until", metavar="ISO_TIME", help="Kafka source: last record time")
@@ -279,7 +300,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  loopwatch worker --kafka 127.0.0.1:9092 --config openclaw.json\n"
         "  LOOPWATCH_REDIS_URL=redis://127.0.0.1:6379/0 loopwatch worker",
     )
-    worker.add_argument("--config", metavar="FILE", help="OpenClaw-style config file (JSON5)")
+    worker.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get("LOOPWATCH_CONFIG"),
+        help="OpenClaw-style config file (JSON5) (env LOOPWATCH_CONFIG)",
+    )
     for flag, (field, text) in SETTING_FLAGS.items():
         worker.add_argument(
             flag, dest=field, metavar=field.split("_")[-1].upper(), help=f"{text} (env {env_name(field)})"

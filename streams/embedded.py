@@ -9,7 +9,7 @@ the single-threaded core's, whatever the number of workers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from typing import Any
 
 from aiokafka.partitioner import murmur2
@@ -79,12 +79,18 @@ class EmbeddedRuntime:
     async def process(self, event: Event) -> list[Output]:
         return await self.submit(event)
 
-    async def run(self, events: Iterable[Event], window: int = 1024) -> AsyncIterator[list[Output]]:
+    async def run(
+        self, events: Iterable[Event] | AsyncIterable[Event], window: int = 1024
+    ) -> AsyncIterator[list[Output]]:
         """Outputs of each event, in input order (at most ``window`` events in flight)."""
         pending: asyncio.Queue[asyncio.Future[list[Output]] | None] = asyncio.Queue(maxsize=window)
 
         async def feed() -> None:
             try:
+                if isinstance(events, AsyncIterable):
+                    async for event in events:
+                        await pending.put(self.submit(event))
+                    return
                 for event in events:
                     await pending.put(self.submit(event))
             finally:

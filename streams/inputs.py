@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from config.errors import LoopwatchError
 
-__all__ = ["InputError", "input_lines", "source_files"]
+__all__ = ["InputError", "follow_lines", "input_lines", "source_files"]
 
 
 class InputError(LoopwatchError):
@@ -35,24 +35,30 @@ def source_files(source: str) -> list[Path]:
     return _files(source)
 
 
-def input_lines(source: str | None, follow: bool = False, poll_s: float = 0.2) -> Iterator[tuple[str, bytes]]:
+def input_lines(source: str | None) -> Iterator[tuple[str, bytes]]:
     """``(where, line)`` for every line of the source; ``where`` names the file."""
     if source is None or source == "-":
         for line in sys.stdin.buffer:
             yield "<stdin>", line
         return
-    files = _files(source)
-    for path in files:
+    for path in _files(source):
         with path.open("rb") as stream:
             yield from ((str(path), line) for line in stream)
-            if follow and len(files) == 1:
+
+
+async def follow_lines(source: str, poll_s: float = 0.2) -> AsyncIterator[tuple[str, bytes]]:
+    """Every line of a file, then every line appended to it, for as long as it is read."""
+    [path] = _files(source) if not Path(source).is_dir() else [Path(source)]
+    if path.is_dir():
+        raise InputError(f"--follow needs a file, not a folder: {source}")
+    with path.open("rb") as stream:
+        buffer = b""
+        while True:
+            chunk = stream.readline()
+            if not chunk:
+                await asyncio.sleep(poll_s)
+                continue
+            buffer += chunk
+            if buffer.endswith(b"\n"):
+                yield str(path), buffer
                 buffer = b""
-                while True:
-                    chunk = stream.readline()
-                    if not chunk:
-                        time.sleep(poll_s)
-                        continue
-                    buffer += chunk
-                    if buffer.endswith(b"\n"):
-                        yield str(path), buffer
-                        buffer = b""

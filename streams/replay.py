@@ -83,17 +83,19 @@ def _kafka_lines(topic: str, since: str | None, until: str | None) -> Iterator[t
     def millis(text: str | None, default: int) -> int:
         return default if text is None else int(datetime.fromisoformat(text).timestamp() * 1000)
 
-    async def fetch() -> list[tuple[str, bytes]]:
+    async def fetch() -> list[tuple[str, bytes]] | None:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **aiokafka_auth(settings)
         )
         await consumer.start()
         try:
+            if topic not in await consumer.topics():
+                return None
+            consumer._client.add_topic(topic)  # a consumer without subscription knows no partitions
+            await consumer._client.force_metadata_update()
             partitions = [
                 TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])
             ]
-            if not partitions:
-                raise InputError(f"no such topic on {settings.kafka_bootstrap}: {topic}")
             consumer.assign(partitions)
             start, stop = millis(since, 0), millis(until, 2**62)
             starts = await consumer.offsets_for_times(dict.fromkeys(partitions, start))
@@ -113,7 +115,10 @@ def _kafka_lines(topic: str, since: str | None, until: str | None) -> Iterator[t
         finally:
             await consumer.stop()
 
-    yield from asyncio.run(fetch())
+    fetched = asyncio.run(fetch())
+    if fetched is None:
+        raise InputError(f"no such topic on {settings.kafka_bootstrap}: {topic}")
+    yield from fetched
 
 
 def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) -> list[Event]:

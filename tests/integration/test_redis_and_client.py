@@ -140,3 +140,31 @@ def test_example_agent_is_warned_then_blocked_then_aborted(
     firsts = [action for index, action in enumerate(said) if action not in said[:index]]
     assert firsts == ["warn", "block", "abort"]
     assert said[-1] == "abort"
+
+
+def test_replay_reads_history_from_a_kafka_topic(kafka_bootstrap: str, names: Names, tmp_path: Path) -> None:
+    import json
+    import os
+    import sys
+
+    from tests.helpers import FIXTURES
+
+    path = FIXTURES / "openclaw-read-error-loop.events.jsonl"
+    records = [(b"s3", line) for line in path.read_bytes().splitlines()]
+    run(produce(kafka_bootstrap, names.events, records))
+    env = {**os.environ, "LOOPWATCH_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    command = [sys.executable, "-m", "streams.cli", "replay", "--json"]
+    from_topic = subprocess.run(
+        [*command, f"kafka:{names.events}", "--since", "2000-01-01T00:00:00"],
+        env=env,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    from_file = subprocess.run([*command, str(path)], capture_output=True, check=True, timeout=120)
+    assert json.loads(from_topic.stdout)["runs"] == json.loads(from_file.stdout)["runs"]
+    missing = subprocess.run(
+        [*command, "kafka:no-such-topic-here"], env=env, capture_output=True, timeout=120
+    )
+    assert missing.returncode == 2
+    assert b"no such topic" in missing.stderr

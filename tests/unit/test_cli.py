@@ -134,3 +134,47 @@ def test_every_subcommand_has_help_with_examples() -> None:
         done = loopwatch(command, "--help")
         assert done.returncode == 0
         assert b"example" in done.stdout, command
+
+
+def test_config_comes_from_the_environment_and_the_flag_wins(tmp_path: Path) -> None:
+    import os
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{tools: {loopDetection: {historySize: 0}}}")
+    good = tmp_path / "good.json"
+    good.write_text("{tools: {loopDetection: {enabled: true}}}")
+    env = {**os.environ, "LOOPWATCH_CONFIG": str(bad)}
+    command = [sys.executable, "-m", "streams.cli", "run"]
+    from_env = subprocess.run([*command, "-"], input=b"", env=env, capture_output=True)
+    assert from_env.returncode == 2
+    assert b"historySize" in from_env.stderr
+    flag_wins = subprocess.run(
+        [*command, "--config", str(good), "-"], input=b"", env=env, capture_output=True
+    )
+    assert flag_wins.returncode == 0
+
+
+def test_run_follows_a_growing_file(tmp_path: Path) -> None:
+    import time
+
+    events = tmp_path / "events.jsonl"
+    lines = (FIXTURES / "openclaw-post-compaction-abort.events.jsonl").read_bytes().splitlines(keepends=True)
+    events.write_bytes(b"".join(lines[:10]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "run", "--follow", str(events)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        time.sleep(1.5)
+        with events.open("ab") as stream:
+            stream.write(b"".join(lines[10:]))
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # blocks until the abort is written
+        assert json.loads(first)["reason"] == "compaction_loop_persisted"
+    finally:
+        proc.kill()
+        proc.wait(10)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
