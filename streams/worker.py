@@ -41,6 +41,7 @@ from detectors.step import apply, new_state
 from streams.dead_letter import dead_letter
 from streams.kafka_connect import aiokafka_auth, faust_credentials
 from streams.logs import verdict_log_fields
+from streams.metrics import WorkerMetrics
 from streams.redis_cache import DecisionCache
 
 __all__ = ["LoopwatchWorker", "apply_config_record", "read_config_overrides"]
@@ -128,9 +129,8 @@ class LoopwatchWorker:
         self._live: dict[bytes, tuple[bytes | None, RunState]] = {}
         self._dirty: dict[bytes, tuple[int, RunState | None]] = {}
         self._last_seen: dict[bytes, float] = {}
-        self.processed = 0
-        self.invalid = 0
-        self.verdicts = 0
+        self.metrics = WorkerMetrics()
+        self._offsets: dict[int, int] = {}  # input partition -> last processed offset
         app = faust.App(
             settings.app_id,
             broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
@@ -177,6 +177,16 @@ class LoopwatchWorker:
             "runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions
         )
         app.agent(self.events_topic, name="detect")(self._agent)
+        worker = self
+
+        async def metrics(view: Any, request: Any) -> Any:  # faust binds pages to its views
+            return view.text(worker.metrics_text(), content_type="text/plain; version=0.0.4")
+
+        async def health(view: Any, request: Any) -> Any:
+            return view.json({"status": "ok", "events": sum(worker.metrics.events.values())})
+
+        app.page("/metrics")(metrics)
+        app.page("/health")(health)
         app.timer(settings.expiry_interval_s)(self._expire_idle_runs)
         app.task(self._follow_config)
         if cache is not None:
@@ -205,7 +215,29 @@ class LoopwatchWorker:
         self._dirty.clear()
 
     async def handle(self, message: Any) -> None:
-        """Process one input record (any error in it goes to the dead-letter topic)."""
+        """Process one input record, timed for the metrics."""
+        started = time.perf_counter()
+        kind = await self._handle(message)
+        self._offsets[message.partition] = message.offset
+        self.metrics.event(kind, time.perf_counter() - started)
+
+    def metrics_text(self) -> str:
+        """The Prometheus exposition of this worker."""
+        data = self.runs.data
+        keys = list(data.keys())
+        size = sum(len(data[key] or b"") for key in keys)
+        lag: dict[int, int] = {}
+        for partition, offset in self._offsets.items():
+            try:
+                highwater = self.app.consumer.highwater(faust.types.TP(self.settings.topic_events, partition))
+            except Exception:  # noqa: BLE001 - a partition moved away during a rebalance
+                continue
+            if highwater is not None:
+                lag[partition] = max(0, int(highwater) - offset - 1)
+        return self.metrics.render(len(keys), size, lag)
+
+    async def _handle(self, message: Any) -> str:
+        """Process one input record (any error in it goes to the dead-letter topic); its kind."""
         with structlog.contextvars.bound_contextvars(partition=message.partition, offset=message.offset):
             value: bytes = message.value or b""
             if len(value) > self.config.settings.max_event_bytes:
@@ -213,36 +245,37 @@ class LoopwatchWorker:
                     f"event of {len(value)} bytes exceeds the limit of {self.config.settings.max_event_bytes}"
                 )
                 await self._dead_letter(message, reason)
-                return
+                return "invalid"
             try:
                 event = decode_event(value)
             except InvalidEvent as exc:
                 await self._dead_letter(message, exc.reason)
-                return
+                return "invalid"
             scope = run_scope(event)
             key = scope.encode()
             structlog.contextvars.bind_contextvars(run_id=scope)
-            self.processed += 1
+            kind = event.__struct_config__.tag
             if isinstance(event, RunEnd):
                 await self._drop(key, scope, message.partition)
-                return
+                return str(kind)
             self._last_seen[key] = time.time()
             state = self._load(key, event)
             if event.event_id in state.seen_set:  # redelivered: re-publish what is unconfirmed
                 await self._publish(key, state, event.event_id, state.outbox.get(event.event_id, []))
-                return
+                return str(kind)
             outputs = apply(state, event, self.config)
             if outputs:
                 encoded = [encode_output(out) for out in outputs]
                 state.hold(event.event_id, encoded)  # persisted with the state written below
                 await self._publish(key, state, event.event_id, encoded)
-                self.verdicts += len(outputs)
                 for out in outputs:
+                    self.metrics.output(out)
                     _log.warning("tool loop", **verdict_log_fields(out, scope))
                     if self.cache is not None:
                         await self.cache.record(scope, out)
             self._dirty[key] = (message.partition, state)
             self._live[key] = (None, state)
+            return str(kind)
 
     async def _publish(self, key: bytes, state: RunState, event_id: str, encoded: list[bytes]) -> None:
         """Send outputs without waiting; confirmed ones leave the state's outbox."""
@@ -277,7 +310,7 @@ class LoopwatchWorker:
             await self.cache.forget(scope)
 
     async def _dead_letter(self, message: Any, reason: str) -> None:
-        self.invalid += 1
+        self.metrics.invalid += 1
         _log.warning("invalid event sent to dead-letter topic", reason=reason)
         record = dead_letter(
             reason,

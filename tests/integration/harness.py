@@ -57,6 +57,7 @@ class WorkerProcess:
     """``loopwatch worker`` as a child process, with its log in a file."""
 
     def __init__(self, env: dict[str, str], log: Path, config: Path | None = None) -> None:
+        self.env = env
         self.log = log
         args = [LOOPWATCH, "worker"]
         if config is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import msgspec
@@ -91,7 +92,7 @@ def test_bad_input_is_dead_lettered_and_nothing_else_changes(
     for index, record in enumerate(bad):
         mixed.insert(1 + index * (len(good) // len(bad)), record)
     limits = "{tools: {loopDetection: {enabled: true}}, loopwatch: {maxEventBytes: 100000}}"
-    start_worker(names, kafka_bootstrap, tmp_path, workers, "w1", config=limits)
+    worker = start_worker(names, kafka_bootstrap, tmp_path, workers, "w1", config=limits)
     run(produce(kafka_bootstrap, names.events, mixed))
     expected = expected_outputs(events)
     got = run(consume(kafka_bootstrap, names.verdicts, until=len(expected), timeout=90, settle=2))
@@ -105,6 +106,35 @@ def test_bad_input_is_dead_lettered_and_nothing_else_changes(
     assert any("exactly one of them is required" in r for r in reasons)
     assert any("exceeds the limit" in r for r in reasons)
     assert all(letter["topic"] == names.events and letter["offset"] >= 0 for letter in letters)
+    metrics = scrape(worker)
+    kinds = Counter(type(event).__name__ for event in events)
+    assert metrics["loopwatch_invalid_events_total"] == len(bad)
+    assert metrics['loopwatch_events_total{type="tool_call"}'] == kinds["ToolCall"]
+    assert metrics['loopwatch_events_total{type="run_end"}'] == kinds["RunEnd"]
+    published = sum(v for k, v in metrics.items() if k.startswith("loopwatch_verdicts_total"))
+    assert published == len(expected)
+    assert (
+        metrics[
+            'loopwatch_verdicts_total{level="critical",detector="compaction_loop_persisted",action="abort"}'
+        ]
+        == 1
+    )
+    assert metrics["loopwatch_processing_seconds_count"] == len(mixed)
+    assert metrics["loopwatch_active_runs"] == 0  # every fixture run ended
+
+
+def scrape(worker: WorkerProcess) -> dict[str, float]:
+    """The worker's /metrics, as name{labels} -> value."""
+    import urllib.request
+
+    port = worker.env["LOOPWATCH_WEB_PORT"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 def test_second_worker_joining_changes_no_verdict(
