@@ -148,30 +148,20 @@ class LoopwatchWorker:
             datadir=settings.data_dir,
         )
         self.app = app
-        self.events_topic = app.topic(
-            settings.topic_events,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=settings.partitions,
-        )
-        self.verdicts_topic = app.topic(
-            settings.topic_verdicts,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=settings.partitions,
-        )
-        self.dead_letter_topic = app.topic(
-            settings.topic_dead_letter,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=settings.partitions,
-        )
+
+        def raw_topic(name: str) -> Any:  # bytes in, bytes out: decoding is ours
+            return app.topic(
+                name,
+                key_type=bytes,
+                value_type=bytes,
+                key_serializer="raw",
+                value_serializer="raw",
+                partitions=settings.partitions,
+            )
+
+        self.events_topic = raw_topic(settings.topic_events)
+        self.verdicts_topic = raw_topic(settings.topic_verdicts)
+        self.dead_letter_topic = raw_topic(settings.topic_dead_letter)
         # bytes keys and values: faust derives the "raw" codec for the table and its changelog
         self.runs = app.Table(
             "runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions
