@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 import faust
+import msgspec
 import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import murmur2
@@ -35,10 +36,20 @@ from aiokafka.partitioner import murmur2
 from config.errors import ConfigError
 from config.fleet import FleetConfig
 from config.stream_settings import StreamSettings
-from detectors.events import InvalidEvent, RunEnd, decode_event, encode_event, encode_output, run_scope
+from detectors.events import (
+    Abort,
+    InvalidEvent,
+    RunEnd,
+    Verdict,
+    decode_event,
+    encode_event,
+    encode_output,
+    run_scope,
+)
 from detectors.state import RunState
 from detectors.step import apply, new_state
 from streams.dead_letter import dead_letter
+from streams.fleet_stats import FleetStats
 from streams.kafka_connect import aiokafka_auth, faust_credentials
 from streams.logs import verdict_log_fields
 from streams.metrics import WorkerMetrics
@@ -52,6 +63,7 @@ BATCH_MAX = 500
 BATCH_WITHIN_S = 0.005
 
 _log = structlog.get_logger("loopwatch.worker")
+_OUTPUTS: Any = msgspec.json.Decoder(Verdict | Abort)
 
 
 def apply_config_record(config: FleetConfig, key: bytes | None, value: bytes | None) -> FleetConfig:
@@ -130,6 +142,7 @@ class LoopwatchWorker:
         self._dirty: dict[bytes, tuple[int, RunState | None]] = {}
         self._last_seen: dict[bytes, float] = {}
         self.metrics = WorkerMetrics()
+        self.fleet = FleetStats(window_s=60, horizon_s=3600)
         self._offsets: dict[int, int] = {}  # input partition -> last processed offset
         app = faust.App(
             settings.app_id,
@@ -175,8 +188,14 @@ class LoopwatchWorker:
         async def health(view: Any, request: Any) -> Any:
             return view.json({"status": "ok", "events": sum(worker.metrics.events.values())})
 
+        async def fleet(view: Any, request: Any) -> Any:
+            minutes = int(request.query.get("minutes", "5"))
+            return view.json(worker.fleet.summary(int(time.time() * 1000), minutes))
+
         app.page("/metrics")(metrics)
         app.page("/health")(health)
+        app.page("/fleet")(fleet)
+        app.task(self._follow_fleet)
         app.timer(settings.expiry_interval_s)(self._expire_idle_runs)
         app.task(self._follow_config)
         if cache is not None:
@@ -341,6 +360,45 @@ class LoopwatchWorker:
             await self.events_topic.send(key=key, value=encode_event(end), force=True)
             self._last_seen[key] = now
             _log.info("idle run expired", run_id=scope, idle_s=round(now - last))
+
+    async def _follow_fleet(self) -> None:
+        """Every event and verdict of the fleet (all partitions), for the fleet view of /fleet."""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            enable_auto_commit=False,
+            **aiokafka_auth(self.settings),
+        )
+        await consumer.start()
+        try:
+            topics = (self.settings.topic_events, self.settings.topic_verdicts)
+            partitions = [TopicPartition(t, p) for t in topics for p in range(self.settings.partitions)]
+            consumer.assign(partitions)
+            since = int(time.time() * 1000) - self.fleet.horizon_ms
+            ends = await consumer.end_offsets(partitions)  # before the time lookup: no gap
+            starts = await consumer.offsets_for_times(dict.fromkeys(partitions, since))
+            for tp in partitions:
+                found = starts.get(tp)
+                consumer.seek(tp, ends[tp] if found is None else found.offset)
+            while True:
+                batch = await consumer.getmany(timeout_ms=1000)
+                for tp, messages in batch.items():
+                    for message in messages:
+                        self._observe(
+                            tp.topic == self.settings.topic_verdicts, message.value, message.timestamp
+                        )
+        finally:
+            await consumer.stop()
+
+    def _observe(self, is_verdict: bool, value: bytes, ts_ms: int) -> None:
+        if not value or len(value) > self.config.settings.max_event_bytes:
+            return  # refused by the workers too
+        try:
+            if is_verdict:
+                self.fleet.output(_OUTPUTS.decode(value), ts_ms)
+            else:
+                self.fleet.event(decode_event(value), ts_ms)
+        except (InvalidEvent, msgspec.DecodeError):
+            pass  # invalid input is counted by the metrics and kept in the dead-letter topic
 
     async def _follow_config(self) -> None:
         """Apply config overrides published after startup, for as long as the worker runs."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -121,6 +122,31 @@ def test_bad_input_is_dead_lettered_and_nothing_else_changes(
     )
     assert metrics["loopwatch_processing_seconds_count"] == len(mixed)
     assert metrics["loopwatch_active_runs"] == 0  # every fixture run ended
+    wanted = Counter(o["action"] if o["type"] == "verdict" else "abort" for o in expected)
+    fleet = poll_fleet(
+        worker,
+        lambda view: (
+            view["verdicts"] == dict(wanted) and view["events"].get("tool_call") == kinds["ToolCall"]
+        ),
+    )
+    assert fleet["verdicts"] == dict(wanted)
+    assert fleet["events"]["tool_call"] == kinds["ToolCall"]
+    assert fleet["per_detector"]["compaction_loop_persisted"] == 1
+
+
+def poll_fleet(worker: WorkerProcess, done: Any, timeout: float = 30.0) -> dict[str, Any]:
+    """The worker's /fleet view, once ``done(view)`` holds (or the timeout)."""
+    import time
+    import urllib.request
+
+    port = worker.env["LOOPWATCH_WEB_PORT"]
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/fleet", timeout=10) as response:
+            view: dict[str, Any] = json.loads(response.read())
+        if done(view) or time.monotonic() > deadline:
+            return view
+        time.sleep(0.5)
 
 
 def scrape(worker: WorkerProcess) -> dict[str, float]:
