@@ -49,6 +49,7 @@ class StreamSettings:
     state_ttl_s: int = 3600
     expiry_interval_s: float = 60.0
     startup_timeout_s: float = 30.0
+    fleet_view: bool = True
     web_enabled: bool = True
     web_host: str = "127.0.0.1"
     web_port: int = 6066

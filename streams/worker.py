@@ -195,7 +195,8 @@ class LoopwatchWorker:
         app.page("/metrics")(metrics)
         app.page("/health")(health)
         app.page("/fleet")(fleet)
-        app.task(self._follow_fleet)
+        if settings.fleet_view:  # every worker then also reads every event and verdict
+            app.task(self._follow_fleet)
         app.timer(settings.expiry_interval_s)(self._expire_idle_runs)
         app.task(self._follow_config)
         if cache is not None:
