@@ -153,6 +153,8 @@ class _Session:
         before = _max_seq(state)
         tool, params = _tool_params(step)
         call = self.prepared(step, with_outcome=False)
+        # detection is pure: run it here to see the action (a withheld warning is not in the outputs),
+        # then let the real step do the same detection and everything after it
         found = detect(state.history, tool, call.args_hash, call.known_poll, self.resolved)
         run_id = None if key == _NO_RUN else key
         outputs = apply(

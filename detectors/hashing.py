@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import xxhash
 
-from detectors.stable_json import canonical_bytes, stable_stringify
+from detectors.stable_json import canonical_bytes
 
 __all__ = ["Digester", "digester_for", "js_trim", "update_plan_shape"]
 
@@ -73,10 +73,6 @@ class Digester:
     def digest(self, value: Any) -> str:
         """Digest of a wire-decoded value (fast canonical path)."""
         return self.hex(canonical_bytes(value))
-
-    def digest_exact(self, value: Any) -> str:
-        """Digest of any Python value through the reference serialiser."""
-        return self.hex(stable_stringify(value).encode())
 
     def digest_text(self, text: str) -> str:
         """Digest of a string value (its quoted JSON form is what gets hashed)."""

@@ -199,19 +199,6 @@ class History:
             return len(signature[_RECORDS]), 0, None
         return len(signature[_RECORDS]), runs[-1][1], runs[-1][0]
 
-    def recent_count(self, args_hash: str) -> int:
-        """How many records share ``args_hash`` (with or without an outcome)."""
-        signature = self._by_args.get(args_hash)
-        return len(signature[_RECORDS]) if signature is not None else 0
-
-    def no_progress(self, args_hash: str) -> tuple[int, str | None]:
-        """Trailing run of identical result hashes for ``args_hash``, and the newest hash."""
-        signature = self._by_args.get(args_hash)
-        if signature is None or not signature[_RUNS]:
-            return 0, None
-        result_hash, count = signature[_RUNS][-1]
-        return count, result_hash
-
     def unknown_tool_streak(self, tool: str) -> tuple[int, str | None]:
         """Newest records of ``tool`` that failed as the same unavailable tool (spec §5)."""
         records = self.records

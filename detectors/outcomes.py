@@ -185,11 +185,6 @@ def _text_of(result: dict[str, Any]) -> str:
     return js_trim(texts[0] if len(texts) == 1 else "\n".join(texts))
 
 
-def _or_null(details: dict[str, Any], key: str) -> Any:
-    value = details.get(key)
-    return None if value is None else value
-
-
 def _exec_fingerprint(details: dict[str, Any], status: str, text: str) -> dict[str, Any] | None:
     if status == "running":
         tail = details.get("tail")
@@ -226,20 +221,20 @@ def _process_fingerprint(action: object, details: dict[str, Any], text: str) -> 
         return {
             "action": action,
             "status": status,
-            "exitCode": _or_null(details, "exitCode"),
-            "exitSignal": _or_null(details, "exitSignal"),
-            "aggregated": _or_null(details, "aggregated"),
+            "exitCode": details.get("exitCode"),
+            "exitSignal": details.get("exitSignal"),
+            "aggregated": details.get("aggregated"),
             "text": text,
         }
     if action == "log":
         return {
             "action": action,
             "status": status,
-            "totalLines": _or_null(details, "totalLines"),
-            "totalChars": _or_null(details, "totalChars"),
-            "truncated": _or_null(details, "truncated"),
-            "exitCode": _or_null(details, "exitCode"),
-            "exitSignal": _or_null(details, "exitSignal"),
+            "totalLines": details.get("totalLines"),
+            "totalChars": details.get("totalChars"),
+            "truncated": details.get("truncated"),
+            "exitCode": details.get("exitCode"),
+            "exitSignal": details.get("exitSignal"),
             "text": text,
         }
     return None

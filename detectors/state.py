@@ -21,8 +21,6 @@ __all__ = ["RunSnapshot", "RunState"]
 
 _FORMAT_VERSION: Final = 1
 
-RecordTuple = tuple[str, str, "str | None", "str | None", "str | None", "int | None"]
-
 
 class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
     """The persisted shape of a :class:`RunState` (array-encoded msgpack)."""

@@ -118,7 +118,7 @@ def apply(
     state: RunState, event: Event, config: FleetConfig, prepared: Prepared | None = None
 ) -> list[Output]:
     """Apply one event of the state's run scope; the verdicts and aborts it gives, in order."""
-    if event.event_id in state.seen_set or not state.remember(event.event_id):
+    if not state.remember(event.event_id):
         return []
     state.events += 1
     ts = event.ts

@@ -18,8 +18,6 @@ from streams.event_lines import BadLine, read_sourced_events
 
 __all__ = ["main"]
 
-FIXTURES = Path(__file__).parent / "data" / "fixtures"
-
 
 def cmd_run(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     import asyncio

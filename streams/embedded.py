@@ -100,6 +100,3 @@ class EmbeddedRuntime:
         while (future := await pending.get()) is not None:
             yield await future
         await feeder
-
-    def active_runs(self) -> int:
-        return sum(len(engine.states) for engine in self.engines)

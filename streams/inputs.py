@@ -48,9 +48,9 @@ def input_lines(source: str | None) -> Iterator[tuple[str, bytes]]:
 
 async def follow_lines(source: str, poll_s: float = 0.2) -> AsyncIterator[tuple[str, bytes]]:
     """Every line of a file, then every line appended to it, for as long as it is read."""
-    [path] = _files(source) if not Path(source).is_dir() else [Path(source)]
-    if path.is_dir():
+    if Path(source).is_dir():
         raise InputError(f"--follow needs a file, not a folder: {source}")
+    [path] = _files(source)
     with path.open("rb") as stream:
         buffer = b""
         while True:
