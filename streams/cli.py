@@ -5,60 +5,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from config.errors import ConfigError, LoopwatchError
 from detectors.conformance import run_vector
-from detectors.events import Event, encode_output
 from detectors.stable_json import WIRE_DECODER
 from streams.config_files import load_config
-from streams.event_lines import BadLine, read_sourced_events
 
 __all__ = ["main"]
 
 
 def cmd_run(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
-    import asyncio
+    from streams.run_command import run_embedded
 
-    from streams.embedded import EmbeddedRuntime
-    from streams.inputs import follow_lines, input_lines
-
-    config = load_config(args.config)
-    sink: BinaryIO = open(args.output, "wb") if args.output else out  # noqa: SIM115 - closed below
-
-    def valid(items: Iterable[Event | BadLine]) -> Iterator[Event]:
-        for item in items:
-            if isinstance(item, BadLine):
-                print(f"loopwatch: skipped invalid event at {item}", file=err)
-            else:
-                yield item
-
-    def events() -> Iterator[Event]:
-        return valid(read_sourced_events(input_lines(args.events), config.settings.max_event_bytes))
-
-    async def followed() -> AsyncIterator[Event]:
-        async for where, line in follow_lines(args.events):
-            for event in valid(read_sourced_events([(where, line)], config.settings.max_event_bytes)):
-                yield event
-
-    async def main() -> None:
-        source = followed() if args.follow else events()
-        async with EmbeddedRuntime(config, workers=args.workers) as runtime:
-            async for outputs in runtime.run(source):
-                for output in outputs:
-                    sink.write(encode_output(output) + b"\n")
-                if outputs and args.follow:
-                    sink.flush()
-
-    try:
-        asyncio.run(main())
-    finally:
-        sink.flush()
-        if sink is not out:
-            sink.close()
-    return 0
+    return run_embedded(args, out, err)
 
 
 def cmd_conformance(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
@@ -166,6 +128,17 @@ def cmd_worker(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     return run_worker(args)
 
 
+def _serve_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--serve",
+        nargs="?",
+        const="127.0.0.1:6066",
+        metavar="[HOST:]PORT",
+        help="serve the live fleet dashboard (default 127.0.0.1:6066, /dashboard) and keep it up "
+        "after the input ends, until Ctrl-C",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loopwatch",
@@ -184,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
         "lines to stdout, in input order. Invalid lines are reported on stderr and skipped.",
         epilog="examples:\n  loopwatch run --config openclaw.json events.jsonl\n"
         "  cat events.jsonl | loopwatch run -\n"
-        "  loopwatch run --follow /var/log/agents/events.jsonl -o verdicts.jsonl",
+        "  loopwatch run --follow /var/log/agents/events.jsonl -o verdicts.jsonl\n"
+        "  loopwatch run --serve 127.0.0.1:8080 --follow events.jsonl -o verdicts.jsonl",
     )
     run.add_argument(
         "--config",
@@ -203,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output", "-o", metavar="FILE", help="write verdicts here instead of stdout")
     run.add_argument("--follow", "-f", action="store_true", help="keep reading a growing file")
     run.add_argument("--workers", type=int, default=4, help="asyncio workers (partitions by run scope)")
+    _serve_flag(run)
     run.set_defaults(func=cmd_run)
 
     conf = sub.add_parser(
@@ -218,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="a simulated fleet and real OpenClaw traces through the embedded runtime (no broker)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  loopwatch demo\n  loopwatch demo --seed 3 --runs 40\n  loopwatch demo --json",
+        epilog="examples:\n  loopwatch demo\n  loopwatch demo --seed 3 --runs 40\n  loopwatch demo --json\n"
+        "  loopwatch demo --serve      # then open http://127.0.0.1:6066/dashboard",
     )
     demo.add_argument("--seed", type=int, default=7, help="seed of the simulated fleet (reproducible)")
     demo.add_argument("--runs", type=int, default=24, help="runs per scenario, all at once")
@@ -229,6 +205,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="OpenClaw-style config file (JSON5) (env LOOPWATCH_CONFIG)",
     )
     demo.add_argument("--json", action="store_true", help="the summary as JSON on stdout")
+    _serve_flag(demo)
+    demo.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        metavar="EVENTS_PER_S",
+        help="pace the simulated fleet (default: as fast as possible; 400/s with --serve)",
+    )
     demo.set_defaults(func=cmd_demo)
 
     rep = sub.add_parser(

@@ -16,6 +16,7 @@ import random
 import statistics
 import time
 from collections import Counter
+from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -26,13 +27,25 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from config.fleet import FleetConfig
-from detectors.events import Abort, CompactionRetry, Output, RunEnd, ToolCall, ToolResult, Verdict, run_scope
+from detectors.events import (
+    Abort,
+    CompactionRetry,
+    Event,
+    Output,
+    RunEnd,
+    ToolCall,
+    ToolResult,
+    Verdict,
+    run_scope,
+)
 from streams.config_files import load_config
+from streams.dashboard import serve_until_interrupted, serving
 from streams.demo_fleet import SCENARIOS, Scenario, Step
 from streams.embedded import EmbeddedRuntime
 from streams.event_lines import BadLine, read_events
+from streams.fleet_view import FleetView
 
-__all__ = ["RunOutcome", "ScenarioReport", "run_demo", "simulate"]
+__all__ = ["Pace", "RunOutcome", "ScenarioReport", "run_demo", "simulate"]
 
 FIXTURES = Path(__file__).parent / "data" / "fixtures"
 
@@ -99,10 +112,36 @@ def _note(outcome: RunOutcome, outputs: list[Output], detectors: Counter[str]) -
     return aborted
 
 
+class Pace:
+    """At most ``rate`` events per second (None: no limit), for a dashboard to watch."""
+
+    def __init__(self, rate: float | None) -> None:
+        self.rate = rate
+        self.sent = 0
+        self.started: float | None = None
+
+    async def __call__(self) -> None:
+        if not self.rate:
+            return
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        self.sent += 1
+        ahead = self.sent / self.rate - (now - self.started)
+        if ahead > 0.002:
+            await asyncio.sleep(ahead)
+
+
 async def simulate(
-    config: FleetConfig, seed: int = 7, runs_per_scenario: int = 24, progress: Progress | None = None
+    config: FleetConfig,
+    seed: int = 7,
+    runs_per_scenario: int = 24,
+    progress: Progress | None = None,
+    view: FleetView | None = None,
+    pace: Pace | None = None,
 ) -> list[ScenarioReport]:
     """Run the simulated fleet; one report per scenario."""
+    pace = pace or Pace(None)
     rnd = random.Random(seed)
     agents: list[tuple[Scenario, str, list[Step], RunOutcome]] = []
     for index, scenario in enumerate(SCENARIOS):
@@ -114,7 +153,12 @@ async def simulate(
     detectors: dict[str, Counter[str]] = {s.name: Counter() for s in SCENARIOS}
     cursor = {run_id: 0 for _, run_id, _, _ in agents}
     serial = 0
-    async with EmbeddedRuntime(config) as runtime:
+    async with EmbeddedRuntime(config, view=view) as runtime:
+
+        async def process(event: Event) -> list[Output]:
+            await pace()
+            return await runtime.process(event)
+
         active = list(agents)
         while active:
             pick = rnd.randrange(len(active))
@@ -125,13 +169,13 @@ async def simulate(
             agent = scenario.agent_id
             aborted = False
             if step.compaction:
-                await runtime.process(
+                await process(
                     CompactionRetry(event_id=f"e{serial}", run_id=run_id, agent_id=agent, ts=serial)
                 )
             else:
                 outcome.calls += 1
                 call_id = f"{run_id}-c{outcome.calls}"
-                outputs = await runtime.process(
+                outputs = await process(
                     ToolCall(
                         event_id=f"e{serial}c",
                         tool=step.tool,
@@ -156,15 +200,13 @@ async def simulate(
                         agent_id=agent,
                         ts=serial,
                     )
-                    aborted = _note(outcome, await runtime.process(result), detectors[scenario.name])
+                    aborted = _note(outcome, await process(result), detectors[scenario.name])
             if progress is not None and task is not None:
                 progress.advance(task)
             if aborted or cursor[run_id] >= len(steps):
                 if progress is not None and task is not None:
                     progress.advance(task, len(steps) - cursor[run_id])
-                await runtime.process(
-                    RunEnd(event_id=f"e{serial}end", run_id=run_id, agent_id=scenario.agent_id)
-                )
+                await process(RunEnd(event_id=f"e{serial}end", run_id=run_id, agent_id=scenario.agent_id))
                 active.pop(pick)
     reports = []
     for scenario in SCENARIOS:
@@ -173,16 +215,20 @@ async def simulate(
     return reports
 
 
-async def replay_traces(config: FleetConfig) -> list[ScenarioReport]:
+async def replay_traces(
+    config: FleetConfig, view: FleetView | None = None, pace: Pace | None = None
+) -> list[ScenarioReport]:
     """The bundled real OpenClaw traces, as recorded (the real agents were not stopped)."""
+    pace = pace or Pace(None)
     reports = []
     for path in sorted(FIXTURES.glob("*.events.jsonl")):
         outcomes: dict[str, RunOutcome] = {}
         detectors: Counter[str] = Counter()
         with path.open("rb") as stream:
             events = [item for item in read_events(stream, str(path)) if not isinstance(item, BadLine)]
-        async with EmbeddedRuntime(config) as runtime:
+        async with EmbeddedRuntime(config, view=view) as runtime:
             for event in events:
+                await pace()
                 outcome = outcomes.setdefault(run_scope(event), RunOutcome())
                 if isinstance(event, ToolCall):
                     outcome.calls += 1
@@ -234,22 +280,39 @@ def render(reports: list[ScenarioReport], console: Console, seconds: float, runs
 
 
 def run_demo(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    try:
+        return asyncio.run(_demo(args, out, err))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _demo(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     config = load_config(getattr(args, "config", None))
+    serve: str | None = getattr(args, "serve", None)
+    rate = getattr(args, "rate", None)
+    pace = Pace(rate if rate is not None else (400.0 if serve else None))
+    view = FleetView("loopwatch demo (embedded)") if serve else None
     console = Console(file=err if args.json else None, width=max(118, Console().width))
-    started = time.perf_counter()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        reports = asyncio.run(simulate(config, args.seed, args.runs, progress))
-        reports += asyncio.run(replay_traces(config))
-    seconds = time.perf_counter() - started
-    if args.json:
-        out.write(json.dumps([asdict(r) for r in reports], indent=1).encode() + b"\n")
-    else:
-        render(reports, console, seconds, args.runs * len(SCENARIOS))
+    async with AsyncExitStack() as stack:
+        if view is not None and serve is not None:
+            await stack.enter_async_context(serving(view, serve, err))
+        started = time.perf_counter()
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            reports = await simulate(config, args.seed, args.runs, progress, view, pace)
+            reports += await replay_traces(config, view, pace)
+        seconds = time.perf_counter() - started
+        if args.json:
+            out.write(json.dumps([asdict(r) for r in reports], indent=1).encode() + b"\n")
+            out.flush()
+        else:
+            render(reports, console, seconds, args.runs * len(SCENARIOS))
+        if view is not None:
+            await serve_until_interrupted(err)
     return 0

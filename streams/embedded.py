@@ -9,6 +9,7 @@ the single-threaded core's, whatever the number of workers.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from typing import Any
 
@@ -17,6 +18,7 @@ from aiokafka.partitioner import murmur2
 from config.fleet import FleetConfig
 from detectors.engine import Engine
 from detectors.events import Event, Output, run_scope
+from streams.fleet_view import FleetView
 
 __all__ = ["EmbeddedRuntime", "partition_for"]
 
@@ -31,8 +33,9 @@ def partition_for(scope: str, partitions: int) -> int:
 class EmbeddedRuntime:
     """``await runtime.process(event)`` gives that event's outputs; state stays per worker."""
 
-    def __init__(self, config: FleetConfig, workers: int = 4) -> None:
+    def __init__(self, config: FleetConfig, workers: int = 4, view: FleetView | None = None) -> None:
         self.workers = workers
+        self.view = view  # fed every event and output, for the dashboard
         self.engines = [Engine(config) for _ in range(workers)]
         self._queues: list[asyncio.Queue[Any]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -65,9 +68,20 @@ class EmbeddedRuntime:
                 return
             event, future = item
             try:
-                future.set_result(engine.process(event))
+                outputs = engine.process(event)
             except Exception as exc:  # noqa: BLE001 - handed to the caller awaiting this event
                 future.set_exception(exc)
+                continue
+            if self.view is not None:
+                self._observe(event, outputs)
+            future.set_result(outputs)
+
+    def _observe(self, event: Event, outputs: list[Output]) -> None:
+        assert self.view is not None
+        now_ms = int(time.time() * 1000)
+        self.view.event(event, now_ms)
+        for output in outputs:
+            self.view.output(output, now_ms)
 
     def submit(self, event: Event) -> asyncio.Future[list[Output]]:
         """Queue an event on its run's worker; the future resolves to its outputs."""

@@ -19,12 +19,13 @@ from msgspec import UNSET
 
 from detectors.events import Abort, Event, Output, ToolResult, Verdict, run_scope
 
-__all__ = ["FleetStats", "Window"]
+__all__ = ["FleetStats", "Window", "result_failed"]
 
 
 @dataclass
 class Window:
     start_ms: int
+    first_ms: int | None = None  # the first event seen in the window
     events: Counter[str] = field(default_factory=Counter)
     runs: set[str] = field(default_factory=set)
     actions: Counter[str] = field(default_factory=Counter)
@@ -54,10 +55,12 @@ class FleetStats:
 
     def event(self, event: Event, ts_ms: int) -> None:
         window = self._window(ts_ms)
+        if window.first_ms is None or ts_ms < window.first_ms:
+            window.first_ms = ts_ms
         window.events[str(event.__struct_config__.tag)] += 1
         scope = run_scope(event)
         window.runs.add(scope)
-        if isinstance(event, ToolResult) and _failed(event):
+        if isinstance(event, ToolResult) and result_failed(event):
             window.error_runs.setdefault(event.tool, set()).add(scope)
 
     def output(self, output: Output, ts_ms: int) -> None:
@@ -69,6 +72,24 @@ class FleetStats:
         window.by_agent[(output.agent_id, action)] += 1
         window.by_tool[(output.tool, action)] += 1
         window.by_detector[detector] += 1
+
+    def timeline(self, now_ms: int, count: int = 30) -> list[dict[str, Any]]:
+        """The last ``count`` windows up to ``now_ms``, oldest first (empty ones included)."""
+        last = now_ms - now_ms % self.window_ms
+        out = []
+        for start in range(last - (count - 1) * self.window_ms, last + 1, self.window_ms):
+            window = self.windows.get(start)
+            actions = window.actions if window is not None else Counter()
+            out.append(
+                {
+                    "start_ms": start,
+                    "events": sum(window.events.values()) if window is not None else 0,
+                    "warn": actions["warn"],
+                    "block": actions["block"],
+                    "abort": actions["abort"],
+                }
+            )
+        return out
 
     def summary(self, now_ms: int, minutes: int = 5) -> dict[str, Any]:
         """The fleet over the last ``minutes`` windows up to ``now_ms``."""
@@ -90,7 +111,9 @@ class FleetStats:
             runs |= window.runs
             for tool, scopes in window.error_runs.items():
                 error_runs.setdefault(tool, set()).update(scopes)
-        seconds = max(1, len(recent)) * self.window_ms / 1000
+        # the rate over the time the windows cover: from `since`, or from the first event seen
+        firsts = [w.first_ms for w in recent if w.first_ms is not None]
+        seconds = max(1.0, (now_ms - max(since, min(firsts, default=since))) / 1000)
         looping: Counter[str] = Counter()
         for (tool, action), n in tools.items():
             if action in ("block", "abort"):
@@ -110,7 +133,8 @@ class FleetStats:
         }
 
 
-def _failed(result: ToolResult) -> bool:
+def result_failed(result: ToolResult) -> bool:
+    """An error result: ``error`` set, or a digest-only result whose digest says error."""
     if result.error is not UNSET and result.error is not None:
         return True
     return isinstance(result.result_digest, str) and result.result_digest.startswith("error:")

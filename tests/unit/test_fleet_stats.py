@@ -56,3 +56,26 @@ def test_windows_beyond_the_horizon_are_dropped() -> None:
     now = feed(stats, [new], start_ms=600_000)
     assert min(stats.windows) >= 600_000 - 180_000
     assert stats.summary(now)["active_runs"] == 1
+
+
+def test_events_per_second_counts_only_the_time_the_fleet_was_seen() -> None:
+    stats = FleetStats()
+    trace = Trace("r")
+    for n in range(60):
+        trace.both("read", {"p": n}, {"content": []})
+    now = feed(stats, [trace], start_ms=1_000_000, step_ms=100)  # 120 events over 12 s
+    assert stats.summary(now + 100)["events_per_s"] == 10.0
+    assert stats.summary(now + 108_100)["events_per_s"] == 1.0  # 120 s later, 5-minute view
+    assert stats.summary(now + 108_100, minutes=1)["events_per_s"] == 0.0  # nothing in the last minute
+
+
+def test_timeline_lists_every_window_oldest_first() -> None:
+    stats = FleetStats()
+    looping = Trace("loop", agent_id="coder")
+    for _ in range(22):
+        looping.both("read", {"path": "/missing"}, error="ENOENT")
+    now = feed(stats, [looping], start_ms=3_600_000, step_ms=1000)  # 44 events over 44 s
+    timeline = stats.timeline(now, 3)
+    assert [w["start_ms"] for w in timeline] == [3_480_000, 3_540_000, 3_600_000]
+    assert sum(w["events"] for w in timeline) == 44
+    assert sum(w["warn"] + w["block"] + w["abort"] for w in timeline) == 4

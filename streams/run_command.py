@@ -1,0 +1,71 @@
+"""``loopwatch run``: events in (file, folder, stdin, or a followed file), verdicts out, in
+input order, through the embedded runtime; optionally with the live dashboard."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import AsyncExitStack
+from typing import BinaryIO, TextIO
+
+from detectors.events import Event, encode_output
+from streams.config_files import load_config
+from streams.dashboard import serve_until_interrupted, serving
+from streams.embedded import EmbeddedRuntime
+from streams.event_lines import BadLine, read_sourced_events
+from streams.fleet_view import FleetView
+from streams.inputs import follow_lines, input_lines
+
+__all__ = ["run_embedded"]
+
+
+def _valid(items: Iterable[Event | BadLine], err: TextIO) -> Iterator[Event]:
+    for item in items:
+        if isinstance(item, BadLine):
+            print(f"loopwatch: skipped invalid event at {item}", file=err)
+        else:
+            yield item
+
+
+async def _followed(path: str, max_bytes: int, err: TextIO) -> AsyncIterator[Event]:
+    async for where, line in follow_lines(path):
+        for event in _valid(read_sourced_events([(where, line)], max_bytes), err):
+            yield event
+
+
+def run_embedded(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    config = load_config(args.config)
+    max_bytes = config.settings.max_event_bytes
+    sink: BinaryIO = open(args.output, "wb") if args.output else out  # noqa: SIM115 - closed below
+    view = FleetView("loopwatch run (embedded)") if args.serve else None
+    live = bool(args.follow or args.serve)  # someone watches: flush every verdict
+
+    async def main() -> None:
+        source: Iterable[Event] | AsyncIterator[Event] = (
+            _followed(args.events, max_bytes, err)
+            if args.follow
+            else _valid(read_sourced_events(input_lines(args.events), max_bytes), err)
+        )
+        async with AsyncExitStack() as stack:
+            if view is not None:
+                await stack.enter_async_context(serving(view, args.serve, err))
+            async with EmbeddedRuntime(config, workers=args.workers, view=view) as runtime:
+                async for outputs in runtime.run(source):
+                    for output in outputs:
+                        sink.write(encode_output(output) + b"\n")
+                    if outputs and live:
+                        sink.flush()
+            if view is not None:
+                sink.flush()
+                await serve_until_interrupted(err)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        sink.flush()
+        if sink is not out:
+            sink.close()
+    return 0

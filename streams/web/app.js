@@ -1,0 +1,220 @@
+// loopwatch dashboard: polls the JSON routes once a second and redraws. No dependencies.
+// Every text that comes from agents (run ids, tool names, messages) is set as textContent.
+"use strict";
+(() => {
+  const POLL_MS = 1000;
+  const main = document.getElementById("main");
+  const status = document.getElementById("status");
+  const minutes = document.getElementById("minutes");
+  const ACTIONS = ["warn", "block", "abort"];
+  let generation = 0;
+  let timer = null;
+
+  function h(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined) continue;
+      if (key === "class") node.className = value;
+      else if (key === "style") node.style.cssText = value;
+      else node.setAttribute(key, value);
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  const pad = (n) => String(n).padStart(2, "0");
+  function time(ms) {
+    const d = new Date(ms);
+    return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  }
+  const num = (n) => (typeof n === "number" ? n.toLocaleString("en-US") : String(n ?? "–"));
+  const sum = (values) => values.reduce((a, b) => a + b, 0);
+  const badge = (kind, text) => h("span", { class: `badge ${kind}` }, text ?? kind);
+  const runLink = (run) => h("a", { href: `#/run/${encodeURIComponent(run)}`, title: run, "data-run-link": run }, run);
+
+  function fingerprint(fp) {
+    if (!fp) return "";
+    const hue = parseInt(fp.replace(/[^0-9a-f]/gi, "").slice(0, 6) || "0", 16) % 360;
+    return h("span", { class: "fp", title: "arguments fingerprint", style: `background:hsl(${hue},65%,68%)` }, fp);
+  }
+
+  function kpi(key, label, value, kind) {
+    return h("div", { class: `kpi ${kind || ""}` },
+      h("div", { class: "value", "data-kpi": key }, num(value)),
+      h("div", { class: "label" }, label));
+  }
+
+  function table(id, headers, rows, empty) {
+    if (!rows.length) return h("div", { class: "empty", id }, empty);
+    return h("table", { id },
+      h("thead", {}, h("tr", {}, headers.map(([text, cls]) => h("th", { class: cls }, text)))),
+      h("tbody", {}, rows));
+  }
+
+  function panel(title, ...body) {
+    return h("section", { class: "panel" }, h("h2", {}, title), ...body);
+  }
+
+  function svg(tag, attrs, text) {
+    const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function timeline(windows) {
+    const width = 600, height = 70, step = width / Math.max(1, windows.length);
+    const top = Math.max(1, ...windows.map((w) => w.events));
+    const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", id: "timeline" });
+    windows.forEach((w, i) => {
+      const x = i * step + 1, barHeight = (w.events / top) * (height - 6);
+      const group = svg("g", {});
+      group.append(svg("title", {}, `${time(w.start_ms)}: ${w.events} events, ${w.warn} warn, ${w.block} block, ${w.abort} abort`));
+      group.append(svg("rect", { x, y: height - barHeight, width: step - 2, height: barHeight, fill: "#5aa9e6", opacity: "0.6" }));
+      if (w.warn + w.block + w.abort) {
+        const color = w.abort ? "#e5484d" : w.block ? "#f0703c" : "#e5b22e";
+        group.append(svg("rect", { x, y: 0, width: step - 2, height: 4, fill: color }));
+      }
+      root.append(group);
+    });
+    return h("div", { class: "timeline" }, root,
+      h("div", { class: "legend" }, "events per minute, last 30 minutes; a cap marks minutes with verdicts:",
+        h("i", { style: "background:var(--warn)" }), "warn", h("i", { style: "background:var(--block)" }), "block",
+        h("i", { style: "background:var(--abort)" }), "abort"));
+  }
+
+  function breakdown(id, title, nested) {
+    const rows = Object.entries(nested)
+      .map(([name, counts]) => [name, counts, sum(ACTIONS.map((a) => counts[a] || 0))])
+      .sort((a, b) => b[2] - a[2] || a[0].localeCompare(b[0]));
+    const top = Math.max(1, ...rows.map((r) => r[2]));
+    return panel(title, table(id, [["name"], ["warn", "num"], ["block", "num"], ["abort", "num"], [""]],
+      rows.map(([name, counts, total]) => h("tr", { "data-name": name },
+        h("td", { class: "run" }, name),
+        ACTIONS.map((a) => h("td", { class: "num", "data-action": a }, num(counts[a] || 0))),
+        h("td", {}, h("span", { class: "bar", style: `width:${Math.round((total / top) * 80)}px` })))),
+      "no verdicts in this window"));
+  }
+
+  function renderFleet(data) {
+    const verdicts = data.verdicts || {};
+    const detectorRows = Object.entries(data.per_detector).sort((a, b) => b[1] - a[1]);
+    main.replaceChildren(
+      data.enabled ? "" : h("div", { class: "notice" }, "The fleet view is switched off on this worker (LOOPWATCH_FLEET_VIEW=false)."),
+      h("div", { class: "kpis" },
+        kpi("events_per_s", "events / s", Math.round(data.events_per_s * 10) / 10),
+        kpi("events", `events, last ${data.minutes} min`, sum(Object.values(data.events))),
+        kpi("active_runs", "active runs", data.active_runs),
+        kpi("warn", "warnings", verdicts.warn || 0, "warn"),
+        kpi("block", "blocks", verdicts.block || 0, "block"),
+        kpi("abort", "aborts", verdicts.abort || 0, "abort")),
+      h("div", { class: "panel", style: "margin-bottom:14px" }, timeline(data.timeline)),
+      h("div", { class: "grid" },
+        panel("Runs with verdicts",
+          h("div", { class: "scroll" }, table("runs", [["run"], ["agent"], ["status"], ["worst"], ["warn", "num"], ["block", "num"], ["abort", "num"], ["last detector"], ["last seen"]],
+            data.runs.map((r) => h("tr", { "data-run": r.run },
+              h("td", { class: "run" }, runLink(r.run)), h("td", {}, r.agent_id), h("td", {}, badge(r.status)),
+              h("td", {}, badge(r.worst)),
+              ACTIONS.map((a) => h("td", { class: "num", "data-action": a }, num(r.verdicts[a] || 0))),
+              h("td", {}, r.last_detector), h("td", { class: "mono" }, time(r.last_ms)))),
+            "no run has a verdict yet"))),
+        panel("Verdict feed",
+          h("div", { class: "scroll" }, table("feed", [["time"], [""], ["run · agent"], ["tool · detector"], ["message"]],
+            data.feed.map((v) => h("tr", { "data-verdict-id": v.verdict_id },
+              h("td", { class: "mono" }, time(v.ts_ms)), h("td", {}, badge(v.action)),
+              h("td", { class: "run" }, runLink(v.run), h("div", { class: "sub" }, v.agent_id)),
+              h("td", {}, v.tool, h("div", { class: "sub" }, v.detector)), h("td", { class: "msg" }, v.message))),
+            "no verdicts yet")))),
+      h("div", { class: "grid3" },
+        breakdown("by-agent", "By agent", data.per_agent),
+        breakdown("by-tool", "By tool", data.per_tool),
+        panel("By detector", table("by-detector", [["detector"], ["verdicts", "num"]],
+          detectorRows.map(([name, n]) => h("tr", { "data-name": name }, h("td", {}, name), h("td", { class: "num" }, num(n)))),
+          "no verdicts in this window"))),
+      h("div", { class: "grid" },
+        panel("Top looping tools (blocks and aborts)",
+          h("div", { class: "chips", id: "looping-tools" },
+            data.top_looping_tools.length ? data.top_looping_tools.map(([tool, n]) => h("span", { "data-name": tool }, `${tool} × ${n}`)) : h("div", { class: "empty" }, "none"))),
+        panel("Tools failing across runs",
+          h("div", { class: "chips", id: "failing-tools" },
+            data.failing_tools.length ? data.failing_tools.map((tool) => h("span", { "data-name": tool }, tool)) : h("div", { class: "empty" }, "none")))));
+  }
+
+  function activityRow(e) {
+    let kind = e.kind, detail = e.preview ?? "", tool = e.tool ?? "";
+    if (e.kind === "result") kind = e.outcome;
+    if (e.kind === "verdict" || e.kind === "abort") { kind = e.action; detail = `${e.detector} (${e.count ?? "–"}): ${e.message}`; }
+    if (e.kind === "compaction") detail = "context overflow: compaction and retry";
+    if (e.kind === "run_end") detail = "run ended";
+    return h("tr", { "data-kind": e.kind },
+      h("td", { class: "mono" }, time(e.ts_ms)), h("td", {}, badge(kind, kind.replace("_", " "))),
+      h("td", {}, tool), h("td", {}, fingerprint(e.args)), h("td", { class: "msg" }, detail));
+  }
+
+  function renderRun(run) {
+    const counts = run.verdicts;
+    document.title = `loopwatch — ${run.run}`;
+    main.replaceChildren(
+      h("p", {}, h("a", { href: "#/" }, "← fleet")),
+      h("h1", { id: "run-id" }, run.run),
+      h("p", {}, "agent ", h("strong", { id: "run-agent" }, run.agent_id), " · ", badge(run.status), " ",
+        run.worst ? badge(run.worst, `worst: ${run.worst}`) : "",
+        h("span", { class: "legend" }, ` first seen ${time(run.first_ms)}, last ${time(run.last_ms)}`)),
+      h("div", { class: "kpis" },
+        kpi("calls", "tool calls", run.calls), kpi("results", "results", run.results),
+        kpi("errors", "error results", run.errors), kpi("compactions", "compactions", run.compactions),
+        kpi("warn", "warnings", counts.warn || 0, "warn"), kpi("block", "blocks", counts.block || 0, "block"),
+        kpi("abort", "aborts", counts.abort || 0, "abort")),
+      h("div", { class: "grid" },
+        panel("Verdicts",
+          h("div", { class: "scroll" }, table("verdicts", [["time"], [""], ["detector"], ["tool"], ["count", "num"], ["message"]],
+            run.verdict_list.map((v) => h("tr", { "data-verdict-id": v.verdict_id, "data-action": v.action },
+              h("td", { class: "mono" }, time(v.ts_ms)), h("td", {}, badge(v.action)), h("td", {}, v.detector),
+              h("td", {}, v.tool), h("td", { class: "num" }, num(v.count)), h("td", { class: "msg" }, v.message))),
+            "no verdicts for this run"))),
+        panel("Recent calls, results and verdicts",
+          h("div", { class: "scroll" }, table("recent", [["time"], [""], ["tool"], ["args"], ["detail"]],
+            run.recent.slice().reverse().map(activityRow), "nothing yet")))));
+  }
+
+  function setStatus(state, text) {
+    status.dataset.state = state;
+    status.textContent = text;
+  }
+
+  async function refresh() {
+    const mine = ++generation;
+    clearTimeout(timer);
+    const match = location.hash.match(/^#\/run\/(.+)$/);
+    const url = match ? `/fleet/run?id=${match[1]}` : `/fleet/overview?minutes=${minutes.value}`;
+    try {
+      const response = await fetch(url, { cache: "no-store" });
+      const body = await response.json();
+      if (mine !== generation) return;
+      if (match && response.status === 404) {
+        main.replaceChildren(h("p", {}, h("a", { href: "#/" }, "← fleet")),
+          h("div", { class: "notice", id: "run-missing" }, body.error));
+      } else if (!response.ok) {
+        throw new Error(body.error || `HTTP ${response.status}`);
+      } else if (match) {
+        renderRun(body);
+      } else {
+        document.title = "loopwatch — fleet";
+        renderFleet(body);
+      }
+      setStatus("live", `live · ${time(body.as_of_ms || Date.now())}${body.source ? ` · ${body.source}` : ""}`);
+      document.body.dataset.loaded = url;
+    } catch (error) {
+      if (mine !== generation) return;
+      setStatus("error", `cannot reach loopwatch: ${error.message}`);
+    }
+    if (mine === generation) timer = setTimeout(refresh, POLL_MS);
+  }
+
+  window.addEventListener("hashchange", refresh);
+  minutes.addEventListener("change", refresh);
+  refresh();
+})();
