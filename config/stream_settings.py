@@ -50,6 +50,7 @@ class StreamSettings:
     expiry_interval_s: float = 60.0
     startup_timeout_s: float = 30.0
     fleet_view: bool = True
+    dashboard_previews: bool = True  # the run page shows the start of tool arguments and results
     web_enabled: bool = True
     web_host: str = "127.0.0.1"
     web_port: int = 6066

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Start or stop the services the integration tests need: a real Kafka broker (from Maven
-# Central jars, docker/kafka/broker.sh) and a real Redis server (Debian's redis-server).
+# Central jars, docker/kafka/broker.sh), a real Redis server (Debian's redis-server), and
+# Debian's chromium for the dashboard tests (installed, not started: each test starts its own).
 #
-#   docker/services.sh up     start what is not running yet; remember what was started
+#   docker/services.sh up     install what is missing, start what is not running yet;
+#                             remember what was started
 #   docker/services.sh down   stop only what `up` started
 #   docker/services.sh env    print the variables the tests read
 #
@@ -18,17 +20,23 @@ export KAFKA_PORT KAFKA_CONTROLLER_PORT="$((KAFKA_PORT + 1))"
 export PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
 mkdir -p "$STATE"
 
+# debian_install COMMAND PACKAGE: install Debian's PACKAGE unless COMMAND is on the PATH
+debian_install() {
+  if command -v "$1" >/dev/null 2>&1; then return 0; fi
+  echo "services: installing Debian's $2" >&2
+  if [ "$(id -u)" != 0 ]; then
+    echo "services: $1 is missing and this user cannot install it (apt-get install $2)" >&2
+    return 1
+  fi
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >"$STATE/apt.log" 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2") >"$STATE/apt.log" 2>&1 \
+      || { echo "services: apt-get install $2 failed (see $STATE/apt.log)" >&2; return 1; }
+  fi
+}
+
 redis_up() {
   if redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then return 0; fi
-  if ! command -v redis-server >/dev/null 2>&1; then
-    echo "services: installing Debian's redis-server" >&2
-    if [ "$(id -u)" = 0 ]; then
-      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null
-    else
-      echo "services: redis-server is missing and this user cannot install it (apt-get install redis-server)" >&2
-      return 1
-    fi
-  fi
+  debian_install redis-server redis-server
   mkdir -p "$STATE/redis"
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
     --dir "$STATE/redis" --pidfile "$STATE/redis/redis.pid" --logfile "$STATE/redis/redis.log"
@@ -64,7 +72,7 @@ down() {
 }
 
 case "${1:-}" in
-  up) redis_up; kafka_up ;;
+  up) redis_up; debian_install chromium chromium; kafka_up ;;
   down) down ;;
   env) echo "LOOPWATCH_TEST_KAFKA=127.0.0.1:$KAFKA_PORT LOOPWATCH_TEST_REDIS=redis://127.0.0.1:$REDIS_PORT/0" ;;
   *) echo "usage: $0 {up|down|env}" >&2; exit 2 ;;

@@ -100,10 +100,9 @@ def register_faust_pages(app: Any, dashboard: Dashboard) -> None:
         def page(route: str) -> Callable[..., Any]:
             async def handler(view: Any, request: Any) -> Any:
                 answer = dashboard.respond(route, request.query)
-                headers = {"Cache-Control": "no-store"}
-                return view.bytes(
-                    answer.body, content_type=answer.content_type, status=answer.status, headers=headers
-                )
+                # the type goes in the headers: aiohttp refuses a charset in content_type
+                headers = {"Content-Type": answer.content_type, "Cache-Control": "no-store"}
+                return view.bytes(answer.body, status=answer.status, headers=headers)
 
             return handler
 

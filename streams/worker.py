@@ -48,8 +48,9 @@ from detectors.events import (
 )
 from detectors.state import RunState
 from detectors.step import apply, new_state
+from streams.dashboard import Dashboard, register_faust_pages
 from streams.dead_letter import dead_letter
-from streams.fleet_stats import FleetStats
+from streams.fleet_view import FleetView
 from streams.kafka_connect import aiokafka_auth, faust_credentials
 from streams.logs import verdict_log_fields
 from streams.metrics import WorkerMetrics
@@ -142,7 +143,11 @@ class LoopwatchWorker:
         self._dirty: dict[bytes, tuple[int, RunState | None]] = {}
         self._last_seen: dict[bytes, float] = {}
         self.metrics = WorkerMetrics()
-        self.fleet = FleetStats(window_s=60, horizon_s=3600)
+        self.fleet = FleetView(
+            f"worker {settings.app_id}",
+            previews=settings.dashboard_previews,
+            enabled=settings.fleet_view,
+        )
         self._offsets: dict[int, int] = {}  # input partition -> last processed offset
         app = faust.App(
             settings.app_id,
@@ -188,13 +193,9 @@ class LoopwatchWorker:
         async def health(view: Any, request: Any) -> Any:
             return view.json({"status": "ok", "events": sum(worker.metrics.events.values())})
 
-        async def fleet(view: Any, request: Any) -> Any:
-            minutes = int(request.query.get("minutes", "5"))
-            return view.json(worker.fleet.summary(int(time.time() * 1000), minutes))
-
         app.page("/metrics")(metrics)
         app.page("/health")(health)
-        app.page("/fleet")(fleet)
+        register_faust_pages(app, Dashboard(self.fleet))  # /dashboard, /fleet, /fleet/overview, /fleet/run
         if settings.fleet_view:  # every worker then also reads every event and verdict
             app.task(self._follow_fleet)
         app.timer(settings.expiry_interval_s)(self._expire_idle_runs)

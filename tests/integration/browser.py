@@ -61,11 +61,18 @@ class Chromium:
 
     async def __aenter__(self) -> Chromium:
         profile = Path(self._profile.name)
-        self._process = subprocess.Popen(
-            [self.binary, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
-            stdout=subprocess.DEVNULL,
-            stderr=(profile.parent / f"{profile.name}.log").open("wb"),
-        )
+        with (profile / "chromium.log").open("wb") as log:
+            self._process = subprocess.Popen(
+                [
+                    self.binary,
+                    *FLAGS,
+                    f"--user-data-dir={profile}",
+                    "--remote-debugging-port=0",
+                    "about:blank",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         port = await self._devtools_port(profile / "DevToolsActivePort")
         self._session = aiohttp.ClientSession()
         for _ in range(100):
@@ -134,8 +141,9 @@ class Chromium:
         return answer["result"].get("value")
 
     async def open(self, url: str) -> None:
+        """Navigate and wait until the new document has loaded."""
         await self.send("Page.navigate", url=url)
-        await self.wait_for("document.readyState === 'complete'")
+        await self.wait_for(f"location.href === {json.dumps(url)} && document.readyState === 'complete'")
 
     async def wait_for(self, expression: str, timeout: float = 20) -> Any:
         """Poll until the expression is truthy; its value. Fails with the last value seen."""

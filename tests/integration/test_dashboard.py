@@ -1,0 +1,260 @@
+"""The dashboard in a real headless Chromium: what the page shows is what the stream holds.
+
+Served by a worker on the real broker, and by the embedded runtime (``loopwatch run --serve``);
+``loopwatch demo --serve`` is checked over HTTP. Screenshots are saved in ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from detectors.events import Event, ToolCall, run_scope
+from tests.helpers import FIXTURES, ROOT, Trace
+from tests.integration.browser import Chromium
+from tests.integration.harness import (
+    LOOPWATCH,
+    Names,
+    WorkerProcess,
+    consume,
+    event_records,
+    expected_outputs,
+    fixture_events,
+    produce,
+    run,
+)
+from tests.integration.test_worker import fleet_events, start_worker
+
+pytestmark = pytest.mark.integration
+
+ARTIFACTS = ROOT / "test-artifacts"
+
+#: Everything the tests read off the page, as numbers and ids (thousands separators removed).
+READ_PAGE = """(() => {
+  const number = (node) => Number(node.textContent.replace(/,/g, ""));
+  const rows = (id) => [...document.querySelectorAll(`#${id} tbody tr`)];
+  const actions = (row) => Object.fromEntries(
+    [...row.querySelectorAll("[data-action]")].map((cell) => [cell.dataset.action, number(cell)]));
+  return {
+    status: document.getElementById("status").dataset.state,
+    kpis: Object.fromEntries(
+      [...document.querySelectorAll("[data-kpi]")].map((n) => [n.dataset.kpi, number(n)])),
+    agents: Object.fromEntries(rows("by-agent").map((row) => [row.dataset.name, actions(row)])),
+    detectors: Object.fromEntries(rows("by-detector").map((row) => [row.dataset.name, number(row.cells[1])])),
+    runs: rows("runs").map((row) => row.dataset.run),
+    feed: rows("feed").map((row) => row.dataset.verdictId),
+    run: document.getElementById("run-id")?.textContent ?? null,
+    verdicts: rows("verdicts").map((row) => [row.dataset.verdictId, row.dataset.action]),
+    fired: rows("run-detectors").reduce((out, row) => {
+      out[row.dataset.name] = (out[row.dataset.name] || 0) + number(row.cells[2]);
+      return out;
+    }, {}),
+  };
+})()"""
+
+
+def action_of(output: dict[str, Any]) -> str:
+    return str(output["action"]) if output["type"] == "verdict" else "abort"
+
+
+def detector_of(output: dict[str, Any]) -> str:
+    return str(output["detector"] if output["type"] == "verdict" else output["reason"])
+
+
+def scope_of(output: dict[str, Any]) -> str:
+    return str(output["run_id"] or f"session:{output['session_id']}")
+
+
+def expected_fleet(events: list[Event], outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fleet page's numbers, computed from the stream itself."""
+    actions = Counter(action_of(o) for o in outputs)
+    agents: dict[str, dict[str, int]] = {}
+    for output in outputs:
+        counts = agents.setdefault(output["agent_id"], {"warn": 0, "block": 0, "abort": 0})
+        counts[action_of(output)] += 1
+    return {
+        "kpis": {
+            "events": len(events),
+            "active_runs": len({run_scope(e) for e in events}),
+            "warn": actions["warn"],
+            "block": actions["block"],
+            "abort": actions["abort"],
+        },
+        "agents": agents,
+        "detectors": dict(Counter(detector_of(o) for o in outputs)),
+    }
+
+
+def shown_kpis(page: dict[str, Any]) -> dict[str, int]:
+    return {key: page["kpis"][key] for key in ("events", "active_runs", "warn", "block", "abort")}
+
+
+async def wait_for_page(browser: Chromium, done: Any, timeout: float = 60) -> dict[str, Any]:
+    """The page read until ``done(page)`` holds; the last reading is returned either way."""
+    deadline = time.monotonic() + timeout
+    page: dict[str, Any] = await browser.evaluate(READ_PAGE)
+    while not done(page) and time.monotonic() < deadline:
+        await asyncio.sleep(0.25)
+        page = await browser.evaluate(READ_PAGE)
+    return page
+
+
+async def check_run_page(
+    browser: Chromium, events: list[Event], outputs: list[dict[str, Any]], shot: str
+) -> str:
+    """Click the first run of the fleet page's run table; its page lists that run's verdicts."""
+    scope = await browser.wait_for("document.querySelector('#runs [data-run-link]')?.dataset.runLink")
+    await browser.evaluate("document.querySelector('#runs [data-run-link]').click()")
+    mine = [o for o in outputs if scope_of(o) == scope]
+    wanted = [[o["verdict_id"], action_of(o)] for o in reversed(mine)]  # newest first
+    page = await wait_for_page(browser, lambda p: p["run"] == scope and p["verdicts"] == wanted)
+    assert page["run"] == scope
+    assert page["verdicts"] == wanted
+    fired = Counter(detector_of(o) for o in mine)
+    assert page["fired"] == dict(fired)
+    calls = sum(1 for e in events if isinstance(e, ToolCall) and run_scope(e) == scope)
+    assert page["kpis"]["calls"] == calls
+    assert page["kpis"]["block"] == sum(1 for v in wanted if v[1] == "block")
+    await browser.screenshot(ARTIFACTS / shot)
+    return str(scope)
+
+
+def loop_run(run_id: str, agent: str, calls: int) -> list[Event]:
+    trace = Trace(run_id, agent_id=agent)
+    for _ in range(calls):
+        trace.both("read", {"path": "/missing"}, error="ENOENT")
+    return trace.events
+
+
+def test_worker_dashboard_shows_the_stream_and_updates_live(
+    kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    events = fixture_events() + fleet_events(runs=30, seed=11)
+    outputs = expected_outputs(events)
+    worker = start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
+    run(produce(kafka_bootstrap, names.events, event_records(events)))
+    run(consume(kafka_bootstrap, names.verdicts, until=len(outputs), timeout=120))
+    url = f"http://127.0.0.1:{worker.env['LOOPWATCH_WEB_PORT']}/dashboard"
+    extra = loop_run("live-loop", "late-agent", 12)  # 12 identical failing reads: one warning
+    extra_outputs = expected_outputs(extra)
+    assert [action_of(o) for o in extra_outputs] == ["warn"]
+
+    async def scenario() -> None:
+        async with Chromium() as browser:
+            await browser.open(url)
+            await browser.wait_for("document.body.dataset.loaded")
+            want = expected_fleet(events, outputs)
+            page = await wait_for_page(browser, lambda p: shown_kpis(p) == want["kpis"])
+            assert page["status"] == "live"
+            assert shown_kpis(page) == want["kpis"]
+            assert page["agents"] == want["agents"]
+            assert page["detectors"] == want["detectors"]
+            assert page["feed"]
+            assert set(page["feed"]) <= {o["verdict_id"] for o in outputs}
+            await browser.screenshot(ARTIFACTS / "dashboard-worker-fleet.png")
+
+            # more traffic while the page is open: it updates without a reload
+            await asyncio.to_thread(run, produce(kafka_bootstrap, names.events, event_records(extra)))
+            want = expected_fleet(events + extra, outputs + extra_outputs)
+            page = await wait_for_page(browser, lambda p: shown_kpis(p) == want["kpis"])
+            assert shown_kpis(page) == want["kpis"]
+            assert page["agents"]["late-agent"] == {"warn": 1, "block": 0, "abort": 0}
+            assert page["feed"][0] == extra_outputs[0]["verdict_id"]  # newest first
+
+            await check_run_page(browser, events, outputs, "dashboard-worker-run.png")
+
+    asyncio.run(scenario())
+    with urllib.request.urlopen(url.replace("/dashboard", "/fleet/run?id=live-loop"), timeout=10) as answer:
+        detail = json.loads(answer.read())
+    assert [v["verdict_id"] for v in detail["verdict_list"]] == [o["verdict_id"] for o in extra_outputs]
+    assert detail["calls"] == 12
+    assert detail["errors"] == 12
+
+
+class Served:
+    """A ``loopwatch`` command that serves the dashboard, its URL read from its stderr."""
+
+    def __init__(self, args: list[str], tmp_path: Path) -> None:
+        self.out = tmp_path / "stdout"
+        self.err = tmp_path / "stderr"
+        with self.out.open("wb") as out, self.err.open("wb") as err:
+            self.proc = subprocess.Popen([LOOPWATCH, *args], stdout=out, stderr=err, cwd=ROOT)
+
+    def wait_done(self, timeout: float = 120) -> str:
+        """Once the input is processed: the dashboard's URL."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.err.read_text(errors="replace")
+            if "input done" in text:
+                found = re.search(r"dashboard at (http://\S+)", text)
+                assert found, text
+                return found.group(1)
+            if self.proc.poll() is not None:
+                raise AssertionError(f"exited with {self.proc.returncode}: {text}")
+            time.sleep(0.1)
+        raise AssertionError(f"not done after {timeout}s: {self.err.read_text(errors='replace')}")
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        return self.proc.wait(20)
+
+
+def test_run_serve_dashboard_matches_the_verdicts_it_wrote(tmp_path: Path) -> None:
+    from streams.event_lines import BadLine, read_events
+
+    events: list[Event] = []
+    for path in sorted(FIXTURES.glob("*.events.jsonl")):
+        with path.open("rb") as stream:
+            events += [e for e in read_events(stream, str(path)) if not isinstance(e, BadLine)]
+    served = Served(["run", "--serve", "127.0.0.1:0", str(FIXTURES)], tmp_path)
+    try:
+        url = served.wait_done()
+        outputs = [json.loads(line) for line in served.out.read_bytes().splitlines()]
+        assert outputs == expected_outputs(events)  # the folder is read in name order
+
+        async def scenario() -> None:
+            async with Chromium() as browser:
+                await browser.open(url)
+                await browser.wait_for("document.body.dataset.loaded")
+                want = expected_fleet(events, outputs)
+                page = await wait_for_page(browser, lambda p: shown_kpis(p) == want["kpis"])
+                assert shown_kpis(page) == want["kpis"]
+                assert page["agents"] == want["agents"]
+                assert page["detectors"] == want["detectors"]
+                await browser.screenshot(ARTIFACTS / "dashboard-embedded-fleet.png")
+                await check_run_page(browser, events, outputs, "dashboard-embedded-run.png")
+                await browser.evaluate("location.hash = '#/run/' + encodeURIComponent('no-such-run')")
+                missing = await browser.wait_for("document.getElementById('run-missing')?.textContent")
+                assert "no-such-run" in missing
+
+        asyncio.run(scenario())
+    finally:
+        assert served.stop() == 0  # SIGTERM ends the serving cleanly
+
+
+def test_demo_serve_reports_what_the_demo_saw(tmp_path: Path) -> None:
+    served = Served(["demo", "--serve", "127.0.0.1:0", "--rate", "0", "--json", "--runs", "6"], tmp_path)
+    try:
+        url = served.wait_done()
+        reports = json.loads(served.out.read_text())
+        with urllib.request.urlopen(url.replace("/dashboard", "/fleet/overview"), timeout=10) as answer:
+            overview = json.loads(answer.read())
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            assert b'<script src="/dashboard/app.js">' in answer.read()
+    finally:
+        served.stop()
+    detectors: Counter[str] = Counter()
+    for report in reports:
+        detectors.update(report["detectors"])
+    assert overview["per_detector"] == dict(detectors)
+    assert overview["source"] == "loopwatch demo (embedded)"
+    assert overview["totals"]["verdicts"] == sum(detectors.values()) > 0
