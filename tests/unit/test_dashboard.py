@@ -1,0 +1,180 @@
+"""The dashboard's routes and the per-run activity behind them (pure; no server)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from config import FleetConfig
+from config.errors import LoopwatchError
+from detectors.engine import Engine
+from detectors.events import Abort, Event, Output, RunEnd, Verdict, encode_output
+from streams.dashboard import WEB, Dashboard, parse_address
+from streams.fleet_view import FleetView
+from streams.run_activity import PREVIEW_CHARS, RunActivity
+from tests.helpers import Trace
+
+NOW_S = 1_800_000_000.0
+
+
+def feed(view: FleetView | RunActivity, events: list[Event], start_ms: int) -> list[Output]:
+    engine = Engine(FleetConfig.enabled_default())
+    outputs: list[Output] = []
+    for offset, event in enumerate(events):
+        view.event(event, start_ms + offset)
+        for output in engine.process(event):
+            view.output(output, start_ms + offset)
+            outputs.append(output)
+    return outputs
+
+
+def looping(run_id: str, agent: str, calls: int) -> Trace:
+    trace = Trace(run_id, agent_id=agent)
+    for _ in range(calls):
+        trace.both("read", {"path": "/missing"}, error="ENOENT")
+    return trace
+
+
+def get(dashboard: Dashboard, path: str, **query: str) -> tuple[int, Any]:
+    answer = dashboard.respond(path, query)
+    assert answer.content_type == "application/json"
+    return answer.status, json.loads(answer.body)
+
+
+@pytest.fixture
+def fleet() -> tuple[Dashboard, list[Output], list[Event]]:
+    view = FleetView("test")
+    events = looping("loop-1", "coder", 22).events + looping("warned", "ops", 11).events
+    healthy = Trace("ok-1", agent_id="ops")
+    for n in range(5):
+        healthy.both("read", {"path": f"/f{n}"}, {"content": [{"type": "text", "text": str(n)}]})
+    events += healthy.events
+    outputs = feed(view, events, int(NOW_S * 1000) - 10_000)
+    return Dashboard(view, clock=lambda: NOW_S), outputs, events
+
+
+def test_overview_numbers_feed_and_runs(fleet: tuple[Dashboard, list[Output], list[Event]]) -> None:
+    dashboard, outputs, events = fleet
+    status, body = get(dashboard, "/fleet/overview")
+    assert status == 200
+    assert body["totals"] == {"events": len(events), "verdicts": len(outputs), "runs_tracked": 3}
+    assert body["verdicts"] == {"warn": 2, "block": 2, "abort": 1}
+    assert body["per_agent"] == {"coder": {"warn": 1, "block": 2, "abort": 1}, "ops": {"warn": 1}}
+    assert [v["verdict_id"] for v in body["feed"]] == [o.verdict_id for o in reversed(outputs)]
+    assert [r["run"] for r in body["runs"]] == ["loop-1", "warned"]  # worst first; healthy not listed
+    assert body["runs"][0]["worst"] == "abort"
+    assert body["runs"][0]["verdicts"] == {"warn": 1, "block": 2, "abort": 1}
+    assert sum(w["events"] for w in body["timeline"]) == len(events)
+    assert len(body["timeline"]) == 30
+
+
+def test_run_detail_lists_its_verdicts_and_recent_activity(
+    fleet: tuple[Dashboard, list[Output], list[Event]],
+) -> None:
+    dashboard, outputs, _ = fleet
+    status, run = get(dashboard, "/fleet/run", id="loop-1")
+    assert status == 200
+    mine = [json.loads(encode_output(o)) for o in outputs if o.run_id == "loop-1"]
+    assert [v["verdict_id"] for v in run["verdict_list"]] == [o["verdict_id"] for o in mine]
+    assert [v["message"] for v in run["verdict_list"]] == [o["message"] for o in mine]
+    assert (run["calls"], run["results"], run["errors"]) == (22, 22, 22)  # every read failed
+    kinds = [entry["kind"] for entry in run["recent"]]
+    assert Counter(kinds) == {"call": 22, "result": 22, "verdict": 3, "abort": 1}
+    calls = [entry for entry in run["recent"] if entry["kind"] == "call"]
+    assert len({entry["args"] for entry in calls}) == 1  # identical arguments: one fingerprint
+    assert calls[0]["preview"] == '{"path":"/missing"}'
+
+
+def test_run_route_errors_say_what_is_wrong(fleet: tuple[Dashboard, list[Output], list[Event]]) -> None:
+    dashboard, _, _ = fleet
+    assert get(dashboard, "/fleet/run") == (400, {"error": "query parameter id: the run id is required"})
+    status, body = get(dashboard, "/fleet/run", id="nope")
+    assert status == 404
+    assert "'nope'" in body["error"]
+    for bad in ("0", "x", "99999"):
+        status, body = get(dashboard, "/fleet", minutes=bad)
+        assert status == 400
+        assert "minutes" in body["error"]
+    assert get(dashboard, "/nowhere")[0] == 404
+
+
+def test_page_and_assets_are_served_and_load_nothing_from_outside() -> None:
+    dashboard = Dashboard(FleetView("test"))
+    page = dashboard.respond("/dashboard/", {})
+    assert page.status == 200
+    assert page.content_type.startswith("text/html")
+    assert dashboard.respond("/dashboard/app.js", {}).content_type.startswith("text/javascript")
+    assert dashboard.respond("/dashboard/app.css", {}).content_type.startswith("text/css")
+    for asset in WEB.iterdir():
+        text = asset.read_text()
+        # only the SVG namespace is a URL; nothing is fetched from another host
+        assert set(re.findall(r"https?://[^\s\"'`)]+", text)) <= {"http://www.w3.org/2000/svg"}, asset
+
+
+def test_previews_are_cut_and_can_be_switched_off() -> None:
+    trace = Trace("r")
+    trace.both("write", {"text": "x" * 1000}, {"ok": True})
+    shown = RunActivity()
+    feed(shown, trace.events, 0)
+    call = shown.run("r")["recent"][0]  # type: ignore[index]
+    assert len(call["preview"]) == PREVIEW_CHARS
+    assert call["preview"].endswith("…")
+    hidden = RunActivity(previews=False)
+    feed(hidden, trace.events, 0)
+    assert all(entry.get("preview") is None for entry in hidden.run("r")["recent"])  # type: ignore[index]
+
+
+def test_runs_and_entries_are_bounded() -> None:
+    activity = RunActivity(max_runs=3, recent_per_run=5, feed_size=4)
+    for n in range(5):
+        feed(activity, looping(f"r{n}", "a", 12).events, n * 1000)
+    assert list(activity.runs) == ["r2", "r3", "r4"]  # the least recently active are dropped
+    assert len(activity.run("r4")["recent"]) == 5  # type: ignore[index]
+    assert len(activity.feed) == 4
+    assert activity.run("r0") is None
+
+
+def test_run_end_and_a_returning_run() -> None:
+    activity = RunActivity()
+    trace = looping("r", "a", 2)
+    feed(activity, [*trace.events, RunEnd(event_id="end", run_id="r")], 0)
+    assert activity.run("r")["status"] == "ended"  # type: ignore[index]
+    feed(activity, looping("r", "a", 1).events, 10)
+    assert activity.run("r")["status"] == "active"  # type: ignore[index]
+
+
+def test_session_scoped_outputs_land_on_their_session() -> None:
+    activity = RunActivity()
+    abort = Abort(
+        verdict_id="v",
+        run_id=None,
+        agent_id="a",
+        session_id="s1",
+        trigger_event_id="e",
+        reason="tool_loop_recovery_exhausted",
+        tool="read",
+        count=None,
+        message="stopped",
+        ts=None,
+    )
+    activity.output(abort, 5)
+    assert activity.run("session:s1")["worst"] == "abort"  # type: ignore[index]
+    assert not isinstance(abort, Verdict)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("6066", ("127.0.0.1", 6066)), ("0.0.0.0:80", ("0.0.0.0", 80)), ("[::1]:0", ("::1", 0))],
+)
+def test_serve_address(text: str, expected: tuple[str, int]) -> None:
+    assert parse_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "host:", "host:port", "1:70000"])
+def test_bad_serve_address_says_what_is_expected(text: str) -> None:
+    with pytest.raises(LoopwatchError, match="expected PORT or HOST:PORT"):
+        parse_address(text)
