@@ -50,6 +50,8 @@ class StreamSettings:
     expiry_interval_s: float = 60.0
     startup_timeout_s: float = 30.0
     fleet_view: bool = True
+    fleet_horizon_s: int = 3600  # how long the fleet view keeps its one-minute windows
+    fleet_failing_runs: int = 3  # a tool failing in this many runs in a window is flagged
     dashboard_previews: bool = True  # the run page shows the start of tool arguments and results
     web_enabled: bool = True
     web_host: str = "127.0.0.1"
@@ -141,7 +143,14 @@ def _check(settings: StreamSettings) -> list[ConfigProblem]:
         problems.append(ConfigProblem(env_name(name), message))
 
     _check_kafka(settings, bad)
-    for name in ("partitions", "replication_factor", "redis_ttl_s", "state_ttl_s"):
+    for name in (
+        "partitions",
+        "replication_factor",
+        "redis_ttl_s",
+        "state_ttl_s",
+        "fleet_horizon_s",
+        "fleet_failing_runs",
+    ):
         if getattr(settings, name) < 1:
             bad(name, "must be a positive integer")
     for name in ("expiry_interval_s", "startup_timeout_s"):

@@ -21,12 +21,13 @@ class FleetView:
         source: str,
         window_s: int = 60,
         horizon_s: int = 3600,
+        failing_runs: int = 3,
         previews: bool = True,
         enabled: bool = True,
     ) -> None:
         self.source = source
         self.enabled = enabled
-        self.stats = FleetStats(window_s=window_s, horizon_s=horizon_s)
+        self.stats = FleetStats(window_s=window_s, horizon_s=horizon_s, failing_runs=failing_runs)
         self.activity = RunActivity(previews=previews)
         self.events = 0
         self.outputs = 0

@@ -145,6 +145,8 @@ class LoopwatchWorker:
         self.metrics = WorkerMetrics()
         self.fleet = FleetView(
             f"worker {settings.app_id}",
+            horizon_s=settings.fleet_horizon_s,
+            failing_runs=settings.fleet_failing_runs,
             previews=settings.dashboard_previews,
             enabled=settings.fleet_view,
         )
