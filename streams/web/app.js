@@ -233,6 +233,11 @@
     if (mine === generation) timer = setTimeout(refresh, POLL_MS);
   }
 
+  document.getElementById("find-run").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const wanted = document.getElementById("run-query").value.trim();
+    if (wanted) location.hash = `#/run/${encodeURIComponent(wanted)}`;
+  });
   window.addEventListener("hashchange", refresh);
   minutes.addEventListener("change", refresh);
   refresh();

@@ -232,7 +232,10 @@ def test_run_serve_dashboard_matches_the_verdicts_it_wrote(tmp_path: Path) -> No
                 assert page["detectors"] == want["detectors"]
                 await browser.screenshot(ARTIFACTS / "dashboard-embedded-fleet.png")
                 await check_run_page(browser, events, outputs, "dashboard-embedded-run.png")
-                await browser.evaluate("location.hash = '#/run/' + encodeURIComponent('no-such-run')")
+                await browser.evaluate(  # the header's run box
+                    "document.getElementById('run-query').value = 'no-such-run';"
+                    "document.getElementById('find-run').requestSubmit()"
+                )
                 missing = await browser.wait_for("document.getElementById('run-missing')?.textContent")
                 assert "no-such-run" in missing
 
