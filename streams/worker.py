@@ -62,6 +62,9 @@ __all__ = ["LoopwatchWorker", "apply_config_record", "read_config_overrides"]
 #: each run's state is written once per batch, before the batch's offsets are acknowledged.
 BATCH_MAX = 500
 BATCH_WITHIN_S = 0.005
+#: The fleet view's follower fetches in bulk (see ``_follow_fleet``).
+FLEET_FETCH_MIN_BYTES = 256 * 1024
+FLEET_FETCH_WAIT_MS = 250
 
 _log = structlog.get_logger("loopwatch.worker")
 _OUTPUTS: Any = msgspec.json.Decoder(Verdict | Abort)
@@ -366,10 +369,16 @@ class LoopwatchWorker:
             _log.info("idle run expired", run_id=scope, idle_s=round(now - last))
 
     async def _follow_fleet(self) -> None:
-        """Every event and verdict of the fleet (all partitions), for the fleet view of /fleet."""
+        """Every event and verdict of the fleet (all partitions), for the fleet view of /fleet.
+
+        Fetches wait up to FLEET_FETCH_WAIT_MS for FLEET_FETCH_MIN_BYTES: a dashboard a quarter
+        of a second behind costs far fewer fetch round trips than one that chases every record.
+        """
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.settings.kafka_bootstrap,
             enable_auto_commit=False,
+            fetch_min_bytes=FLEET_FETCH_MIN_BYTES,
+            fetch_max_wait_ms=FLEET_FETCH_WAIT_MS,
             **aiokafka_auth(self.settings),
         )
         await consumer.start()
