@@ -54,7 +54,7 @@ class Chromium:
     def __init__(self, binary: str | None = None) -> None:
         self.binary = binary or chromium_binary()
         self._ids = itertools.count(1)
-        self._profile = tempfile.TemporaryDirectory(prefix="loopwatch-chromium-")
+        self._profile = tempfile.TemporaryDirectory(prefix="loopwatch-chromium-", ignore_cleanup_errors=True)
         self._process: subprocess.Popen[bytes] | None = None
         self._session: aiohttp.ClientSession | None = None
         self._socket: aiohttp.ClientWebSocketResponse | None = None

@@ -108,6 +108,20 @@ async def wait_for_page(browser: Chromium, done: Any, timeout: float = 60) -> di
     return page
 
 
+async def check_fleet_page(
+    browser: Chromium, url: str, events: list[Event], outputs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Open the fleet page; its numbers and breakdowns are the stream's."""
+    await browser.open(url)
+    await browser.wait_for("document.body.dataset.loaded")
+    want = expected_fleet(events, outputs)
+    page = await wait_for_page(browser, lambda p: shown_kpis(p) == want["kpis"])
+    assert shown_kpis(page) == want["kpis"]
+    assert page["agents"] == want["agents"]
+    assert page["detectors"] == want["detectors"]
+    return page
+
+
 async def check_run_page(
     browser: Chromium, events: list[Event], outputs: list[dict[str, Any]], shot: str
 ) -> str:
@@ -150,14 +164,8 @@ def test_worker_dashboard_shows_the_stream_and_updates_live(
 
     async def scenario() -> None:
         async with Chromium() as browser:
-            await browser.open(url)
-            await browser.wait_for("document.body.dataset.loaded")
-            want = expected_fleet(events, outputs)
-            page = await wait_for_page(browser, lambda p: shown_kpis(p) == want["kpis"])
+            page = await check_fleet_page(browser, url, events, outputs)
             assert page["status"] == "live"
-            assert shown_kpis(page) == want["kpis"]
-            assert page["agents"] == want["agents"]
-            assert page["detectors"] == want["detectors"]
             assert page["feed"]
             assert set(page["feed"]) <= {o["verdict_id"] for o in outputs}
             await browser.screenshot(ARTIFACTS / "dashboard-worker-fleet.png")
@@ -223,13 +231,7 @@ def test_run_serve_dashboard_matches_the_verdicts_it_wrote(tmp_path: Path) -> No
 
         async def scenario() -> None:
             async with Chromium() as browser:
-                await browser.open(url)
-                await browser.wait_for("document.body.dataset.loaded")
-                want = expected_fleet(events, outputs)
-                page = await wait_for_page(browser, lambda p: shown_kpis(p) == want["kpis"])
-                assert shown_kpis(page) == want["kpis"]
-                assert page["agents"] == want["agents"]
-                assert page["detectors"] == want["detectors"]
+                await check_fleet_page(browser, url, events, outputs)
                 await browser.screenshot(ARTIFACTS / "dashboard-embedded-fleet.png")
                 await check_run_page(browser, events, outputs, "dashboard-embedded-run.png")
                 await browser.evaluate(  # the header's run box
