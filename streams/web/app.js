@@ -154,19 +154,6 @@
       h("td", {}, tool), h("td", {}, fingerprint(e.args)), h("td", { class: "msg" }, detail));
   }
 
-  function detectorSummary(verdicts) { // one row per detector and action, most serious first
-    const rows = new Map();
-    for (const v of verdicts) {
-      const key = `${v.detector}\u0000${v.action}`;
-      const row = rows.get(key) || { detector: v.detector, action: v.action, verdicts: 0, first: v.ts_ms, last: v.ts_ms, count: 0 };
-      row.verdicts += 1;
-      row.last = v.ts_ms;
-      row.count = Math.max(row.count, v.count ?? 0);
-      rows.set(key, row);
-    }
-    return [...rows.values()].sort((a, b) => ACTIONS.indexOf(b.action) - ACTIONS.indexOf(a.action) || b.verdicts - a.verdicts);
-  }
-
   function renderRun(run) {
     const counts = run.verdicts;
     document.title = `loopwatch — ${run.run}`;
@@ -182,13 +169,13 @@
         kpi("warn", "warnings", counts.warn || 0, "warn"), kpi("block", "blocks", counts.block || 0, "block"),
         kpi("abort", "aborts", counts.abort || 0, "abort")),
       panel("What fired", table("run-detectors", [["detector"], [""], ["verdicts", "num"], ["first"], ["last"], ["highest count", "num"]],
-        detectorSummary(run.verdict_list).map((d) => h("tr", { "data-name": d.detector },
+        run.fired.map((d) => h("tr", { "data-name": d.detector },
           h("td", {}, d.detector), h("td", {}, badge(d.action)), h("td", { class: "num" }, num(d.verdicts)),
-          h("td", { class: "mono" }, time(d.first)), h("td", { class: "mono" }, time(d.last)),
+          h("td", { class: "mono" }, time(d.first_ms)), h("td", { class: "mono" }, time(d.last_ms)),
           h("td", { class: "num" }, d.count ? num(d.count) : "–"))),
         "no verdicts for this run")),
       h("div", { class: "grid" },
-        panel(`Verdicts (${run.verdict_list.length}, newest first)`,
+        panel(`Latest verdicts (${run.verdict_list.length} of ${sum(Object.values(counts))}, newest first)`,
           h("div", { class: "scroll" }, table("verdicts", [["time"], [""], ["detector"], ["tool"], ["count", "num"], ["message"]],
             run.verdict_list.slice().reverse().map((v) => h("tr", { "data-verdict-id": v.verdict_id, "data-action": v.action },
               h("td", { class: "mono" }, time(v.ts_ms)), h("td", {}, badge(v.action)), h("td", {}, v.detector),

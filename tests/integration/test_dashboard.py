@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from detectors.events import Event, ToolCall, run_scope
+from streams.run_activity import RunActivity
 from tests.helpers import FIXTURES, ROOT, Trace
 from tests.integration.browser import Chromium
 from tests.integration.harness import (
@@ -129,7 +130,8 @@ async def check_run_page(
     scope = await browser.wait_for("document.querySelector('#runs [data-run-link]')?.dataset.runLink")
     await browser.evaluate("document.querySelector('#runs [data-run-link]').click()")
     mine = [o for o in outputs if scope_of(o) == scope]
-    wanted = [[o["verdict_id"], action_of(o)] for o in reversed(mine)]  # newest first
+    kept = RunActivity().verdicts_per_run  # the page lists the latest verdicts, newest first
+    wanted = [[o["verdict_id"], action_of(o)] for o in reversed(mine)][:kept]
     page = await wait_for_page(browser, lambda p: p["run"] == scope and p["verdicts"] == wanted)
     assert page["run"] == scope
     assert page["verdicts"] == wanted

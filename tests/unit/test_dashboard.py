@@ -122,7 +122,7 @@ def test_previews_are_cut_and_can_be_switched_off() -> None:
     feed(shown, trace.events, 0)
     call = shown.run("r")["recent"][0]  # type: ignore[index]
     assert len(call["preview"]) == PREVIEW_CHARS
-    assert call["preview"].endswith("…")
+    assert call["preview"].endswith("...")
     hidden = RunActivity(previews=False)
     feed(hidden, trace.events, 0)
     assert all(entry.get("preview") is None for entry in hidden.run("r")["recent"])  # type: ignore[index]
@@ -178,3 +178,15 @@ def test_serve_address(text: str, expected: tuple[str, int]) -> None:
 def test_bad_serve_address_says_what_is_expected(text: str) -> None:
     with pytest.raises(LoopwatchError, match="expected PORT or HOST:PORT"):
         parse_address(text)
+
+
+def test_what_fired_counts_every_verdict_while_the_list_keeps_the_latest() -> None:
+    activity = RunActivity(verdicts_per_run=3)
+    outputs = feed(activity, looping("r", "a", 30).events, 1000)
+    run = activity.run("r")
+    assert run is not None
+    assert [v["verdict_id"] for v in run["verdict_list"]] == [o.verdict_id for o in outputs[-3:]]
+    assert sum(row["verdicts"] for row in run["fired"]) == len(outputs)
+    assert run["fired"][0]["action"] == "abort"  # the most serious first
+    blocks = next(row for row in run["fired"] if row["action"] == "block")
+    assert blocks["count"] == max(o.count for o in outputs if isinstance(o, Verdict) and o.action == "block")
