@@ -139,7 +139,7 @@ async def check_run_page(
     assert page["fired"] == dict(fired)
     calls = sum(1 for e in events if isinstance(e, ToolCall) and run_scope(e) == scope)
     assert page["kpis"]["calls"] == calls
-    assert page["kpis"]["block"] == sum(1 for v in wanted if v[1] == "block")
+    assert page["kpis"]["block"] == sum(1 for o in mine if action_of(o) == "block")
     await browser.screenshot(ARTIFACTS / shot)
     return str(scope)
 
