@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# The detector core is compiled with mypyc (setup.py); rebuilt when one of its sources changes.
+CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py)
+BUILT  := $(VENV)/.compiled-stamp
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo test lint typecheck conformance unit services-up services-down bench bench-stream soak clean
@@ -15,15 +18,19 @@ export LOOPWATCH_TEST_REDIS ?= $(REDIS_TEST)
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q --upgrade pip 'setuptools>=77' wheel
 	$(BIN)/pip install -q -e '.[dev]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(BUILT)
 
-setup: $(STAMP)  ## create .venv and install loopwatch with its dev tools
+$(BUILT): $(STAMP) $(CORE)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	@touch $(BUILT)
 
-demo: $(STAMP)  ## run the embedded default (no broker)
+setup: $(BUILT)  ## create .venv and install loopwatch (core compiled) with its dev tools
+
+demo: $(BUILT)  ## run the embedded default (no broker)
 	$(BIN)/loopwatch demo
 
 lint: $(STAMP)  ## ruff lint and format check
@@ -33,7 +40,7 @@ lint: $(STAMP)  ## ruff lint and format check
 typecheck: $(STAMP)  ## mypy strict
 	$(BIN)/mypy
 
-conformance: $(STAMP)  ## the public OpenClaw conformance vectors
+conformance: $(BUILT)  ## the public OpenClaw conformance vectors
 	$(BIN)/loopwatch conformance tests/data/openclaw-public.jsonl
 
 services-up: $(STAMP)  ## start the local Kafka broker and Redis (what is not running yet)
@@ -42,22 +49,23 @@ services-up: $(STAMP)  ## start the local Kafka broker and Redis (what is not ru
 services-down:  ## stop what services-up started
 	docker/services.sh down
 
-unit: $(STAMP)  ## the pytest suite (starts Kafka and Redis for the integration tests, stops them after)
+unit: $(BUILT)  ## the pytest suite (starts Kafka and Redis for the integration tests, stops them after)
 	docker/services.sh up
 	$(BIN)/pytest; status=$$?; docker/services.sh down; exit $$status
 
 test: lint typecheck conformance unit  ## everything CI runs
 
-bench: $(STAMP)  ## benchmark the core on the four workloads
+bench: $(BUILT)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench
 
-bench-stream: $(STAMP)  ## worker throughput and latency on the local broker (vs. raw aiokafka)
+bench-stream: $(BUILT)  ## worker throughput and latency on the local broker (vs. raw aiokafka)
 	docker/services.sh up
 	$(BIN)/python -m tests.bench.stream_bench; status=$$?; docker/services.sh down; exit $$status
 
-soak: $(STAMP)  ## 10 minutes of steady load; the worker's memory over time
+soak: $(BUILT)  ## 10 minutes of steady load; the worker's memory over time
 	docker/services.sh up
 	$(BIN)/python -m tests.bench.soak; status=$$?; docker/services.sh down; exit $$status
 
 clean:  ## remove build and benchmark artefacts
-	rm -rf build .bench .mypy_cache .pytest_cache .ruff_cache
+	rm -rf build .bench .mypy_cache .pytest_cache .ruff_cache *__mypyc*.so
+	find config detectors -name '*.so' -delete

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from detectors.hashing import _JS_WHITESPACE, Digester, js_trim, update_plan_shape
 from detectors.stable_json import UNDEFINED, JSNumber, js_number_text, stable_stringify
+from detectors.values import MISSING, ErrorMessage
 
 __all__ = [
     "MISSING",
@@ -25,23 +26,6 @@ __all__ = [
     "is_send_result",
     "strip_volatile_send_ids",
 ]
-
-
-class _Missing:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-#: "the tool returned nothing" / "nothing was thrown"
-MISSING: Final = _Missing()
-
-
-class ErrorMessage(str):
-    """A thrown ``Error`` whose message is this string (an empty message hashes as ``Error``)."""
-
-    __slots__ = ()
 
 
 SEND_ACTIONS: Final = frozenset(

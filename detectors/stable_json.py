@@ -105,8 +105,8 @@ def _js_int_text(value: int) -> str:
         return "Infinity" if value > 0 else "-Infinity"
 
 
-_SURROGATES = re.compile("[\ud800-\udfff]")
-_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+_SURROGATES = re.compile(r"[\ud800-\udfff]")  # escapes for re: mypyc refuses surrogates in literals
+_PAIR = re.compile(r"[\ud800-\udbff][\udc00-\udfff]")
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f]')
 

@@ -12,40 +12,13 @@ from __future__ import annotations
 from collections import deque
 from typing import Final
 
-import msgspec
-
 from detectors.compaction_guard import PostCompactionGuard
 from detectors.history import History
+from detectors.snapshot import DECODER, ENCODER, FORMAT_VERSION, RunSnapshot
 
 __all__ = ["RunSnapshot", "RunState"]
 
-_FORMAT_VERSION: Final = 1
-
-
-class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
-    """The persisted shape of a :class:`RunState` (array-encoded msgpack)."""
-
-    version: int
-    scope: str
-    agent_id: str
-    run_id: str | None
-    session_id: str | None
-    records: list[tuple[str, str, str | None, str | None, str | None, int | None]]
-    seen: list[str]
-    buckets: list[tuple[str, int]]
-    guard_remaining: int
-    guard_window: int
-    guard_observations: list[tuple[str, str, str]]
-    criticals: int
-    recovery_aborted: bool
-    last_ts: int | None
-    events: int
-    outbox: list[tuple[str, list[bytes]]] = []
-
-
-_ENCODER: Final = msgspec.msgpack.Encoder()
 OUTBOX_LIMIT: Final = 64
-_DECODER: Final = msgspec.msgpack.Decoder(RunSnapshot)
 
 
 class RunState:
@@ -116,7 +89,7 @@ class RunState:
 
     def snapshot(self) -> RunSnapshot:
         return RunSnapshot(
-            version=_FORMAT_VERSION,
+            version=FORMAT_VERSION,
             scope=self.scope,
             agent_id=self.agent_id,
             run_id=self.run_id,
@@ -136,7 +109,7 @@ class RunState:
 
     def to_bytes(self) -> bytes:
         """Compact msgpack bytes of the state."""
-        return _ENCODER.encode(self.snapshot())
+        return ENCODER.encode(self.snapshot())
 
     @classmethod
     def from_snapshot(cls, snap: RunSnapshot, seen_limit: int = 256) -> RunState:
@@ -162,7 +135,7 @@ class RunState:
     @classmethod
     def from_bytes(cls, data: bytes, seen_limit: int = 256) -> RunState:
         """Rebuild a state (and its indexes) from :meth:`to_bytes` output."""
-        return cls.from_snapshot(_DECODER.decode(data), seen_limit)
+        return cls.from_snapshot(DECODER.decode(data), seen_limit)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RunState) and self.snapshot() == other.snapshot()

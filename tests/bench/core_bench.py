@@ -161,8 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     names = args.workloads.split(",")
     rows: list[dict[str, Any]] = []
     census_ok = True
+    import detectors.step
+
+    core = "pure Python" if detectors.step.__file__.endswith(".py") else "compiled with mypyc"
     print(
-        f"loopwatch core benchmark — median of {args.repeats} after warm-up, Python {sys.version.split()[0]}"
+        f"loopwatch core benchmark — median of {args.repeats} after warm-up, "
+        f"Python {sys.version.split()[0]}, "
+        f"core {core}"
     )
     print(
         f"{'workload':12} {'digest':7} {'µs/call':>9} {'calls/s':>10} {'µs/call':>9} {'calls/s':>10}"

@@ -32,3 +32,16 @@ def test_compose_and_readme_name_real_settings() -> None:
         named = set(re.findall(r"LOOPWATCH_[A-Z_]*[A-Z]", Path(path).read_text()))
         unknown = {name for name in named if name not in known and not name.startswith("LOOPWATCH_TEST")}
         assert not unknown, f"{path.name} names unknown settings: {sorted(unknown)}"
+
+
+def test_the_suite_runs_the_compiled_core_unless_asked_not_to() -> None:
+    import os
+
+    import detectors.history
+    import detectors.step
+
+    if os.environ.get("LOOPWATCH_PURE_PYTHON"):
+        assert detectors.step.__file__.endswith(".py")
+    else:  # make setup builds it with mypyc; the benchmarks measure what the tests checked
+        assert not detectors.step.__file__.endswith(".py"), detectors.step.__file__
+        assert not detectors.history.__file__.endswith(".py"), detectors.history.__file__

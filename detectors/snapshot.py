@@ -1,0 +1,37 @@
+"""The persisted form of a run's state: one array-encoded msgpack record (a msgspec Struct,
+kept outside the modules mypyc compiles)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+__all__ = ["DECODER", "ENCODER", "FORMAT_VERSION", "RunSnapshot"]
+
+FORMAT_VERSION: Final = 1
+
+
+class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
+    """The persisted shape of a :class:`RunState` (array-encoded msgpack)."""
+
+    version: int
+    scope: str
+    agent_id: str
+    run_id: str | None
+    session_id: str | None
+    records: list[tuple[str, str, str | None, str | None, str | None, int | None]]
+    seen: list[str]
+    buckets: list[tuple[str, int]]
+    guard_remaining: int
+    guard_window: int
+    guard_observations: list[tuple[str, str, str]]
+    criticals: int
+    recovery_aborted: bool
+    last_ts: int | None
+    events: int
+    outbox: list[tuple[str, list[bytes]]] = []
+
+
+ENCODER: Final = msgspec.msgpack.Encoder()
+DECODER: Final = msgspec.msgpack.Decoder(RunSnapshot)
