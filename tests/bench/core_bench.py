@@ -122,6 +122,32 @@ def without_decoding(events: list[Event], config: FleetConfig) -> Callable[[], N
     return run
 
 
+def time_healthy(repeats: int = 3) -> float:
+    """Seconds per call on the healthy workload, XXH3, decoding included."""
+    lines = to_wire(ensure(BENCH_DIR, "healthy").read_bytes())
+    return median_time(with_decoding(lines, config_for("xxh3", 30)), repeats) / (len(lines) // 2)
+
+
+def compiled_vs_pure(rounds: int = 3) -> None:
+    """The compiled and the pure-Python core on the healthy workload, alternately."""
+    import subprocess
+
+    compiled: list[float] = []
+    pure: list[float] = []
+    for _ in range(rounds):
+        compiled.append(time_healthy())
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.bench.pure_core"], capture_output=True, text=True, check=True
+        )
+        pure.append(float(done.stdout.strip()) / 1e6)
+    fast, slow = statistics.median(compiled), statistics.median(pure)
+    print(
+        f"healthy, xxh3, side by side ({rounds} rounds): compiled {fast * 1e6:.2f} µs/call, "
+        f"pure Python {slow * 1e6:.2f} µs/call: {slow / fast:.2f}× faster compiled",
+        flush=True,
+    )
+
+
 def census(events: list[Event], history: int) -> tuple[int, int, str, str]:
     """Observe-only replay in SHA-256 mode: every detection counted, every call recorded."""
     resolved = resolve({"enabled": True, "historySize": history})
@@ -219,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                 / long_rows[("long-h30", digest)]["us_per_call"]
             )
             print(f"long workload, {digest}: cost at historySize 300 / 30 = {ratio:.2f}× (OpenClaw: 1.63×)")
+    if core != "pure Python" and "healthy" in names:
+        compiled_vs_pure()
     BENCH_DIR.mkdir(exist_ok=True)
     (BENCH_DIR / "core-results.json").write_text(json.dumps(rows, indent=1))
     print("OpenClaw calls/s: published figures of its own detector on this machine kind (objects in memory).")
