@@ -8,7 +8,7 @@ CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py)
 BUILT  := $(VENV)/.compiled-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint typecheck conformance unit services-up services-down bench bench-stream soak clean
+.PHONY: help setup demo test lint typecheck conformance unit unit-pure services-up services-down bench bench-stream soak clean
 
 KAFKA_TEST := 127.0.0.1:19092
 REDIS_TEST := redis://127.0.0.1:16379/0
@@ -53,7 +53,10 @@ unit: $(BUILT)  ## the pytest suite (starts Kafka and Redis for the integration 
 	docker/services.sh up
 	$(BIN)/pytest; status=$$?; docker/services.sh down; exit $$status
 
-test: lint typecheck conformance unit  ## everything CI runs
+unit-pure: $(BUILT)  ## the unit and property tests on the pure-Python core (as installed without a compiler)
+	LOOPWATCH_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit tests/property
+
+test: lint typecheck conformance unit unit-pure  ## everything CI runs
 
 bench: $(BUILT)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench

@@ -4,6 +4,7 @@ against a compiled core older than its sources (mypyc builds it; ``make`` rebuil
 from __future__ import annotations
 
 import importlib.machinery
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,11 @@ settings.register_profile("loopwatch", deadline=None, print_blob=True)
 settings.load_profile("loopwatch")
 
 ROOT = Path(__file__).resolve().parent.parent
+
+if os.environ.get("LOOPWATCH_PURE_PYTHON"):  # the interpreted core, as installed without a compiler
+    from tests.pure_python import use_sources
+
+    use_sources()
 
 
 def stale_compiled_modules() -> list[str]:
@@ -28,7 +34,7 @@ def stale_compiled_modules() -> list[str]:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    stale = stale_compiled_modules()
+    stale = [] if os.environ.get("LOOPWATCH_PURE_PYTHON") else stale_compiled_modules()
     if stale:
         pytest.exit(
             f"the compiled core is older than {', '.join(stale)}: run `make setup` (or "
