@@ -28,6 +28,7 @@ class WorkerMetrics:
     def __init__(self) -> None:
         self.events: Counter[str] = Counter()
         self.invalid = 0
+        self.stall_recoveries = 0
         self.verdicts: Counter[tuple[str, str, str]] = Counter()
         self._buckets = [0] * len(BUCKETS)
         self._count = 0
@@ -58,6 +59,9 @@ class WorkerMetrics:
             "# HELP loopwatch_invalid_events_total Records sent to the dead-letter topic.",
             "# TYPE loopwatch_invalid_events_total counter",
             f"loopwatch_invalid_events_total {self.invalid}",
+            "# HELP loopwatch_stalled_partition_recoveries_total Stalled input partitions re-sought.",
+            "# TYPE loopwatch_stalled_partition_recoveries_total counter",
+            f"loopwatch_stalled_partition_recoveries_total {self.stall_recoveries}",
             "# HELP loopwatch_verdicts_total Verdicts and aborts published.",
             "# TYPE loopwatch_verdicts_total counter",
         ]

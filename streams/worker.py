@@ -55,6 +55,7 @@ from streams.kafka_connect import aiokafka_auth, faust_credentials
 from streams.logs import verdict_log_fields
 from streams.metrics import WorkerMetrics
 from streams.redis_cache import DecisionCache
+from streams.stall_watch import StallWatch
 
 __all__ = ["LoopwatchWorker", "apply_config_record", "read_config_overrides"]
 
@@ -62,6 +63,9 @@ __all__ = ["LoopwatchWorker", "apply_config_record", "read_config_overrides"]
 #: each run's state is written once per batch, before the batch's offsets are acknowledged.
 BATCH_MAX = 500
 BATCH_WITHIN_S = 0.005
+#: Input partitions are checked for stalls this often (see ``_watch_stalls``).
+STALL_CHECK_S = 5.0
+STALL_AFTER_S = 20.0
 #: The fleet view's follower fetches in bulk (see ``_follow_fleet``).
 FLEET_FETCH_MIN_BYTES = 256 * 1024
 FLEET_FETCH_WAIT_MS = 250
@@ -154,6 +158,7 @@ class LoopwatchWorker:
             enabled=settings.fleet_view,
         )
         self._offsets: dict[int, int] = {}  # input partition -> last processed offset
+        self.stalls = StallWatch(STALL_AFTER_S)
         app = faust.App(
             settings.app_id,
             broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
@@ -204,6 +209,7 @@ class LoopwatchWorker:
         if settings.fleet_view:  # every worker then also reads every event and verdict
             app.task(self._follow_fleet)
         app.timer(settings.expiry_interval_s)(self._expire_idle_runs)
+        app.timer(STALL_CHECK_S)(self._watch_stalls)
         app.task(self._follow_config)
         if cache is not None:
             app.timer(1.0)(cache.tick)
@@ -367,6 +373,38 @@ class LoopwatchWorker:
             await self.events_topic.send(key=key, value=encode_event(end), force=True)
             self._last_seen[key] = now
             _log.info("idle run expired", run_id=scope, idle_s=round(now - last))
+
+    async def _watch_stalls(self) -> None:
+        """Resume and re-seek an assigned input partition whose records stopped flowing."""
+        consumer = self.app.consumer
+        mine = [tp for tp in consumer.assignment() if tp.topic == self.settings.topic_events]
+        self.stalls.forget({tp.partition for tp in mine})
+        if not mine:
+            return
+        try:
+            ends = await consumer.highwaters(*mine)
+        except Exception:  # noqa: BLE001 - the broker is unreachable: nothing to judge now
+            return
+        committed = getattr(consumer, "_committed_offset", {})  # faust's view after a rebalance
+        now = time.monotonic()
+        for tp in mine:
+            position = max(self._offsets.get(tp.partition, -1) + 1, committed.get(tp) or 0)
+            end = ends.get(tp)
+            if end is None:
+                continue
+            stalled = self.stalls.check(tp.partition, position, int(end), now)
+            if stalled is None:
+                continue
+            self.metrics.stall_recoveries += 1
+            _log.error(
+                "input partition stalled: resuming and re-seeking it",
+                stalled_partition=tp.partition,
+                position=position,
+                end=int(end),
+                stalled_s=round(stalled),
+            )
+            consumer.resume_partitions([tp])
+            await consumer.seek(tp, position)
 
     async def _follow_fleet(self) -> None:
         """Every event and verdict of the fleet (all partitions), for the fleet view of /fleet.
