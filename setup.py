@@ -18,6 +18,7 @@ COMPILED = [
     "config/fleet.py",
     "config/loop_detection.py",
     "detectors/compaction_guard.py",
+    "detectors/decoding.py",
     "detectors/detection.py",
     "detectors/engine.py",
     "detectors/escalation.py",

@@ -17,7 +17,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from config.errors import LoopwatchError
-from detectors.stable_json import _float_hook, wire_enc_hook
+from detectors.stable_json import wire_enc_hook
 
 __all__ = [
     "Abort",
@@ -29,11 +29,9 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "Verdict",
-    "decode_event",
     "encode_event",
     "encode_output",
     "run_scope",
-    "validate_event",
 ]
 
 
@@ -126,7 +124,6 @@ class Abort(msgspec.Struct, kw_only=True, frozen=True, tag="abort", tag_field="t
 
 Output = Verdict | Abort
 
-_DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
 _ENCODER: Final = msgspec.json.Encoder(enc_hook=wire_enc_hook)
 
 
@@ -136,58 +133,6 @@ def run_scope(event: Event) -> str:
     if run_id:
         return run_id
     return f"session:{(event.session_id or '').strip()}"
-
-
-def validate_event(event: Event) -> None:
-    """Checks msgspec's types cannot express; raises :class:`InvalidEvent`."""
-    if not event.event_id:
-        raise InvalidEvent("event_id: must be a non-empty string")
-    run_id, session_id = event.run_id, event.session_id
-    if not (run_id and not run_id.isspace()) and not (session_id and not session_id.isspace()):
-        raise InvalidEvent("run_id or session_id: one of them is required")
-    kind = type(event)
-    if kind is ToolCall or kind is ToolResult:
-        if not event.tool:  # type: ignore[union-attr]
-            raise InvalidEvent("tool: must be a non-empty string")
-        if (event.params is UNSET) is (event.args_digest is UNSET):  # type: ignore[union-attr]
-            raise InvalidEvent("params / args_digest: exactly one of them is required")
-    if kind is ToolResult:
-        error = event.error  # type: ignore[union-attr]
-        given = (
-            (event.result is not UNSET)  # type: ignore[union-attr]
-            + (error is not UNSET and error is not None)
-            + (event.result_digest is not UNSET)  # type: ignore[union-attr]
-        )
-        if given != 1:
-            raise InvalidEvent("result / error / result_digest: exactly one of them is required")
-
-
-def decode_event(data: bytes | str) -> Event:
-    """Decode and validate one JSON event; raises :class:`InvalidEvent` with the reason."""
-    try:
-        event: Event = _DECODER.decode(data)
-    except msgspec.ValidationError as exc:
-        raise InvalidEvent(f"invalid event: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        event = _decode_fallback(data, exc)
-    validate_event(event)
-    return event
-
-
-def _decode_fallback(data: bytes | str, error: msgspec.DecodeError) -> Event:
-    # msgspec rejects lone UTF-16 surrogates ("\ud800"); JavaScript accepts them and OpenClaw
-    # sanitises them before hashing, so such events stay valid through the stdlib parser.
-    import json
-
-    try:
-        value = json.loads(data, parse_float=_float_hook, parse_int=int)
-    except (ValueError, TypeError):
-        raise InvalidEvent(f"not valid JSON: {error}") from error
-    try:
-        converted: Event = msgspec.convert(value, Event, strict=True)
-    except msgspec.ValidationError as exc:
-        raise InvalidEvent(f"invalid event: {exc}") from exc
-    return converted
 
 
 def encode_output(output: Output) -> bytes:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from detectors.events import Event, InvalidEvent, decode_event
+from detectors.decoding import decode_event
+from detectors.events import Event, InvalidEvent
 
 __all__ = ["BadLine", "read_events", "read_sourced_events"]
 

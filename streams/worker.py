@@ -36,16 +36,8 @@ from aiokafka.partitioner import murmur2
 from config.errors import ConfigError
 from config.fleet import FleetConfig
 from config.stream_settings import StreamSettings
-from detectors.events import (
-    Abort,
-    InvalidEvent,
-    RunEnd,
-    Verdict,
-    decode_event,
-    encode_event,
-    encode_output,
-    run_scope,
-)
+from detectors.decoding import decode_event
+from detectors.events import Abort, InvalidEvent, RunEnd, Verdict, encode_event, encode_output, run_scope
 from detectors.state import RunState
 from detectors.step import apply, new_state
 from streams.dashboard import Dashboard, register_faust_pages

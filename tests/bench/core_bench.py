@@ -23,9 +23,10 @@ from typing import Any
 
 from config import DetectorSettings, FleetConfig, resolve
 from config.settings import Digest
+from detectors.decoding import decode_event
 from detectors.detection import detect
 from detectors.engine import Engine
-from detectors.events import Event, ToolCall, ToolResult, decode_event
+from detectors.events import Event, ToolCall, ToolResult
 from detectors.hashing import digester_for
 from detectors.state import RunState
 from detectors.step import prepare, record_outcome

@@ -25,7 +25,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from detectors.events import decode_event, run_scope
+from detectors.decoding import decode_event
+from detectors.events import run_scope
 from tests.bench.workloads import Workload, generate, to_wire
 from tests.integration.harness import Names, WorkerProcess, expected_outputs
 

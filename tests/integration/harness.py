@@ -18,8 +18,9 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from config.fleet import FleetConfig
+from detectors.decoding import decode_event
 from detectors.engine import Engine
-from detectors.events import Event, decode_event, encode_event, encode_output, run_scope
+from detectors.events import Event, encode_event, encode_output, run_scope
 from tests.helpers import FIXTURES, ROOT
 
 LOOPWATCH = str(Path(sys.executable).with_name("loopwatch"))

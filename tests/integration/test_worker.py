@@ -11,7 +11,8 @@ import msgspec
 import pytest
 
 from config.fleet import FleetConfig
-from detectors.events import Event, decode_event
+from detectors.decoding import decode_event
+from detectors.events import Event
 from tests.bench.workloads import Workload, generate, to_wire
 from tests.integration.harness import (
     Names,

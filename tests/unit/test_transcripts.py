@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from detectors.events import decode_event
+from detectors.decoding import decode_event
 from streams.transcripts import agent_from_path, is_transcript, transcript_events
 from tests.helpers import DATA, FIXTURES
 
