@@ -213,6 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="EVENTS_PER_S",
         help="pace the simulated fleet (default: as fast as possible; 400/s with --serve)",
     )
+    demo.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --serve: rounds of the simulated fleet, new seed each (default 0: until Ctrl-C)",
+    )
     demo.set_defaults(func=cmd_demo)
 
     rep = sub.add_parser(

@@ -159,9 +159,9 @@ async def serving(view: FleetView, address: str, err: TextIO) -> AsyncIterator[s
         await runner.cleanup()
 
 
-async def serve_until_interrupted(err: TextIO) -> None:
-    """After the input is done: keep the dashboard up until Ctrl-C or SIGTERM."""
-    print("loopwatch: input done; the dashboard stays up until Ctrl-C", file=err, flush=True)
+async def serve_until_interrupted(err: TextIO, what: str = "input done") -> None:
+    """Keep the dashboard up until Ctrl-C or SIGTERM (after the input is done)."""
+    print(f"loopwatch: {what}; the dashboard stays up until Ctrl-C", file=err, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -16,7 +16,7 @@ import random
 import statistics
 import time
 from collections import Counter
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -139,15 +139,16 @@ async def simulate(
     progress: Progress | None = None,
     view: FleetView | None = None,
     pace: Pace | None = None,
+    prefix: str = "demo",
 ) -> list[ScenarioReport]:
-    """Run the simulated fleet; one report per scenario."""
+    """Run the simulated fleet; one report per scenario (run ids ``<prefix>-<scenario>-<n>``)."""
     pace = pace or Pace(None)
     rnd = random.Random(seed)
     agents: list[tuple[Scenario, str, list[Step], RunOutcome]] = []
     for index, scenario in enumerate(SCENARIOS):
         for n in range(runs_per_scenario):
             steps = scenario.script(random.Random(rnd.random()))
-            agents.append((scenario, f"demo-{index}-{n:03d}", steps, RunOutcome()))
+            agents.append((scenario, f"{prefix}-{index}-{n:03d}", steps, RunOutcome()))
     total = sum(len(steps) for _, _, steps, _ in agents)
     task = progress.add_task("simulated fleet", total=total) if progress else None
     detectors: dict[str, Counter[str]] = {s.name: Counter() for s in SCENARIOS}
@@ -314,5 +315,24 @@ async def _demo(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         else:
             render(reports, console, seconds, args.runs * len(SCENARIOS))
         if view is not None:
-            await serve_until_interrupted(err)
+            rounds = getattr(args, "rounds", 0)
+            more = asyncio.create_task(_more_rounds(config, args, view, pace, err, rounds))
+            try:
+                await serve_until_interrupted(err, "the fleet keeps running" if rounds != 1 else "input done")
+            finally:
+                more.cancel()
+                with suppress(asyncio.CancelledError):
+                    await more
     return 0
+
+
+async def _more_rounds(
+    config: FleetConfig, args: argparse.Namespace, view: FleetView, pace: Pace, err: TextIO, rounds: int
+) -> None:
+    """Further rounds of the simulated fleet (new seeds, new run ids) for the dashboard."""
+    number = 2
+    while rounds == 0 or number <= rounds:
+        seed = args.seed + number - 1
+        print(f"loopwatch: demo round {number} (seed {seed})", file=err, flush=True)
+        await simulate(config, seed, args.runs, None, view, pace, prefix=f"demo-r{number}")
+        number += 1

@@ -70,11 +70,13 @@ class EmbeddedRuntime:
             try:
                 outputs = engine.process(event)
             except Exception as exc:  # noqa: BLE001 - handed to the caller awaiting this event
-                future.set_exception(exc)
+                if not future.done():
+                    future.set_exception(exc)
                 continue
             if self.view is not None:
                 self._observe(event, outputs)
-            future.set_result(outputs)
+            if not future.done():  # the caller may have been cancelled meanwhile
+                future.set_result(outputs)
 
     def _observe(self, event: Event, outputs: list[Output]) -> None:
         assert self.view is not None

@@ -199,12 +199,12 @@ class Served:
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.proc = subprocess.Popen([LOOPWATCH, *args], stdout=out, stderr=err, cwd=ROOT)
 
-    def wait_done(self, timeout: float = 120) -> str:
-        """Once the input is processed: the dashboard's URL."""
+    def wait_done(self, timeout: float = 120, marker: str = "input done") -> str:
+        """Once ``marker`` is printed (the input is processed): the dashboard's URL."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.err.read_text(errors="replace")
-            if "input done" in text:
+            if marker in text:
                 found = re.search(r"dashboard at (http://\S+)", text)
                 assert found, text
                 return found.group(1)
@@ -249,7 +249,9 @@ def test_run_serve_dashboard_matches_the_verdicts_it_wrote(tmp_path: Path) -> No
 
 
 def test_demo_serve_reports_what_the_demo_saw(tmp_path: Path) -> None:
-    served = Served(["demo", "--serve", "127.0.0.1:0", "--rate", "0", "--json", "--runs", "6"], tmp_path)
+    served = Served(
+        ["demo", "--serve", "127.0.0.1:0", "--rate", "0", "--json", "--runs", "6", "--rounds", "1"], tmp_path
+    )
     try:
         url = served.wait_done()
         reports = json.loads(served.out.read_text())
@@ -265,3 +267,20 @@ def test_demo_serve_reports_what_the_demo_saw(tmp_path: Path) -> None:
     assert overview["per_detector"] == dict(detectors)
     assert overview["source"] == "loopwatch demo (embedded)"
     assert overview["totals"]["verdicts"] == sum(detectors.values()) > 0
+
+
+def test_demo_serve_keeps_the_fleet_running_until_stopped(tmp_path: Path) -> None:
+    served = Served(["demo", "--serve", "127.0.0.1:0", "--rate", "0", "--runs", "2", "--json"], tmp_path)
+    try:
+        url = served.wait_done(marker="the fleet keeps running")
+        deadline = time.monotonic() + 60
+        while "demo round 3" not in served.err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "demo round 3" in served.err.read_text()
+        with urllib.request.urlopen(
+            url.replace("/dashboard", "/fleet/run?id=demo-r2-0-000"), timeout=10
+        ) as answer:
+            second_round_run = json.loads(answer.read())
+        assert second_round_run["calls"] > 0
+    finally:
+        assert served.stop() == 0
