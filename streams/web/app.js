@@ -174,7 +174,7 @@
           h("td", { class: "mono" }, time(d.first_ms)), h("td", { class: "mono" }, time(d.last_ms)),
           h("td", { class: "num" }, d.count ? num(d.count) : "–"))),
         "no verdicts for this run")),
-      h("div", { class: "grid" },
+      h("div", { class: "grid run-grid" },
         panel(`Latest verdicts (${run.verdict_list.length} of ${sum(Object.values(counts))}, newest first)`,
           h("div", { class: "scroll" }, table("verdicts", [["time"], [""], ["detector"], ["tool"], ["count", "num"], ["message"]],
             run.verdict_list.slice().reverse().map((v) => h("tr", { "data-verdict-id": v.verdict_id, "data-action": v.action },
