@@ -29,7 +29,6 @@ from config.errors import LoopwatchError
 from streams.fleet_view import FleetView
 
 __all__ = [
-    "DEFAULT_ADDRESS",
     "PATHS",
     "Dashboard",
     "Response",
@@ -129,9 +128,6 @@ async def start_server(dashboard: Dashboard, host: str, port: int) -> Any:
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner
-
-
-DEFAULT_ADDRESS = "127.0.0.1:6066"
 
 
 def parse_address(text: str) -> tuple[str, int]:
