@@ -47,6 +47,7 @@ class StreamSettings:
     redis_password: str | None = None
     redis_ttl_s: int = 3600
     state_ttl_s: int = 3600
+    ended_run_grace_s: int = 3600  # how long an ended run's tombstone turns away its late events
     expiry_interval_s: float = 60.0
     startup_timeout_s: float = 30.0
     fleet_view: bool = True
@@ -148,6 +149,7 @@ def _check(settings: StreamSettings) -> list[ConfigProblem]:
         "replication_factor",
         "redis_ttl_s",
         "state_ttl_s",
+        "ended_run_grace_s",
         "fleet_horizon_s",
         "fleet_failing_runs",
     ):

@@ -2,34 +2,52 @@
 
 The Kafka worker keeps the same states in faust tables; this class is the in-memory store
 used by ``loopwatch run``, replay, the demo and :class:`detectors.facade.LoopDetector`.
-``run_end`` drops a run's state, so memory is bounded by the number of open runs.
+``run_end`` drops a run's state, so memory is bounded by the number of open runs, and
+remembers the run as ended (the latest ``ended_limit`` ones): later events of an ended run
+are ignored and counted in :attr:`Engine.late`, as the Kafka worker's tombstones do. A
+``run_end`` whose id starts with :data:`EXPIRY_EVENT_PREFIX` (an idle run expired) forgets
+the run without that memory.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 from config.fleet import FleetConfig
-from detectors.events import Event, Output, RunEnd, run_scope
+from detectors.events import EXPIRY_EVENT_PREFIX, Event, Output, RunEnd, run_scope
 from detectors.state import RunState
 from detectors.step import Prepared, apply, new_state
 
-__all__ = ["Engine"]
+__all__ = ["ENDED_RUNS_KEPT", "Engine"]
+
+ENDED_RUNS_KEPT: Final = 65536
 
 
 class Engine:
     """Applies events of any number of runs; each run scope has its own state."""
 
-    __slots__ = ("config", "states")
+    __slots__ = ("config", "ended", "ended_limit", "late", "states")
 
-    def __init__(self, config: FleetConfig) -> None:
+    def __init__(self, config: FleetConfig, ended_limit: int = ENDED_RUNS_KEPT) -> None:
         self.config = config
         self.states: dict[str, RunState] = {}
+        self.ended: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
+        self.ended_limit = ended_limit
+        self.late = 0
 
     def process(self, event: Event, prepared: Prepared | None = None) -> list[Output]:
         """Apply one event; the verdicts and aborts it produced."""
         run_id = event.run_id
         scope = run_id if run_id and run_id == run_id.strip() else run_scope(event)
+        if scope in self.ended:
+            self.late += 1
+            return []
         if type(event) is RunEnd:
             self.states.pop(scope, None)
+            if self.ended_limit > 0 and not event.event_id.startswith(EXPIRY_EVENT_PREFIX):
+                self.ended[scope] = None
+                if len(self.ended) > self.ended_limit:
+                    del self.ended[next(iter(self.ended))]
             return []
         state = self.states.get(scope)
         if state is None:

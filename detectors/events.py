@@ -20,6 +20,7 @@ from config.errors import LoopwatchError
 from detectors.stable_json import wire_enc_hook
 
 __all__ = [
+    "EXPIRY_EVENT_PREFIX",
     "Abort",
     "CompactionRetry",
     "Event",
@@ -80,6 +81,11 @@ class CompactionRetry(_Base, frozen=True, tag="compaction_retry"):
 
 class RunEnd(_Base, frozen=True, tag="run_end"):
     """The run finished; its state can be dropped."""
+
+
+#: Event ids of the ``run_end`` records a worker sends for runs idle past the state TTL: such
+#: a run is forgotten without a tombstone, so a session that resumes later starts afresh.
+EXPIRY_EVENT_PREFIX: Final = "loopwatch-expiry:"
 
 
 Event = ToolCall | ToolResult | CompactionRetry | RunEnd

@@ -59,7 +59,8 @@ class LoopDetector:
     """Synchronous loop detection for many runs of one process."""
 
     def __init__(self, config: FleetConfig | None = None, agent_id: str = "default") -> None:
-        self._engine = Engine(config or FleetConfig.enabled_default())
+        # a run id may be used again after end_run: no memory of ended runs
+        self._engine = Engine(config or FleetConfig.enabled_default(), ended_limit=0)
         self._agent_id = agent_id
         self._events = 0
 

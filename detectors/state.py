@@ -1,8 +1,8 @@
 """Per-run state (DESIGN §4) and its compact byte form for faust tables.
 
 Bounded by construction: at most ``historySize`` history records, ``seen_event_ids`` event
-ids, 256 warning keys, ``windowSize`` guard observations, the outputs of at most 64 events
-awaiting delivery confirmation, and a few counters. The live object
+ids, 256 warning keys, ``windowSize`` guard observations, the outputs of the events
+awaiting delivery confirmation (the shell waits for confirmations at 64), and a few counters. The live object
 (:class:`RunState`) carries indexes derived from the history; :class:`RunSnapshot` is what is
 persisted, and :meth:`RunState.from_bytes` rebuilds the indexes from it.
 """
@@ -79,10 +79,13 @@ class RunState:
         return True
 
     def hold(self, event_id: str, encoded: list[bytes]) -> None:
-        """Keep an event's encoded outputs until :meth:`delivered` (oldest dropped past the limit)."""
+        """Keep an event's encoded outputs until :meth:`delivered`.
+
+        Nothing is dropped here (a dropped entry could be a lost verdict after a crash): the
+        shell keeps the outbox bounded by waiting for confirmations once a run holds
+        :data:`OUTBOX_LIMIT` events' outputs.
+        """
         self.outbox[event_id] = encoded
-        while len(self.outbox) > OUTBOX_LIMIT:
-            del self.outbox[next(iter(self.outbox))]
 
     def delivered(self, event_id: str) -> None:
         self.outbox.pop(event_id, None)

@@ -1,8 +1,9 @@
 """Prometheus metrics of a worker, rendered in the text exposition format (no extra dependency).
 
-Counters: events processed by type, invalid events, verdicts by level / detector / action.
+Counters: events processed by type, invalid events, verdicts by level / detector / action,
+redelivered records, records of ended runs, re-seeks and skipped offsets of the input.
 Histogram: the time to process one event. Gauges (computed at scrape time by the worker):
-active runs, state bytes, consumer lag per partition.
+active runs, ended runs (tombstones), state bytes, consumer lag per partition.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ class WorkerMetrics:
     def __init__(self) -> None:
         self.events: Counter[str] = Counter()
         self.invalid = 0
-        self.stall_recoveries = 0
+        self.redelivered = 0  # records applied before (crash, rebalance): outbox re-published
+        self.ended_run_events = 0  # records of runs that had ended (tombstone)
+        self.reseeks = 0  # fetches that started past the last applied record: sought back
+        self.gaps = 0  # input offsets the broker no longer had (accepted after a re-seek)
         self.verdicts: Counter[tuple[str, str, str]] = Counter()
         self._buckets = [0] * len(BUCKETS)
         self._count = 0
@@ -49,7 +53,7 @@ class WorkerMetrics:
             assert isinstance(output, Abort)
             self.verdicts[("critical", output.reason, "abort")] += 1
 
-    def render(self, active_runs: int, state_bytes: int, lag: dict[int, int]) -> str:
+    def render(self, active_runs: int, ended_runs: int, state_bytes: int, lag: dict[int, int]) -> str:
         lines = [
             "# HELP loopwatch_events_total Events processed, by type.",
             "# TYPE loopwatch_events_total counter",
@@ -59,9 +63,18 @@ class WorkerMetrics:
             "# HELP loopwatch_invalid_events_total Records sent to the dead-letter topic.",
             "# TYPE loopwatch_invalid_events_total counter",
             f"loopwatch_invalid_events_total {self.invalid}",
-            "# HELP loopwatch_stalled_partition_recoveries_total Stalled input partitions re-sought.",
-            "# TYPE loopwatch_stalled_partition_recoveries_total counter",
-            f"loopwatch_stalled_partition_recoveries_total {self.stall_recoveries}",
+            "# HELP loopwatch_redelivered_events_total Records applied before and seen again.",
+            "# TYPE loopwatch_redelivered_events_total counter",
+            f"loopwatch_redelivered_events_total {self.redelivered}",
+            "# HELP loopwatch_ended_run_events_total Records of runs that had ended (ignored).",
+            "# TYPE loopwatch_ended_run_events_total counter",
+            f"loopwatch_ended_run_events_total {self.ended_run_events}",
+            "# HELP loopwatch_input_reseeks_total Fetches past the last applied record, sought back.",
+            "# TYPE loopwatch_input_reseeks_total counter",
+            f"loopwatch_input_reseeks_total {self.reseeks}",
+            "# HELP loopwatch_input_gap_records_total Input offsets missing on the broker (skipped).",
+            "# TYPE loopwatch_input_gap_records_total counter",
+            f"loopwatch_input_gap_records_total {self.gaps}",
             "# HELP loopwatch_verdicts_total Verdicts and aborts published.",
             "# TYPE loopwatch_verdicts_total counter",
         ]
@@ -84,6 +97,9 @@ class WorkerMetrics:
             "# HELP loopwatch_active_runs Runs with state on this worker.",
             "# TYPE loopwatch_active_runs gauge",
             f"loopwatch_active_runs {active_runs}",
+            "# HELP loopwatch_ended_runs Ended runs whose tombstone still turns away their late events.",
+            "# TYPE loopwatch_ended_runs gauge",
+            f"loopwatch_ended_runs {ended_runs}",
             "# HELP loopwatch_state_bytes Serialised state of those runs.",
             "# TYPE loopwatch_state_bytes gauge",
             f"loopwatch_state_bytes {state_bytes}",

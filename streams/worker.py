@@ -1,31 +1,29 @@
 """The Kafka worker: a faust-streaming app built from settings (DESIGN §5).
 
-One agent consumes the tool-event topic (key = run scope). Its body is short: decode →
-core → verdicts → state table → Redis → one log line. Rules of the shell:
+faust provides the group membership, the ``runs`` table (run scope → :mod:`streams.run_table`
+value) with its changelog co-partitioned with the input, recovery, timers and the web server.
+Input records reach the core in bulk (:mod:`streams.bulk_consumer`), are applied by
+:class:`streams.run_processor.RunProcessor` exactly once per offset, and are committed only
+once applied and flushed; why that holds through rebalances, crashes and redeliveries is
+written down in :mod:`streams.bulk_consumer`.
 
-* State lives in the faust table ``runs`` (run scope → :meth:`RunState.to_bytes`), whose
-  changelog is co-partitioned with the input. Events are processed in small batches
-  (``take_events``); a run's state is written once per batch in which it changed, before the
-  batch is acknowledged, so a run that sends a burst of events costs one changelog write. The snapshot
-  holds every detector's state in named sections: ``records`` (the rolling window shared by
-  generic repeat, known poll, ping-pong, unknown tool and the global breaker), ``buckets``
-  (warning de-duplication), ``guard_*`` (post-compaction guard), ``criticals`` /
-  ``recovery_aborted`` (bounded recovery) and ``seen`` (event-id de-duplication).
-* Verdicts are sent without waiting. Until the broker confirms them they are also kept in the
-  run's state (its outbox), which is written with the event: a crash at any point either
-  replays the event from scratch or finds it already applied and re-publishes its
-  unconfirmed verdicts — the same verdict ids, never a lost verdict.
+* Verdicts are sent without waiting; until the broker confirms them they are also kept in
+  the run's state (its outbox), which the changelog records: a crash at any point either
+  replays the event from scratch or finds it applied and re-publishes its unconfirmed
+  verdicts — the same verdict ids, never a lost verdict.
 * Invalid records go to the dead-letter topic with the reason and their origin.
-* ``run_end`` deletes the run's state; runs idle longer than the state TTL get a synthetic
-  ``run_end`` on their own partition. Config overrides are followed on the compacted config
-  topic and apply to the next event, without a restart.
+* ``run_end`` leaves a small tombstone for ``LOOPWATCH_ENDED_RUN_GRACE_S``: late or
+  redelivered events of an ended run are counted, not detected again. Runs idle longer than
+  the state TTL get a synthetic ``run_end`` on their own partition, which deletes the state.
+* Config overrides are followed on the compacted config topic and apply to the next event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from typing import Any
+from typing import Any, Final
 
 import faust
 import msgspec
@@ -33,94 +31,50 @@ import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import murmur2
 
-from config.errors import ConfigError
 from config.fleet import FleetConfig
 from config.stream_settings import StreamSettings
 from detectors.decoding import decode_event
-from detectors.events import Abort, InvalidEvent, RunEnd, Verdict, encode_event, encode_output, run_scope
-from detectors.state import RunState
-from detectors.step import apply, new_state
+from detectors.events import EXPIRY_EVENT_PREFIX, Abort, Event, InvalidEvent, RunEnd, Verdict, encode_event
+from streams.bulk_consumer import LoopwatchApp
+from streams.config_topic import apply_config_record, apply_logged, read_config_overrides
 from streams.dashboard import Dashboard, register_faust_pages
-from streams.dead_letter import dead_letter
 from streams.fleet_view import FleetView
 from streams.kafka_connect import aiokafka_auth, faust_credentials
-from streams.logs import verdict_log_fields
 from streams.metrics import WorkerMetrics
 from streams.redis_cache import DecisionCache
-from streams.stall_watch import StallWatch
+from streams.run_processor import RunProcessor
+from streams.run_table import ENDED, unpack
 
-__all__ = ["LoopwatchWorker", "apply_config_record", "read_config_overrides"]
+__all__ = ["FAULT_ENV", "LoopwatchWorker", "apply_config_record", "read_config_overrides"]
 
-#: Events are taken in batches of at most BATCH_MAX, waiting at most BATCH_WITHIN_S for more;
-#: each run's state is written once per batch, before the batch's offsets are acknowledged.
-BATCH_MAX = 500
-BATCH_WITHIN_S = 0.005
-#: Input partitions are checked for stalls this often (see ``_watch_stalls``).
-STALL_CHECK_S = 5.0
-STALL_AFTER_S = 20.0
+#: Applied offsets are committed this often (and on every revocation and at shutdown).
+COMMIT_INTERVAL_S: Final = 1.0
+#: At most this many records per fetch, all applied as one batch.
+MAX_POLL_RECORDS: Final = 1000
 #: The fleet view's follower fetches in bulk (see ``_follow_fleet``).
-FLEET_FETCH_MIN_BYTES = 256 * 1024
-FLEET_FETCH_WAIT_MS = 250
+FLEET_FETCH_MIN_BYTES: Final = 256 * 1024
+FLEET_FETCH_WAIT_MS: Final = 250
+#: A testing aid: processing an event whose id is listed here (comma-separated) raises.
+FAULT_ENV: Final = "LOOPWATCH_FAULT_EVENT_IDS"
 
 _log = structlog.get_logger("loopwatch.worker")
 _OUTPUTS: Any = msgspec.json.Decoder(Verdict | Abort)
 
 
-def apply_config_record(config: FleetConfig, key: bytes | None, value: bytes | None) -> FleetConfig:
-    """A config-topic record applied: key = agent id, value = a loopDetection block or null."""
-    if not key:
-        raise ConfigError([], "config record without an agent id key")
-    agent = key.decode("utf-8", "replace")
-    block = None if not value else _json_object(value, agent)
-    return config.with_agent_block(agent, block)
+class InjectedFault(RuntimeError):
+    """Raised for the event ids of :data:`FAULT_ENV`."""
 
 
-def _json_object(value: bytes, agent: str) -> dict[str, Any] | None:
-    import json5
+def _fault_hook() -> Any:
+    ids = {part.strip() for part in os.environ.get(FAULT_ENV, "").split(",") if part.strip()}
+    if not ids:
+        return None
 
-    from config.errors import ConfigProblem
+    def hook(event: Event) -> None:
+        if event.event_id in ids:
+            raise InjectedFault(f"injected fault for event {event.event_id}")
 
-    try:
-        block = json5.loads(value.decode("utf-8"))
-    except ValueError as exc:
-        raise ConfigError([ConfigProblem(f"agents.{agent}", f"not valid JSON: {exc}")]) from exc
-    if block is not None and not isinstance(block, dict):
-        raise ConfigError([ConfigProblem(f"agents.{agent}.tools.loopDetection", "must be an object")])
-    return block
-
-
-async def read_config_overrides(settings: StreamSettings, config: FleetConfig) -> tuple[FleetConfig, int]:
-    """The config topic read to its end; returns the config and the next offset."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **aiokafka_auth(settings)
-    )
-    await consumer.start()
-    try:
-        tp = TopicPartition(settings.topic_config, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        while await consumer.position(tp) < end:
-            batch = await consumer.getmany(tp, timeout_ms=1000)
-            for message in batch.get(tp, []):
-                config = _apply_logged(config, message.key, message.value)
-        return config, end
-    finally:
-        await consumer.stop()
-
-
-def _apply_logged(config: FleetConfig, key: bytes | None, value: bytes | None) -> FleetConfig:
-    try:
-        updated = apply_config_record(config, key, value)
-    except ConfigError as exc:
-        _log.error(
-            "config override refused",
-            agent=(key or b"").decode("utf-8", "replace"),
-            problems=[str(p) for p in exc.problems] or [str(exc)],
-        )
-        return config
-    _log.info("config override applied", agent=(key or b"").decode("utf-8", "replace"), removed=not value)
-    return updated
+    return hook
 
 
 class LoopwatchWorker:
@@ -137,10 +91,7 @@ class LoopwatchWorker:
         self.config = config
         self._config_offset = config_offset
         self.cache = cache
-        # run scope -> (the table value it was loaded from, or None while changed in this batch; state)
-        self._live: dict[bytes, tuple[bytes | None, RunState]] = {}
-        self._dirty: dict[bytes, tuple[int, RunState | None]] = {}
-        self._last_seen: dict[bytes, float] = {}
+        self.topic = settings.topic_events
         self.metrics = WorkerMetrics()
         self.fleet = FleetView(
             f"worker {settings.app_id}",
@@ -149,9 +100,7 @@ class LoopwatchWorker:
             previews=settings.dashboard_previews,
             enabled=settings.fleet_view,
         )
-        self._offsets: dict[int, int] = {}  # input partition -> last processed offset
-        self.stalls = StallWatch(STALL_AFTER_S)
-        app = faust.App(
+        app = LoopwatchApp(
             settings.app_id,
             broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
             broker_credentials=faust_credentials(settings),
@@ -161,32 +110,48 @@ class LoopwatchWorker:
             topic_disable_leader=True,
             processing_guarantee="at_least_once",
             consumer_auto_offset_reset="earliest",
+            broker_max_poll_records=MAX_POLL_RECORDS,
             producer_acks=-1,
+            producer_linger=0.005,
             web_enabled=settings.web_enabled,
             web_host=settings.web_host,
             web_port=settings.web_port,
             datadir=settings.data_dir,
         )
         self.app = app
-
-        def raw_topic(name: str) -> Any:  # bytes in, bytes out: decoding is ours
-            return app.topic(
-                name,
-                key_type=bytes,
-                value_type=bytes,
-                key_serializer="raw",
-                value_serializer="raw",
-                partitions=settings.partitions,
-            )
-
-        self.events_topic = raw_topic(settings.topic_events)
-        self.verdicts_topic = raw_topic(settings.topic_verdicts)
-        self.dead_letter_topic = raw_topic(settings.topic_dead_letter)
+        events_topic = app.topic(
+            settings.topic_events,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+        self.events_topic = events_topic
         # bytes keys and values: faust derives the "raw" codec for the table and its changelog
         self.runs = app.Table(
             "runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions
         )
-        app.agent(self.events_topic, name="detect")(self._agent)
+        self.processor = RunProcessor(
+            self.runs.data,
+            self._send,
+            self._flush,
+            self._seek,
+            lambda: self.config,
+            self.metrics,
+            {
+                "verdicts": settings.topic_verdicts,
+                "dead_letter": settings.topic_dead_letter,
+                "changelog": self.runs.changelog_topic.get_topic_name(),
+            },
+            cache,
+            _fault_hook(),
+        )
+        self._committed: dict[int, int] = {}
+        self._commit_lock = asyncio.Lock()
+        app.bulk_sink = self
+        app.topics.add(events_topic)  # subscribed by faust's conductor; read by the bulk consumer
+        app.on_partitions_revoked.connect(self._on_revoked)
         worker = self
 
         async def metrics(view: Any, request: Any) -> Any:  # faust binds pages to its views
@@ -200,203 +165,132 @@ class LoopwatchWorker:
         register_faust_pages(app, Dashboard(self.fleet))  # /dashboard, /fleet, /fleet/overview, /fleet/run
         if settings.fleet_view:  # every worker then also reads every event and verdict
             app.task(self._follow_fleet)
+        app.timer(COMMIT_INTERVAL_S)(self._commit_applied)
         app.timer(settings.expiry_interval_s)(self._expire_idle_runs)
-        app.timer(STALL_CHECK_S)(self._watch_stalls)
         app.task(self._follow_config)
         if cache is not None:
             app.timer(1.0)(cache.tick)
 
-    async def _agent(self, stream: Any) -> None:
-        async for batch in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            for event in batch:
-                await self.handle(event.message)
-            self._write_dirty()  # before take_events acks the batch
+    # -- the bulk sink (streams.bulk_consumer.BulkSink) ------------------------------------------
 
-    def _write_dirty(self) -> None:
-        """One changelog write per run changed in the batch, on the run's input partition."""
-        data = self.runs.data
-        for key, (partition, state) in self._dirty.items():
-            if state is None:
-                if key in data:
-                    del data[key]
-                    self.runs.send_changelog(partition, key, None, value_serializer="raw")
-                self._live.pop(key, None)
-                continue
-            blob = state.to_bytes()
-            data[key] = blob
-            self.runs.send_changelog(partition, key, blob)
-            self._live[key] = (blob, state)
-        self._dirty.clear()
+    def ready_partitions(self) -> set[int]:
+        return self.processor.cursors.ready()
 
-    async def handle(self, message: Any) -> None:
-        """Process one input record, timed for the metrics."""
-        started = time.perf_counter()
-        kind = await self._handle(message)
-        self._offsets[message.partition] = message.offset
-        self.metrics.event(kind, time.perf_counter() - started)
+    async def process(self, fetched: dict[Any, list[Any]]) -> None:
+        await self.processor.process(fetched)
+
+    async def on_ready(self, offsets: dict[int, int]) -> None:
+        """The table is recovered for these input partitions; apply from ``offsets``."""
+        async with self.processor.lock:
+            for partition, offset in offsets.items():
+                self.processor.cursors.start(partition, offset)
+                self._committed[partition] = offset
+        _log.info("input partitions ready", positions=dict(sorted(offsets.items())))
+
+    async def _on_revoked(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        """Finish the batch in progress, then commit everything applied (faust's signal)."""
+        revoked: set[Any] = args[0] if args else kwargs.get("revoked", set())
+        partitions = {tp.partition for tp in revoked if tp.topic == self.topic}
+        async with self.processor.lock:
+            stopped = self.processor.cursors.stop(partitions)
+            self.processor.forget_partitions(partitions)
+        await self._commit(stopped)
+        for partition in partitions:
+            self._committed.pop(partition, None)
+
+    async def on_stop(self) -> None:
+        """Shutdown: finish the batch in progress, commit what was applied."""
+        async with self.processor.lock:
+            stopped = self.processor.cursors.stop_all()
+        await self._commit(stopped)
+
+    # -- producer, consumer and commits ----------------------------------------------------------
+
+    async def _send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None) -> Any:
+        return await self.app.producer.send(topic, key, value, partition, None, None)
+
+    async def _flush(self) -> None:
+        await self.app.producer.flush()
+
+    async def _seek(self, partition: int, offset: int) -> None:
+        consumer: Any = self.app.consumer
+        await consumer.seek_input(partition, offset)
+
+    async def _commit_applied(self) -> None:
+        await self._commit(self.processor.cursors.positions())
+
+    async def _commit(self, positions: dict[int, int]) -> None:
+        """Flush the producer, then commit ``positions`` (input partition → next offset)."""
+        async with self._commit_lock:
+            todo = {p: o for p, o in positions.items() if o > self._committed.get(p, -1)}
+            if not todo:
+                return
+            await self._flush()  # state changes and verdicts before the offsets that imply them
+            offsets = {faust.types.TP(self.topic, p): o for p, o in todo.items()}
+            consumer: Any = self.app.consumer
+            if await consumer._commit(offsets):
+                self._committed.update(todo)
+
+    # -- monitoring ------------------------------------------------------------------------------
 
     def metrics_text(self) -> str:
         """The Prometheus exposition of this worker."""
-        data = self.runs.data
-        keys = list(data.keys())
-        size = sum(len(data[key] or b"") for key in keys)
+        blobs = [blob for blob in list(self.runs.data.values()) if blob]
+        ended = sum(1 for blob in blobs if blob[0] == ENDED)
+        size = sum(len(blob) for blob in blobs)
         lag: dict[int, int] = {}
-        for partition, offset in self._offsets.items():
+        for partition, position in self.processor.cursors.positions().items():
             try:
-                highwater = self.app.consumer.highwater(faust.types.TP(self.settings.topic_events, partition))
+                highwater = self.app.consumer.highwater(faust.types.TP(self.topic, partition))
             except Exception:  # noqa: BLE001 - a partition moved away during a rebalance
                 continue
             if highwater is not None:
-                lag[partition] = max(0, int(highwater) - offset - 1)
-        return self.metrics.render(len(keys), size, lag)
+                lag[partition] = max(0, int(highwater) - position)
+        return self.metrics.render(len(blobs) - ended, ended, size, lag)
 
-    async def _handle(self, message: Any) -> str:
-        """Process one input record (any error in it goes to the dead-letter topic); its kind."""
-        with structlog.contextvars.bound_contextvars(partition=message.partition, offset=message.offset):
-            value: bytes = message.value or b""
-            if len(value) > self.config.settings.max_event_bytes:
-                reason = (
-                    f"event of {len(value)} bytes exceeds the limit of {self.config.settings.max_event_bytes}"
-                )
-                await self._dead_letter(message, reason)
-                return "invalid"
-            try:
-                event = decode_event(value)
-            except InvalidEvent as exc:
-                await self._dead_letter(message, exc.reason)
-                return "invalid"
-            scope = run_scope(event)
-            key = scope.encode()
-            structlog.contextvars.bind_contextvars(run_id=scope)
-            kind = event.__struct_config__.tag
-            if isinstance(event, RunEnd):
-                await self._drop(key, scope, message.partition)
-                return str(kind)
-            self._last_seen[key] = time.time()
-            state = self._load(key, event)
-            if event.event_id in state.seen_set:  # redelivered: re-publish what is unconfirmed
-                await self._publish(key, state, event.event_id, state.outbox.get(event.event_id, []))
-                return str(kind)
-            outputs = apply(state, event, self.config)
-            if outputs:
-                encoded = [encode_output(out) for out in outputs]
-                state.hold(event.event_id, encoded)  # persisted with the state written below
-                await self._publish(key, state, event.event_id, encoded)
-                for out in outputs:
-                    self.metrics.output(out)
-                    _log.warning("tool loop", **verdict_log_fields(out, scope))
-                    if self.cache is not None:
-                        await self.cache.record(scope, out)
-            self._dirty[key] = (message.partition, state)
-            self._live[key] = (None, state)
-            return str(kind)
+    # -- expiry ----------------------------------------------------------------------------------
 
-    async def _publish(self, key: bytes, state: RunState, event_id: str, encoded: list[bytes]) -> None:
-        """Send outputs without waiting; confirmed ones leave the state's outbox."""
-        if not encoded:
-            return
-        pending = len(encoded)
-
-        def confirmed(_: Any) -> None:
-            nonlocal pending
-            pending -= 1
-            if pending == 0:
-                state.delivered(event_id)
-
-        for value in encoded:
-            await self.verdicts_topic.send(key=key, value=value, force=True, callback=confirmed)
-
-    def _load(self, key: bytes, event: Any) -> RunState:
-        """The run's live state: changed in this batch, or hydrated from the table."""
-        cached = self._live.get(key)
-        blob = self.runs.data.get(key)
-        if cached is not None and (cached[0] is None or cached[0] is blob):
-            return cached[1]
-        if blob is None:
-            return new_state(event, self.config)
-        return RunState.from_bytes(blob, self.config.settings.seen_event_ids)
-
-    async def _drop(self, key: bytes, scope: str, partition: int) -> None:
-        self._dirty[key] = (partition, None)
-        self._live.pop(key, None)
-        self._last_seen.pop(key, None)
-        if self.cache is not None:
-            await self.cache.forget(scope)
-
-    async def _dead_letter(self, message: Any, reason: str) -> None:
-        self.metrics.invalid += 1
-        _log.warning("invalid event sent to dead-letter topic", reason=reason)
-        record = dead_letter(
-            reason,
-            message.topic,
-            message.partition,
-            message.offset,
-            message.key,
-            message.value,
-            message.timestamp and int(message.timestamp * 1000),
-            self.config.settings.max_event_bytes,
-        )
-        await self.dead_letter_topic.send(key=message.key, value=record, force=True)
-
-    def _owns(self, key: bytes) -> bool:
+    def _owned_partition(self, key: bytes) -> int | None:
         partition = (murmur2(key) & 0x7FFFFFFF) % self.settings.partitions
-        assignment = self.app.consumer.assignment()
-        return faust.types.TP(self.settings.topic_events, partition) in assignment
+        return partition if partition in self.processor.cursors.ready() else None
 
     async def _expire_idle_runs(self) -> None:
-        """Send a ``run_end`` for every owned run idle longer than the state TTL."""
+        """``run_end`` for owned runs idle past the state TTL; tombstones past their grace dropped."""
         now = time.time()
-        keys = list(self.runs.keys())
-        live = set(keys)
-        for key in list(self._live):
-            if key not in live:
-                self._live.pop(key, None)
-        for key in keys:
-            last = self._last_seen.setdefault(key, now)
-            if now - last <= self.settings.state_ttl_s or not self._owns(key):
+        last_seen = self.processor.last_seen
+        ended: list[bytes] = []
+        partitions: dict[bytes, int] = {}
+        for key, blob in list(self.runs.data.items()):
+            partition = self._owned_partition(key)
+            if partition is None or not blob:
+                continue
+            try:
+                value = unpack(blob)
+            except ValueError:
+                continue
+            if value.kind == ENDED:
+                if now - value.ended_ms / 1000 > self.settings.ended_run_grace_s:
+                    ended.append(key)
+                    partitions[key] = partition
+                continue
+            last = last_seen.setdefault(key, now)
+            if now - last <= self.settings.state_ttl_s:
                 continue
             scope = key.decode()
             session = scope.removeprefix("session:") if scope.startswith("session:") else None
             end = RunEnd(
-                event_id=f"loopwatch-expiry:{scope}:{int(last)}",
+                event_id=f"{EXPIRY_EVENT_PREFIX}{scope}:{int(last)}",
                 run_id=None if session is not None else scope,
                 session_id=session,
             )
-            await self.events_topic.send(key=key, value=encode_event(end), force=True)
-            self._last_seen[key] = now
+            await self._send(self.topic, key, encode_event(end), partition)
+            last_seen[key] = now
             _log.info("idle run expired", run_id=scope, idle_s=round(now - last))
+        if ended:
+            async with self.processor.lock:
+                await self.processor.drop_ended(ended, partitions)
 
-    async def _watch_stalls(self) -> None:
-        """Resume and re-seek an assigned input partition whose records stopped flowing."""
-        consumer = self.app.consumer
-        mine = [tp for tp in consumer.assignment() if tp.topic == self.settings.topic_events]
-        self.stalls.forget({tp.partition for tp in mine})
-        if not mine:
-            return
-        try:
-            ends = await consumer.highwaters(*mine)
-        except Exception:  # noqa: BLE001 - the broker is unreachable: nothing to judge now
-            return
-        committed = getattr(consumer, "_committed_offset", {})  # faust's view after a rebalance
-        now = time.monotonic()
-        for tp in mine:
-            position = max(self._offsets.get(tp.partition, -1) + 1, committed.get(tp) or 0)
-            end = ends.get(tp)
-            if end is None:
-                continue
-            stalled = self.stalls.check(tp.partition, position, int(end), now)
-            if stalled is None:
-                continue
-            self.metrics.stall_recoveries += 1
-            _log.error(
-                "input partition stalled: resuming and re-seeking it",
-                stalled_partition=tp.partition,
-                position=position,
-                end=int(end),
-                stalled_s=round(stalled),
-            )
-            consumer.resume_partitions([tp])
-            await consumer.seek(tp, position)
+    # -- followers -------------------------------------------------------------------------------
 
     async def _follow_fleet(self) -> None:
         """Every event and verdict of the fleet (all partitions), for the fleet view of /fleet.
@@ -458,8 +352,6 @@ class LoopwatchWorker:
             while True:
                 batch = await consumer.getmany(tp, timeout_ms=1000)
                 for message in batch.get(tp, []):
-                    self.config = _apply_logged(self.config, message.key, message.value)
-        except asyncio.CancelledError:
-            raise
+                    self.config = apply_logged(self.config, message.key, message.value)
         finally:
             await consumer.stop()

@@ -12,7 +12,7 @@ import pytest
 
 from config.fleet import FleetConfig
 from detectors.decoding import decode_event
-from detectors.events import Event
+from detectors.events import Event, RunEnd, run_scope
 from tests.bench.workloads import Workload, generate, to_wire
 from tests.integration.harness import (
     Names,
@@ -123,6 +123,8 @@ def test_bad_input_is_dead_lettered_and_nothing_else_changes(
     )
     assert metrics["loopwatch_processing_seconds_count"] == len(mixed)
     assert metrics["loopwatch_active_runs"] == 0  # every fixture run ended
+    ended_scopes = {run_scope(event) for event in events if isinstance(event, RunEnd)}
+    assert metrics["loopwatch_ended_runs"] == len(ended_scopes)  # their tombstones
     wanted = Counter(o["action"] if o["type"] == "verdict" else "abort" for o in expected)
     fleet = poll_fleet(
         worker,

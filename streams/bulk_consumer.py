@@ -1,0 +1,156 @@
+"""faust's Kafka consumer with a bulk path for the input topic.
+
+faust-streaming stays the framework: group membership, partition assignment, the ``runs``
+table with its changelog and recovery, timers and the web server. What changes is how input
+records reach the core. faust's fetcher (``Consumer._drain_messages``) hands every record to
+the agents' queues one by one (four tasks per record) and decides what to commit from its
+own read offsets, which a rebalance can move past records that were never processed
+(faust-streaming 0.15: ``Recovery.on_recovery_completed`` resumes the input partitions
+before it seeks them, a pre-fetched batch raises ``_read_offset`` again, and every re-read
+record below it is dropped as "DROPPED MESSAGE ROFF" while the commit moves past it).
+
+:class:`BulkConsumer` replaces that loop. Records of changelog topics (recovery, standbys)
+still go through faust's conductor exactly as before. Records of the input topic are handed,
+a whole fetch at a time, to the app's :class:`BulkSink`, which applies them against its
+own cursors (:mod:`streams.input_cursors`) and commits only what it applied.
+
+Why this is correct across a rebalance (aiokafka's protocol is eager: every partition is
+revoked before any is assigned):
+
+* **Revocation.** faust stops the flow (no more fetches return records), then sends
+  ``on_partitions_revoked``; the sink waits for the batch being applied, stops its cursors,
+  flushes the producer (changelog writes and verdicts on the broker) and commits the cursors.
+  Records fetched but not applied are simply not committed: the next owner reads them.
+* **Assignment.** Input partitions are fetched only once the sink has a cursor for them,
+  which it gets in :meth:`BulkConsumer.perform_seek`: faust calls it after the table's
+  changelog has been recovered, and the cursor starts at the group's committed offset.
+  Whatever the consumer then returns for the partition is checked against the cursor, so a
+  stale pre-fetch, a batch from before the seek or a position moved past unprocessed records
+  cannot make a record be skipped or applied twice.
+* **Crash.** Nothing is committed that was not applied and flushed. Records after the
+  committed offset come again; the run's table value remembers the last offset applied to
+  it, so they change nothing and only re-publish unconfirmed verdicts.
+* **Shutdown.** The batch in progress finishes (it is shielded from the fetcher's
+  cancellation), then the sink stops, flushes and commits before faust closes the consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+import faust
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+__all__ = ["BulkConsumer", "BulkSink", "BulkTransport", "LoopwatchApp"]
+
+
+class BulkSink(Protocol):
+    """Where the input topic's records go (the worker)."""
+
+    topic: str
+
+    def ready_partitions(self) -> set[int]: ...
+
+    async def process(self, fetched: dict[Any, list[Any]]) -> None: ...
+
+    async def on_ready(self, offsets: dict[int, int]) -> None: ...
+
+    async def on_stop(self) -> None: ...
+
+
+class LoopwatchApp(faust.App):
+    """faust's app whose Kafka consumer is a :class:`BulkConsumer` feeding ``bulk_sink``."""
+
+    bulk_sink: BulkSink | None = None
+
+    def _new_transport(self) -> Any:
+        return BulkTransport(self.conf.broker_consumer, self)
+
+
+class BulkConsumer(faust_aiokafka.Consumer):
+    def _sink(self) -> BulkSink:
+        sink: BulkSink | None = getattr(self.app, "bulk_sink", None)
+        assert sink is not None, "LoopwatchApp.bulk_sink is not set"
+        return sink
+
+    async def perform_seek(self) -> None:
+        """faust's seek to the committed offsets; then the input partitions are ready."""
+        await super().perform_seek()
+        sink = self._sink()
+        mine = [tp for tp in self.assignment() if tp.topic == sink.topic]
+        committed = {tp: self._committed_offset.get(tp) for tp in mine}
+        unknown = [tp for tp, offset in committed.items() if offset is None]
+        earliest = await self.earliest_offsets(*unknown) if unknown else {}
+        offsets: dict[int, int] = {}
+        for tp in mine:
+            offset = committed[tp]
+            offsets[tp.partition] = int((earliest.get(tp) or 0) if offset is None else offset)
+        await sink.on_ready(offsets)
+
+    async def seek_input(self, partition: int, offset: int) -> None:
+        """Seek an input partition on the consumer's own thread (ordered with its fetches)."""
+        tp = faust.types.TP(self._sink().topic, partition)
+        consumer = self._thread._ensure_consumer()
+        await self._thread.call_thread(self._seek_on_thread, consumer, tp, offset)
+
+    @staticmethod
+    async def _seek_on_thread(consumer: Any, tp: Any, offset: int) -> None:
+        consumer.seek(tp, offset)
+
+    async def on_stop(self) -> None:
+        await self._sink().on_stop()
+        await super().on_stop()
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # noqa: C901 - faust's loop, reshaped
+        """The fetch loop: changelog records to faust's conductor, input records in bulk."""
+        sink = self._sink()
+        topic = sink.topic
+        app = self.app
+        callback = self.callback
+        read_offset = self._read_offset
+        consumer_stopped = self._stopped.is_set
+        fetcher_stopped = fetcher._stopped.is_set
+        try:
+            while not (consumer_stopped() or fetcher_stopped()):
+                if not self.flow_active:
+                    await self.wait(self.can_resume_flow)  # type: ignore[arg-type]  # as faust does
+                    continue
+                generation = app.consumer_generation_id
+                ready = sink.ready_partitions()
+                partitions = {tp for tp in self._get_active_partitions() if tp.topic != topic}
+                partitions |= {faust.types.TP(topic, p) for p in ready}
+                if not partitions:
+                    await self.sleep(0.1)
+                    continue
+                records = await self._getmany(active_partitions=partitions, timeout=1.0)
+                if not records or self.should_stop:
+                    continue
+                if not self.flow_active or app.consumer_generation_id != generation:
+                    continue  # a rebalance began: these are fetched again where they belong
+                bulk: dict[Any, list[Any]] = {}
+                for tp, batch in records.items():
+                    if tp.topic == topic:
+                        bulk[tp] = batch
+                        continue
+                    for record in batch:  # changelog (recovery, standby): faust's own path
+                        r_offset = read_offset[tp]
+                        if r_offset is None or record.offset >= r_offset:
+                            message = self._to_message(tp, record)
+                            await self.wait_first(callback(message), self.suspend_flow.wait())
+                            read_offset[tp] = record.offset
+                if bulk:
+                    # shielded: a cancellation (shutdown) never leaves a batch half applied
+                    await asyncio.shield(asyncio.ensure_future(sink.process(bulk)))
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                return
+            raise
+
+
+class BulkTransport(faust_aiokafka.Transport):
+    Consumer = BulkConsumer

@@ -1,0 +1,326 @@
+"""Fetched input records applied to the runs' states: each offset once, in order, in bulk.
+
+The worker's consumer hands every fetched batch of the input topic here
+(:meth:`RunProcessor.process`). For each partition the batch is admitted against the
+partition's cursor (:mod:`streams.input_cursors`), then every record is applied to its run:
+
+* decode (invalid records go to the dead-letter topic with the reason and their origin);
+* the run's table value (:mod:`streams.run_table`) says whether the record is new: a record at
+  or below the run's last applied offset is a redelivery, and only its outputs still awaiting
+  broker confirmation are re-published, with the same verdict ids; an ended run's tombstone
+  makes every later record of it a counted no-op;
+* otherwise the core's step runs; its outputs are kept in the run's outbox, sent, and leave
+  the outbox when the broker confirms them.
+
+At the end of the batch every run changed in it is written once to the table and its
+changelog (on the run's input partition), and only then does the partition's cursor move
+past the batch. The committer commits cursors after flushing the producer, so a committed
+offset always has its state changes and verdicts on the broker before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final, Protocol
+
+import structlog
+
+from config.fleet import FleetConfig
+from detectors.decoding import decode_event
+from detectors.events import EXPIRY_EVENT_PREFIX, Event, InvalidEvent, RunEnd, encode_output, run_scope
+from detectors.state import OUTBOX_LIMIT, RunState
+from detectors.step import apply, new_state
+from streams.dead_letter import dead_letter
+from streams.input_cursors import InputCursors
+from streams.logs import verdict_log_fields
+from streams.metrics import WorkerMetrics
+from streams.redis_cache import DecisionCache
+from streams.run_table import ENDED, LIVE, NO_OFFSET, pack_ended, pack_live, unpack
+
+__all__ = ["OUTBOX_FLUSH_AT", "RunProcessor"]
+
+#: A run holding the unconfirmed outputs of this many events makes the batch wait for the
+#: broker's confirmations (which empty the outbox) before it goes on: the outbox stays bounded.
+OUTBOX_FLUSH_AT: Final = OUTBOX_LIMIT
+_GONE: Final = 0  # deleted in this batch
+
+_log = structlog.get_logger("loopwatch.worker")
+
+
+class Record(Protocol):
+    """What is read of an aiokafka ``ConsumerRecord``."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+Send = Callable[[str, bytes | None, bytes | None, int | None], Awaitable["asyncio.Future[Any]"]]
+
+
+class _Run:
+    """A run's table value, parsed, with the bytes it was parsed from (None: changed since)."""
+
+    __slots__ = ("blob", "ended_ms", "kind", "offset", "partition", "state")
+
+    def __init__(
+        self,
+        blob: bytes | None,
+        kind: int,
+        offset: int,
+        state: RunState | None,
+        ended_ms: int,
+        partition: int,
+    ) -> None:
+        self.blob = blob
+        self.kind = kind
+        self.offset = offset
+        self.state = state
+        self.ended_ms = ended_ms
+        self.partition = partition
+
+
+class RunProcessor:
+    def __init__(
+        self,
+        data: MutableMapping[bytes, bytes],
+        send: Send,
+        flush: Callable[[], Awaitable[None]],
+        seek: Callable[[int, int], Awaitable[None]],
+        config: Callable[[], FleetConfig],
+        metrics: WorkerMetrics,
+        topics: dict[str, str],
+        cache: DecisionCache | None = None,
+        fault_hook: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.data = data
+        self._send = send
+        self._flush = flush
+        self._seek = seek
+        self._config = config
+        self.metrics = metrics
+        self.cache = cache
+        self.fault_hook = fault_hook
+        self._verdicts = topics["verdicts"]
+        self._dead_letter = topics["dead_letter"]
+        self._changelog = topics["changelog"]
+        self.cursors = InputCursors()
+        #: Held while a batch is applied, and by whatever must not interleave with one
+        #: (revocation, shutdown, expiry).
+        self.lock = asyncio.Lock()
+        self._runs: dict[bytes, _Run] = {}
+        self._dirty: dict[bytes, _Run] = {}
+        self.last_seen: dict[bytes, float] = {}
+
+    # -- batches -------------------------------------------------------------------------------
+
+    async def process(self, fetched: dict[Any, list[Any]]) -> None:
+        """Apply one fetched batch (topic-partition → records in offset order)."""
+        async with self.lock:
+            advanced: dict[int, int] = {}
+            for tp, records in fetched.items():
+                if not records:
+                    continue
+                partition = tp.partition
+                admission = self.cursors.admit(partition, records[0].offset)
+                if admission.seek_to is not None:
+                    self.metrics.reseeks += 1
+                    _log.warning(
+                        "fetched records start past the last applied one: seeking back",
+                        partition=partition,
+                        first_offset=records[0].offset,
+                        seek_to=admission.seek_to,
+                    )
+                    await self._seek(partition, admission.seek_to)
+                    continue
+                if admission.apply_from is None:
+                    continue  # not ready: fetched again once it is
+                if admission.gap:
+                    self.metrics.gaps += admission.gap
+                    _log.error(
+                        "input records missing on the broker were skipped",
+                        partition=partition,
+                        first_missing=admission.apply_from - admission.gap,
+                        missing=admission.gap,
+                    )
+                start = admission.apply_from
+                for record in records:
+                    if record.offset >= start:
+                        await self._record(record)
+                advanced[partition] = records[-1].offset + 1
+            await self._write_dirty()
+            for partition, offset in advanced.items():
+                self.cursors.advance(partition, offset)
+
+    async def _write_dirty(self) -> None:
+        """One table and changelog write per run changed in the batch."""
+        data = self.data
+        send = self._send
+        for key, run in self._dirty.items():
+            if run.kind == _GONE:
+                self._runs.pop(key, None)
+                if data.pop(key, None) is not None:
+                    await send(self._changelog, key, None, run.partition)
+                continue
+            if run.kind == ENDED:
+                blob = pack_ended(run.offset, run.ended_ms)
+            else:
+                assert run.state is not None
+                blob = pack_live(run.offset, run.state.to_bytes())
+            data[key] = blob
+            run.blob = blob
+            await send(self._changelog, key, blob, run.partition)
+        self._dirty.clear()
+
+    def forget_partitions(self, partitions: set[int]) -> None:
+        """Drop the parsed states of partitions this worker no longer owns."""
+        for key in [k for k, run in self._runs.items() if run.partition in partitions]:
+            del self._runs[key]
+            self.last_seen.pop(key, None)
+
+    # -- records -------------------------------------------------------------------------------
+
+    async def _record(self, record: Record) -> None:
+        started = time.perf_counter()
+        kind = await self._apply(record)
+        self.metrics.event(kind, time.perf_counter() - started)
+
+    async def _apply(self, record: Record) -> str:
+        """Apply one record; the kind counted for it."""
+        config = self._config()
+        value: bytes = record.value or b""
+        if len(value) > config.settings.max_event_bytes:
+            limit = config.settings.max_event_bytes
+            await self._refuse(record, f"event of {len(value)} bytes exceeds the limit of {limit}")
+            return "invalid"
+        try:
+            event = decode_event(value)
+        except InvalidEvent as exc:
+            await self._refuse(record, exc.reason)
+            return "invalid"
+        key = run_scope(event).encode()
+        kind = str(event.__struct_config__.tag)
+        run = self._load(key, event, record.partition)
+        if run.kind == ENDED:
+            self.metrics.ended_run_events += 1
+            return kind
+        if record.offset <= run.offset:  # applied before: re-publish what is unconfirmed
+            self.metrics.redelivered += 1
+            if run.state is not None:
+                await self._publish(key, run.state, event.event_id, run.state.outbox.get(event.event_id, []))
+            return kind
+        try:
+            if self.fault_hook is not None:
+                self.fault_hook(event)
+            await self._step(key, run, event, record)
+        except Exception as exc:  # noqa: BLE001 - one event's failure must not stop the others
+            _log.exception("event processing failed", run_id=key.decode(), offset=record.offset)
+            await self._refuse(record, f"processing failed: {type(exc).__name__}: {exc}")
+            return "invalid"
+        return kind
+
+    async def _step(self, key: bytes, run: _Run, event: Event, record: Record) -> None:
+        run.offset = record.offset
+        run.blob = None
+        self._dirty[key] = run
+        if type(event) is RunEnd:
+            self.last_seen.pop(key, None)
+            if event.event_id.startswith(EXPIRY_EVENT_PREFIX):
+                run.kind = _GONE
+            else:
+                run.kind, run.state, run.ended_ms = ENDED, None, record.timestamp or 0
+            if self.cache is not None:
+                await self.cache.forget(key.decode())
+            return
+        self.last_seen[key] = time.time()
+        state = run.state
+        if state is None:
+            state = run.state = new_state(event, self._config())
+        outputs = apply(state, event, self._config())
+        if not outputs:
+            return
+        encoded = [encode_output(out) for out in outputs]
+        state.hold(event.event_id, encoded)  # persisted with the state at the end of the batch
+        scope = key.decode()
+        for out in outputs:
+            self.metrics.output(out)
+            _log.warning(
+                "tool loop",
+                partition=record.partition,
+                offset=record.offset,
+                **verdict_log_fields(out, scope),
+            )
+        await self._publish(key, state, event.event_id, encoded)
+        if self.cache is not None:
+            for out in outputs:
+                await self.cache.record(scope, out)
+        if len(state.outbox) >= OUTBOX_FLUSH_AT:
+            await self._flush()  # confirmations empty the outbox
+
+    def _load(self, key: bytes, event: Event, partition: int) -> _Run:
+        """The run's parsed table value (cached while the table holds the same bytes)."""
+        blob = self.data.get(key)
+        run = self._runs.get(key)
+        if run is not None and (run.blob is None or run.blob is blob):
+            return run
+        if blob is None:
+            run = _Run(None, LIVE, NO_OFFSET, None, 0, partition)
+        else:
+            value = unpack(blob)
+            state = None
+            if value.kind == LIVE:
+                state = RunState.from_bytes(value.state, self._config().settings.seen_event_ids)
+            run = _Run(blob, value.kind, value.offset, state, value.ended_ms, partition)
+        self._runs[key] = run
+        return run
+
+    async def _publish(self, key: bytes, state: RunState, event_id: str, encoded: list[bytes]) -> None:
+        """Send outputs; once the broker confirmed all of them they leave the run's outbox."""
+        if not encoded:
+            return
+        pending = len(encoded)
+
+        def confirmed(future: asyncio.Future[Any]) -> None:
+            nonlocal pending
+            if future.cancelled() or future.exception() is not None:
+                return  # stays in the outbox: re-published if the event comes again
+            pending -= 1
+            if pending == 0:
+                state.delivered(event_id)
+
+        for value in encoded:
+            future = await self._send(self._verdicts, key, value, None)
+            future.add_done_callback(confirmed)
+
+    async def _refuse(self, record: Record, reason: str) -> None:
+        self.metrics.invalid += 1
+        _log.warning(
+            "invalid event sent to dead-letter topic",
+            reason=reason,
+            partition=record.partition,
+            offset=record.offset,
+        )
+        letter = dead_letter(
+            reason,
+            record.topic,
+            record.partition,
+            record.offset,
+            record.key,
+            record.value,
+            record.timestamp,
+            self._config().settings.max_event_bytes,
+        )
+        await self._send(self._dead_letter, record.key, letter, None)
+
+    # -- housekeeping --------------------------------------------------------------------------
+
+    async def drop_ended(self, keys: list[bytes], partitions: dict[bytes, int]) -> None:
+        """Delete tombstones past their grace period (call with :attr:`lock` held)."""
+        for key in keys:
+            self._dirty[key] = _Run(None, _GONE, NO_OFFSET, None, 0, partitions[key])
+        await self._write_dirty()
