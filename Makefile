@@ -8,7 +8,7 @@ CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py)
 BUILT  := $(VENV)/.compiled-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint typecheck conformance unit unit-pure services-up services-down bench bench-stream soak clean
+.PHONY: help setup demo test lint typecheck conformance unit unit-pure services-up services-down bench bench-stream soak chaos clean
 
 KAFKA_TEST := 127.0.0.1:19092
 REDIS_TEST := redis://127.0.0.1:16379/0
@@ -64,6 +64,11 @@ bench: $(BUILT)  ## benchmark the core on the four workloads
 bench-stream: $(BUILT)  ## worker throughput and latency on the local broker (vs. raw aiokafka)
 	docker/services.sh up
 	$(BIN)/python -m tests.bench.stream_bench; status=$$?; docker/services.sh down; exit $$status
+
+CHAOS_REPEAT ?= 10
+chaos: $(BUILT)  ## every fault scenario CHAOS_REPEAT times (default 10) with fresh fleets, on the local broker
+	docker/services.sh up
+	$(BIN)/python -m tests.chaos --repeat $(CHAOS_REPEAT); status=$$?; docker/services.sh down; exit $$status
 
 soak: $(BUILT)  ## 10 minutes of steady load; the worker's memory over time
 	docker/services.sh up

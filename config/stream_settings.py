@@ -50,6 +50,7 @@ class StreamSettings:
     ended_run_grace_s: int = 3600  # how long an ended run's tombstone turns away its late events
     expiry_interval_s: float = 60.0
     startup_timeout_s: float = 30.0
+    kafka_session_timeout_s: float = 30.0  # a worker silent this long leaves the group (failover)
     fleet_view: bool = True
     fleet_horizon_s: int = 3600  # how long the fleet view keeps its one-minute windows
     fleet_failing_runs: int = 3  # a tool failing in this many runs in a window is flagged
@@ -155,6 +156,8 @@ def _check(settings: StreamSettings) -> list[ConfigProblem]:
     ):
         if getattr(settings, name) < 1:
             bad(name, "must be a positive integer")
+    if not 3 <= settings.kafka_session_timeout_s <= 90:
+        bad("kafka_session_timeout_s", "must be between 3 and 90 seconds")
     for name in ("expiry_interval_s", "startup_timeout_s"):
         if getattr(settings, name) <= 0:
             bad(name, "must be a positive number")

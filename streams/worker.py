@@ -110,6 +110,8 @@ class LoopwatchWorker:
             topic_disable_leader=True,
             processing_guarantee="at_least_once",
             consumer_auto_offset_reset="earliest",
+            broker_session_timeout=settings.kafka_session_timeout_s,
+            broker_heartbeat_interval=min(3.0, settings.kafka_session_timeout_s / 3),
             broker_max_poll_records=MAX_POLL_RECORDS,
             producer_acks=-1,
             producer_linger=0.005,

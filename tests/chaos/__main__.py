@@ -1,0 +1,61 @@
+"""``make chaos``: every fault scenario, repeated with fresh fleets, on the local broker.
+
+    python -m tests.chaos [--repeat N] [--scenario NAME ...] [--runs RUNS] [--seed SEED]
+
+Prints one line per try, ``N runs matched, M differed`` per scenario, and a final
+``N passed, M failed`` line (a try passes when no run differs); exits 1 if any try failed.
+The broker-restart scenario starts a broker of its own on ``--own-broker-port``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from tests.chaos.broker import own_broker
+from tests.chaos.scenarios import OWN_BROKER, SCENARIOS, ScenarioResult, run_scenario
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=10, help="tries per scenario (default 10)")
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="only these")
+    parser.add_argument("--runs", type=int, default=150, help="runs per fleet (default 150)")
+    parser.add_argument("--seed", type=int, default=1000, help="seed of the first fleet")
+    parser.add_argument("--kafka", default=os.environ.get("LOOPWATCH_TEST_KAFKA", "127.0.0.1:19092"))
+    parser.add_argument("--own-broker-port", type=int, default=19292)
+    args = parser.parse_args()
+    if args.repeat < 1 or args.runs < 1:
+        parser.error("--repeat and --runs must be at least 1")
+    names = args.scenario or list(SCENARIOS)
+    results: list[ScenarioResult] = []
+    with tempfile.TemporaryDirectory(prefix="loopwatch-chaos-") as tmp:
+        for name in names:
+            per_scenario: list[ScenarioResult] = []
+            for attempt in range(args.repeat):
+                seed = args.seed + attempt
+                workdir = Path(tmp) / f"{name}-{attempt}"
+                if name in OWN_BROKER:
+                    with own_broker(args.own_broker_port) as bootstrap:
+                        result = asyncio.run(run_scenario(name, seed, bootstrap, workdir, args.runs))
+                else:
+                    result = asyncio.run(run_scenario(name, seed, args.kafka, workdir, args.runs))
+                print(f"  {result.line()}", flush=True)
+                for detail in result.details:
+                    print(f"    {detail}", flush=True)
+                per_scenario.append(result)
+            matched = sum(r.matched for r in per_scenario)
+            differed = sum(r.differed for r in per_scenario)
+            print(f"{name}: {matched} runs matched, {differed} differed", flush=True)
+            results.extend(per_scenario)
+    passed = sum(r.passed for r in results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""Fault scenarios on a real broker with real worker processes (``make chaos``, the fault tests).
+
+Each scenario runs a fresh random fleet (:mod:`tests.chaos.fleet`) through ``loopwatch worker``
+processes while something happens to them — a worker joins mid-backlog or while events
+arrive, a worker is killed with SIGKILL, one of two is stopped with SIGTERM, the broker
+restarts, the whole input is delivered again after every run ended — then waits until the
+group has committed the end of the input and compares, run by run, the verdicts on the topic
+(de-duplicated on ``verdict_id``) with those of one uninterrupted in-process core. A run
+whose verdicts differ in any way (one missing, one extra, one changed) is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from detectors.events import Event, run_scope
+from tests.chaos.fleet import ChaosFleet, chaos_fleet
+from tests.helpers import ROOT
+from tests.integration.harness import Names, WorkerProcess, event_records, expected_outputs, per_run, produce
+
+__all__ = ["SCENARIOS", "ScenarioResult", "run_scenario"]
+
+PARTITIONS = 4
+SETTLE_TIMEOUT_S = 180.0
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str
+    seed: int
+    matched: int
+    differed: int
+    details: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.differed == 0 and not self.details
+
+    def line(self) -> str:
+        return f"{self.scenario} (seed {self.seed}): {self.matched} runs matched, {self.differed} differed"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Context:
+    """One scenario run: its broker, topics, fleet, workers and scratch folder."""
+
+    bootstrap: str
+    workdir: Path
+    fleet: ChaosFleet
+    names: Names = field(default_factory=Names)
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    @property
+    def expected(self) -> list[dict[str, Any]]:
+        return expected_outputs(self.fleet.events, self.fleet.config)
+
+    async def start_worker(self, **env: str) -> WorkerProcess:
+        label = f"w{len(self.workers) + 1}"
+        config = self.workdir / "openclaw.json"
+        config.write_text(self.fleet.config_text)
+        worker = WorkerProcess(
+            self.names.env(
+                self.bootstrap,
+                LOOPWATCH_WEB_PORT=str(_free_port()),
+                LOOPWATCH_DATA_DIR=str(self.workdir / label),
+                LOOPWATCH_KAFKA_SESSION_TIMEOUT_S="6",
+                LOOPWATCH_FLEET_VIEW="false",
+                **env,
+            ),
+            self.workdir / f"{label}.log",
+            config,
+        )
+        self.workers.append(worker)
+        await asyncio.to_thread(worker.wait_ready)
+        return worker
+
+    async def produce(self, events: list[Event]) -> None:
+        await produce(self.bootstrap, self.names.events, event_records(events))
+
+    async def verdict_count(self) -> int:
+        return sum((await _end_offsets(self.bootstrap, self.names.verdicts)).values())
+
+    async def wait_verdicts(self, at_least: int, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while await self.verdict_count() < at_least:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"fewer than {at_least} verdicts after {timeout}s:\n{self.tails()}")
+            await asyncio.sleep(0.1)
+
+    async def wait_processed(self, timeout: float = SETTLE_TIMEOUT_S) -> None:
+        """Until the group committed the end of every input partition."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ends = await _end_offsets(self.bootstrap, self.names.events)
+            committed = await _committed(self.bootstrap, self.names.app_id, list(ends))
+            if all(committed.get(tp, -1) >= end for tp, end in ends.items()):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"input not committed to its end ({committed} of {ends}):\n{self.tails()}"
+                )
+            await asyncio.sleep(0.25)
+
+    def tails(self) -> str:
+        return "\n".join(f"--- {w.log.name}\n{w.tail(15)}" for w in self.workers)
+
+    def stop_all(self) -> None:
+        for worker in self.workers:
+            if worker.proc.poll() is None:
+                worker.stop()
+
+
+async def _end_offsets(bootstrap: str, topic: str) -> dict[TopicPartition, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        ends: dict[TopicPartition, int] = await consumer.end_offsets(partitions)
+        return ends
+    finally:
+        await consumer.stop()
+
+
+async def _committed(
+    bootstrap: str, group: str, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group, partitions=partitions)
+        return {tp: meta.offset for tp, meta in offsets.items() if meta is not None}
+    finally:
+        await admin.close()
+
+
+async def _read_all(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    ends = await _end_offsets(bootstrap, topic)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    out: list[dict[str, Any]] = []
+    try:
+        consumer.assign(list(ends))
+        await consumer.seek_to_beginning(*ends)
+        while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
+            batch = await consumer.getmany(timeout_ms=500)
+            for messages in batch.values():
+                out.extend(json.loads(message.value) for message in messages)
+    finally:
+        await consumer.stop()
+    return out
+
+
+def compare(ctx: Context, name: str, got: list[dict[str, Any]]) -> ScenarioResult:
+    """Run by run: the topic's verdicts (de-duplicated) against the uninterrupted core's."""
+    expected = per_run(ctx.expected)
+    actual = per_run(got, dedupe=True)
+    details: list[str] = []
+    by_id: dict[str, dict[str, Any]] = {}
+    for output in got:
+        first = by_id.setdefault(output["verdict_id"], output)
+        if first != output:
+            details.append(f"verdict {output['verdict_id']} published twice with different content")
+    runs = {run_scope(event) for event in ctx.fleet.events}
+    differed = 0
+    for run in sorted(runs | set(actual)):
+        want, have = expected.get(run, []), actual.get(run, [])
+        if want != have:
+            differed += 1
+            if len(details) < 5:
+                details.append(_difference(run, want, have))
+    return ScenarioResult(name, ctx.fleet.seed, len(runs) - differed, differed, details)
+
+
+def _difference(run: str, want: list[dict[str, Any]], have: list[dict[str, Any]]) -> str:
+    def brief(o: dict[str, Any]) -> str:
+        what = f"{o.get('detector') or o.get('reason')}/{o.get('action', 'abort')}"
+        return f"{what}#{o['count']}@{o['trigger_event_id']}"
+
+    for index, (a, b) in enumerate(zip(want, have, strict=False)):
+        if a != b:
+            return f"run {run}: verdict {index} expected {brief(a)}, got {brief(b)}"
+    if len(want) > len(have):
+        return f"run {run}: {len(want) - len(have)} missing, first {brief(want[len(have)])}"
+    return f"run {run}: {len(have) - len(want)} extra, first {brief(have[len(want)])}"
+
+
+# -- the scenarios ------------------------------------------------------------------------------
+
+
+async def join_mid_backlog(ctx: Context) -> None:
+    """The whole fleet as a backlog; a second worker joins while the first is working through it."""
+    await ctx.start_worker()
+    await ctx.produce(ctx.fleet.events)
+    await ctx.wait_verdicts(len(ctx.expected) // 8)
+    await ctx.start_worker()
+
+
+async def join_while_producing(ctx: Context) -> None:
+    """Events arrive at a steady pace; a second worker joins a third of the way in."""
+    await ctx.start_worker()
+    events = ctx.fleet.events
+    chunk = 300
+    third = len(events) // 3
+
+    async def paced() -> None:
+        for start in range(0, len(events), chunk):
+            await ctx.produce(events[start : start + chunk])
+            await asyncio.sleep(0.1)
+
+    producing = asyncio.create_task(paced())
+    while await _produced(ctx) < third:
+        await asyncio.sleep(0.05)
+    await ctx.start_worker()
+    await producing
+
+
+async def _produced(ctx: Context) -> int:
+    return sum((await _end_offsets(ctx.bootstrap, ctx.names.events)).values())
+
+
+async def kill_minus_nine(ctx: Context) -> None:
+    """Two workers share the backlog; one is killed with SIGKILL (no shutdown, no commit)."""
+    await ctx.start_worker()
+    second = await ctx.start_worker()
+    await ctx.produce(ctx.fleet.events)
+    await ctx.wait_verdicts(len(ctx.expected) // 4)
+    second.kill()
+
+
+async def sigterm_one_of_two(ctx: Context) -> None:
+    """Two workers share the backlog; one is stopped with SIGTERM mid-way (graceful)."""
+    await ctx.start_worker()
+    second = await ctx.start_worker()
+    await ctx.produce(ctx.fleet.events)
+    await ctx.wait_verdicts(len(ctx.expected) // 4)
+    await asyncio.to_thread(second.stop)
+
+
+async def redelivery_after_run_end(ctx: Context) -> None:
+    """Every run ended; the group's offsets go back half-way and a worker reads the rest again.
+
+    The second half holds the tails of runs whose start it does not hold: detected again
+    from an empty state they would give verdicts with new ids.
+    """
+    first = await ctx.start_worker()
+    await ctx.produce(ctx.fleet.events)
+    await ctx.wait_processed()
+    await asyncio.to_thread(first.stop)
+    await _rewind_group(ctx)
+    await ctx.start_worker()
+
+
+async def _rewind_group(ctx: Context) -> None:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=ctx.bootstrap, group_id=ctx.names.app_id, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        ends = await _end_offsets(ctx.bootstrap, ctx.names.events)
+        consumer.assign(list(ends))
+        await consumer.commit({tp: end // 2 for tp, end in ends.items()})
+    finally:
+        await consumer.stop()
+
+
+async def broker_restart(ctx: Context) -> None:
+    """The broker stops and starts again while a worker is mid-stream."""
+    await ctx.start_worker()
+    half = len(ctx.fleet.events) // 2
+    await ctx.produce(ctx.fleet.events[:half])
+    await ctx.wait_verdicts(len(ctx.expected) // 8)
+    await asyncio.to_thread(_broker, ctx.bootstrap, "stop")
+    await asyncio.sleep(3)
+    await asyncio.to_thread(_broker, ctx.bootstrap, "start")
+    await ctx.produce(ctx.fleet.events[half:])
+
+
+def _broker(bootstrap: str, action: str) -> None:
+    port = bootstrap.rsplit(":", 1)[1]
+    env = dict(os.environ, KAFKA_PORT=port, KAFKA_CONTROLLER_PORT=str(int(port) + 1), PYTHON=sys.executable)
+    subprocess.run([str(ROOT / "docker" / "kafka" / "broker.sh"), action], env=env, check=True, cwd=ROOT)
+
+
+Scenario = Callable[[Context], Awaitable[None]]
+SCENARIOS: dict[str, Scenario] = {
+    "join-mid-backlog": join_mid_backlog,
+    "join-while-producing": join_while_producing,
+    "kill-9": kill_minus_nine,
+    "sigterm-one-of-two": sigterm_one_of_two,
+    "broker-restart": broker_restart,
+    "redelivery-after-run-end": redelivery_after_run_end,
+}
+#: Scenarios that restart the broker run on a broker of their own (started and stopped here).
+OWN_BROKER = {"broker-restart"}
+
+
+async def run_scenario(
+    name: str, seed: int, bootstrap: str, workdir: Path, runs: int = 150
+) -> ScenarioResult:
+    """Run one scenario with a fresh fleet; the comparison with the uninterrupted core."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ctx = Context(bootstrap, workdir, chaos_fleet(seed, runs))
+    try:
+        await SCENARIOS[name](ctx)
+        await ctx.wait_processed()
+        got = await _read_all(ctx.bootstrap, ctx.names.verdicts)
+    finally:
+        await asyncio.to_thread(ctx.stop_all)
+    return compare(ctx, name, got)

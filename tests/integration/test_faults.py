@@ -1,0 +1,35 @@
+"""Every fault scenario of ``make chaos``, twice, with fresh fleets: verdicts exactly as one
+uninterrupted worker gives them (a repeated verdict id allowed, a new or missing one not)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.broker import own_broker
+from tests.chaos.scenarios import OWN_BROKER, SCENARIOS, run_scenario
+
+pytestmark = pytest.mark.integration
+
+SEEDS = (11, 12)
+
+
+@pytest.fixture(scope="module")
+def restartable_broker() -> Iterator[str]:
+    """A broker the broker-restart scenario may stop and start (not the suite's shared one)."""
+    with own_broker(19292) as bootstrap:
+        yield bootstrap
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_fault_scenario_changes_no_verdict(
+    scenario: str, seed: int, kafka_bootstrap: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    bootstrap = request.getfixturevalue("restartable_broker") if scenario in OWN_BROKER else kafka_bootstrap
+    result = asyncio.run(run_scenario(scenario, seed, bootstrap, tmp_path))
+    assert result.matched == 150
+    assert result.passed, "\n".join([result.line(), *result.details])
