@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final, Protocol
 
+import msgspec
 import structlog
 
 from config.fleet import FleetConfig
@@ -271,11 +272,17 @@ class RunProcessor:
         if blob is None:
             run = _Run(None, LIVE, NO_OFFSET, None, 0, partition)
         else:
-            value = unpack(blob)
-            state = None
-            if value.kind == LIVE:
-                state = RunState.from_bytes(value.state, self._config().settings.seen_event_ids)
-            run = _Run(blob, value.kind, value.offset, state, value.ended_ms, partition)
+            try:
+                value = unpack(blob)
+                state = None
+                if value.kind == LIVE:
+                    state = RunState.from_bytes(value.state, self._config().settings.seen_event_ids)
+                run = _Run(blob, value.kind, value.offset, state, value.ended_ms, partition)
+            except (ValueError, msgspec.DecodeError) as exc:  # not written by this version: start afresh
+                _log.error(
+                    "unreadable run state replaced", run_id=key.decode("utf-8", "replace"), error=str(exc)
+                )
+                run = _Run(None, LIVE, NO_OFFSET, None, 0, partition)
         self._runs[key] = run
         return run
 

@@ -94,6 +94,38 @@ def test_run_end_drops_state_and_runs_are_separate() -> None:
     assert list(engine.states) == ["run-2"]
 
 
+def test_events_after_run_end_are_ignored_and_counted() -> None:
+    trace = read_loop(15)
+    tail = trace.events[-24:]  # redelivered after the run ended
+    detected_afresh = Engine(FleetConfig.enabled_default())
+    assert [out for event in tail for out in detected_afresh.process(event)] != []
+    trace.end()
+    engine = Engine(FleetConfig.enabled_default())
+    for event in trace.events:
+        engine.process(event)
+    assert [out for event in tail for out in engine.process(event)] == []
+    assert engine.late == 24
+    assert "run-1" not in engine.states
+
+
+def test_ended_runs_are_remembered_up_to_a_limit_and_not_after_expiry() -> None:
+    from detectors.events import EXPIRY_EVENT_PREFIX, RunEnd, ToolCall
+
+    engine = Engine(FleetConfig.enabled_default(), ended_limit=2)
+    for run_id in ("a", "b", "c"):
+        engine.process(RunEnd(event_id=f"{run_id}-end", run_id=run_id))
+    assert list(engine.ended) == ["b", "c"]
+    engine.process(RunEnd(event_id=f"{EXPIRY_EVENT_PREFIX}d:1", run_id="d"))
+    assert "d" not in engine.ended  # an idle run that expired may resume
+    engine.process(ToolCall(event_id="d1", run_id="d", tool="read", params={}))
+    assert "d" in engine.states
+    reusable = Engine(FleetConfig.enabled_default(), ended_limit=0)
+    reusable.process(RunEnd(event_id="x", run_id="a"))
+    reusable.process(ToolCall(event_id="a1", run_id="a", tool="read", params={}))
+    assert "a" in reusable.states
+    assert reusable.late == 0
+
+
 def test_verdict_ids_are_deterministic() -> None:
     first = run(read_loop(21))
     second = run(read_loop(21))

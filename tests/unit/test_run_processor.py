@@ -1,0 +1,218 @@
+"""The worker's record path without a broker: offsets, redeliveries, tombstones, outbox, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from config.fleet import FleetConfig
+from detectors.engine import Engine
+from detectors.events import Event, encode_event, encode_output, run_scope
+from streams.metrics import WorkerMetrics
+from streams.run_processor import RunProcessor
+from tests.helpers import Trace
+
+TOPICS = {"verdicts": "v", "dead_letter": "dl", "changelog": "cl"}
+
+
+@dataclass
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class TP:
+    topic: str
+    partition: int
+
+
+class Broker:
+    """Sends recorded in order; confirmations held back until ``confirm()``."""
+
+    def __init__(self, confirm_at_once: bool = True) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes | None, int | None]] = []
+        self.pending: list[asyncio.Future[Any]] = []
+        self.confirm_at_once = confirm_at_once
+        self.seeks: list[tuple[int, int]] = []
+
+    async def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None) -> Any:
+        self.sent.append((topic, key, value, partition))
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.confirm_at_once:
+            future.set_result(None)
+        else:
+            self.pending.append(future)
+        return future
+
+    async def flush(self) -> None:
+        self.confirm()
+
+    def confirm(self) -> None:
+        for future in self.pending:
+            if not future.done():
+                future.set_result(None)
+        self.pending.clear()
+
+    async def seek(self, partition: int, offset: int) -> None:
+        self.seeks.append((partition, offset))
+
+    def on(self, topic: str) -> list[bytes]:
+        return [value for t, _, value, _ in self.sent if t == topic and value is not None]
+
+
+def records(events: list[Event], start: int = 0) -> list[Record]:
+    return [
+        Record("in", 0, start + i, 1_000 + i, run_scope(e).encode(), encode_event(e))
+        for i, e in enumerate(events)
+    ]
+
+
+def processor(broker: Broker, data: dict[bytes, bytes] | None = None, **kwargs: Any) -> RunProcessor:
+    config = FleetConfig.enabled_default()
+    return RunProcessor(
+        {} if data is None else data,
+        broker.send,
+        broker.flush,
+        broker.seek,
+        lambda: config,
+        WorkerMetrics(),
+        TOPICS,
+        **kwargs,
+    )
+
+
+def loop_trace(calls: int = 25, run_id: str = "run-1") -> Trace:
+    trace = Trace(run_id)
+    for _ in range(calls):
+        trace.both("read", {"path": "/missing"}, error="ENOENT")
+    return trace
+
+
+def expected(events: list[Event]) -> list[bytes]:
+    engine = Engine(FleetConfig.enabled_default())
+    return [encode_output(out) for e in events for out in engine.process(e)]
+
+
+async def feed(proc: RunProcessor, batch: list[Record]) -> None:
+    await proc.process({TP("in", 0): batch})
+
+
+def test_records_give_the_core_verdicts_and_one_state_write_per_run_and_batch() -> None:
+    async def go() -> None:
+        broker = Broker()
+        proc = processor(broker)
+        proc.cursors.start(0, 0)
+        events = loop_trace().events + loop_trace(run_id="run-2").events
+        batch = records(events)
+        await feed(proc, batch[:30])
+        await feed(proc, batch[30:])
+        assert broker.on("v") == expected(events)
+        assert len(broker.on("cl")) == 2 + 1  # run-1 in both batches, run-2 only in the second
+        assert proc.cursors.positions() == {0: len(events)}
+
+    asyncio.run(go())
+
+
+def test_a_redelivered_record_republishes_only_unconfirmed_verdicts() -> None:
+    async def go() -> None:
+        broker = Broker(confirm_at_once=False)
+        data: dict[bytes, bytes] = {}
+        proc = processor(broker, data)
+        proc.cursors.start(0, 0)
+        events = loop_trace().events
+        await feed(proc, records(events))
+        first = broker.on("v")
+        assert first == expected(events)
+        # a new owner, from the changelog's state, reads everything again (nothing confirmed)
+        again_broker = Broker()
+        again = processor(again_broker, data)
+        again.cursors.start(0, 0)
+        await feed(again, records(events))
+        assert sorted(again_broker.on("v")) == sorted(first)  # the same verdicts, the same ids
+        assert again.metrics.redelivered == len(events)
+        # once the broker confirmed them, a redelivery publishes nothing
+        broker.confirm()
+        await asyncio.sleep(0)  # the confirmation callbacks run
+        proc.cursors.start(0, 0)
+        await feed(proc, records(events))
+        assert broker.on("v") == first
+        assert proc.metrics.redelivered == len(events)
+
+    asyncio.run(go())
+
+
+def test_an_ended_run_turns_away_its_late_and_redelivered_records() -> None:
+    async def go() -> None:
+        broker = Broker()
+        data: dict[bytes, bytes] = {}
+        proc = processor(broker, data)
+        proc.cursors.start(0, 0)
+        trace = loop_trace()
+        trace.end()
+        await feed(proc, records(trace.events))
+        published = len(broker.on("v"))
+        tail = trace.events[-20:-1]
+        after = processor(broker, data)  # the next owner of the partition
+        after.cursors.start(0, len(trace.events) - 20)
+        await feed(after, records(tail, start=len(trace.events) - 20))
+        late = loop_trace(4).events
+        await feed(after, records(late, start=len(trace.events) - 1))
+        assert len(broker.on("v")) == published
+        assert after.metrics.ended_run_events == len(tail) + len(late)
+
+    asyncio.run(go())
+
+
+def test_a_batch_past_the_cursor_is_sought_back_and_not_applied() -> None:
+    async def go() -> None:
+        broker = Broker()
+        proc = processor(broker)
+        proc.cursors.start(0, 0)
+        events = loop_trace().events
+        await feed(proc, records(events[10:], start=10))
+        assert broker.seeks == [(0, 0)]
+        assert broker.sent == []
+        await feed(proc, records(events))
+        assert broker.on("v") == expected(events)
+
+    asyncio.run(go())
+
+
+def test_an_exception_in_one_event_dead_letters_it_and_spares_the_others() -> None:
+    async def go() -> None:
+        broker = Broker()
+        events = loop_trace().events + loop_trace(run_id="run-2").events
+        failing = events[7].event_id
+
+        def hook(event: Event) -> None:
+            if event.event_id == failing:
+                raise RuntimeError("boom")
+
+        proc = processor(broker, fault_hook=hook)
+        proc.cursors.start(0, 0)
+        await feed(proc, records(events))
+        assert broker.on("v") == expected([e for e in events if e.event_id != failing])
+        [letter] = [json.loads(v) for v in broker.on("dl")]
+        assert letter["reason"] == "processing failed: RuntimeError: boom"
+        assert letter["offset"] == 7
+
+    asyncio.run(go())
+
+
+def test_an_unreadable_table_value_is_replaced_by_a_fresh_state() -> None:
+    async def go() -> None:
+        broker = Broker()
+        proc = processor(broker, {b"run-1": b"\x07garbage"})
+        proc.cursors.start(0, 0)
+        events = loop_trace().events
+        await feed(proc, records(events))
+        assert broker.on("v") == expected(events)
+
+    asyncio.run(go())
