@@ -220,7 +220,12 @@ class RunProcessor:
                 self.fault_hook(event)
             await self._step(key, run, event, record)
         except Exception as exc:  # noqa: BLE001 - one event's failure must not stop the others
-            _log.exception("event processing failed", run_id=key.decode(), offset=record.offset)
+            _log.exception(
+                "event processing failed",
+                run_id=key.decode(),
+                partition=record.partition,
+                offset=record.offset,
+            )
             await self._refuse(record, f"processing failed: {type(exc).__name__}: {exc}")
             return "invalid"
         return kind
@@ -252,6 +257,7 @@ class RunProcessor:
             self.metrics.output(out)
             _log.warning(
                 "tool loop",
+                run_id=scope,
                 partition=record.partition,
                 offset=record.offset,
                 **verdict_log_fields(out, scope),

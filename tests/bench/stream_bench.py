@@ -2,8 +2,10 @@
 
 (a) passthrough: an aiokafka consumer (group) that produces every record it reads to another
     topic — the ceiling for a Python worker on this machine; beside it, a faust agent that
-    only forwards each event (faust's own per-event cost, the ceiling for any faust worker);
-(b) loopwatch: one ``loopwatch worker`` process on the same events.
+    only forwards each event (faust's own per-event cost, the ceiling for a faust agent);
+(b) loopwatch: one ``loopwatch worker`` process on the same events, then two of them.
+
+All three produce with the same settings (acks=all, linger 5 ms).
 
 Both are measured live: the consumer side is running, then the benchmark produces the
 events as fast as it can and times until the last output arrives. Then (c) the worker's
@@ -160,6 +162,28 @@ async def collect(topic: str, want: set[str], sent: dict[str, float], deadline: 
     return arrived
 
 
+def start_workers(names: Names, count: int, tmp: str, port: int) -> list[WorkerProcess]:
+    """``count`` worker processes of one group, all ready (the group settled)."""
+    workers = []
+    for index in range(count):
+        env = names.env(
+            BOOTSTRAP,
+            LOOPWATCH_WEB_PORT=str(port + index),
+            LOOPWATCH_DATA_DIR=f"{tmp}/{names.app_id}-{index}",
+        )
+        workers.append(WorkerProcess(env, Path(tmp) / f"{names.app_id}-{index}.log"))
+    for worker in workers:
+        worker.wait_ready()
+    if count > 1:  # every member ready once more after the last join's rebalance
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if workers[0].log.read_bytes().count(b"Worker ready") >= count:  # after each join
+                break
+            time.sleep(0.2)
+        time.sleep(2)
+    return workers
+
+
 async def worker_throughput(names: Names, records: list[tuple[bytes, bytes, str]]) -> float:
     expected = expected_outputs(decode_event(value) for _, value, _ in records)
     last_per_partition: dict[bytes, str] = {}
@@ -181,7 +205,7 @@ async def paced_latency(names: Names, records: list[tuple[bytes, bytes, str]], r
     sent: dict[str, float] = {}
     collector = asyncio.create_task(collect(names.verdicts, want, sent, time.monotonic() + 600))
     await asyncio.sleep(1)
-    producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=0)
+    producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=0)  # paced: no batching
     await producer.start()
     start = time.perf_counter()
     for index, (key, value, event_id) in enumerate(records):
@@ -208,36 +232,39 @@ def main(argv: list[str] | None = None) -> int:
     print(f"loopwatch stream benchmark: {len(records)} events, broker {BOOTSTRAP}, 4 partitions", flush=True)
     ceiling = asyncio.run(passthrough(records))
     print(f"(a) aiokafka passthrough:  {ceiling:10,.0f} events/s", flush=True)
-    names = Names()
     with tempfile.TemporaryDirectory() as tmp:
         noop = asyncio.run(faust_noop(records, tmp))
         print(
             f"    faust no-op agent:     {noop:10,.0f} events/s  ({noop / ceiling:.0%} of passthrough)",
             flush=True,
         )
-        env = names.env(BOOTSTRAP, LOOPWATCH_WEB_PORT="16999", LOOPWATCH_DATA_DIR=tmp)
-        worker = WorkerProcess(env, Path(tmp) / "worker.log")
-        try:
-            worker.wait_ready()
-            rate = asyncio.run(worker_throughput(names, records))
+        rates: dict[int, float] = {}
+        for count in (1, 2):
+            names = Names()
+            workers = start_workers(names, count, tmp, 16990 + 2 * count)
+            try:
+                rates[count] = asyncio.run(worker_throughput(names, records))
+            finally:
+                for worker in workers:
+                    worker.stop()
+            label = f"(b) loopwatch, {count} worker{'s' if count > 1 else ''}:"
             print(
-                f"(b) loopwatch worker:      {rate:10,.0f} events/s  ({rate / ceiling:.0%} of passthrough)",
+                f"{label:26}{rates[count]:10,.0f} events/s  ({rates[count] / ceiling:.0%} of passthrough)",
                 flush=True,
             )
-            offered = rate / 2
-            count = min(len(records), int(offered * args.latency_seconds))
-            second = Names()
-            second_records = [
-                (k, v.replace(b'"event_id":"e', b'"event_id":"l'), e.replace("e", "l", 1))
-                for k, v, e in records[:count]
-            ]
-            worker.stop()
-            env2 = second.env(BOOTSTRAP, LOOPWATCH_WEB_PORT="16998", LOOPWATCH_DATA_DIR=tmp + "/2")
-            worker = WorkerProcess(env2, Path(tmp) / "worker2.log")
-            worker.wait_ready()
+        rate = rates[1]
+        offered = rate / 2
+        count = min(len(records), int(offered * args.latency_seconds))
+        second = Names()
+        second_records = [
+            (k, v.replace(b'"event_id":"e', b'"event_id":"l'), e.replace("e", "l", 1))
+            for k, v, e in records[:count]
+        ]
+        workers = start_workers(second, 1, tmp, 16980)
+        try:
             latencies = asyncio.run(paced_latency(second, second_records, offered))
         finally:
-            worker.stop()
+            workers[0].stop()
     p50 = statistics.median(latencies)
     p99 = latencies[int(0.99 * (len(latencies) - 1))]
     print(
@@ -247,8 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     results: dict[str, Any] = {
         "passthrough_eps": ceiling,
+        "faust_noop_eps": noop,
         "worker_eps": rate,
         "ratio": rate / ceiling,
+        "two_workers_eps": rates[2],
+        "two_workers_ratio": rates[2] / ceiling,
         "offered_eps": offered,
         "p50_ms": p50,
         "p99_ms": p99,
