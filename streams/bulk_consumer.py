@@ -27,6 +27,12 @@ revoked before any is assigned):
   Whatever the consumer then returns for the partition is checked against the cursor, so a
   stale pre-fetch, a batch from before the seek or a position moved past unprocessed records
   cannot make a record be skipped or applied twice.
+* **A fetch across a rebalance.** A fetch that was waiting when the rebalance began can
+  return after it, holding records of partitions that faust sought meanwhile (a recovery
+  reading a changelog from its start). faust drops such records, which leaves the position
+  past them: the recovery then waits forever for records that never come (seen here after a
+  ``kill -9``). They are put back instead: sought to their first offset, unless the
+  partition was sought elsewhere since (:meth:`BulkConsumer._unfetch`).
 * **Crash.** Nothing is committed that was not applied and flushed. Records after the
   committed offset come again; the run's table value remembers the last offset applied to
   it, so they change nothing and only re-publish unconfirmed verdicts.
@@ -37,12 +43,16 @@ revoked before any is assigned):
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import faust
+import structlog
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 __all__ = ["BulkConsumer", "BulkSink", "BulkTransport", "LoopwatchApp"]
+
+_log = structlog.get_logger("loopwatch.worker")
 
 
 class BulkSink(Protocol):
@@ -98,6 +108,39 @@ class BulkConsumer(faust_aiokafka.Consumer):
     async def _seek_on_thread(consumer: Any, tp: Any, offset: int) -> None:
         consumer.seek(tp, offset)
 
+    async def _unfetch(self, records: Mapping[Any, list[Any]]) -> None:
+        """Put back records fetched across a rebalance, so that they are fetched again.
+
+        A fetch that was waiting when a rebalance began can return after it, with records of
+        partitions that faust sought in the meantime (the changelog partitions a recovery
+        reads from the start). Dropping them would leave the consumer's position past them
+        and the recovery waiting forever for records it will never see; so each partition
+        whose position is still just past the dropped records is sought back to the first of
+        them. A partition sought elsewhere since keeps its new position.
+        """
+        spans = {tp: (batch[0].offset, batch[-1].offset + 1) for tp, batch in records.items() if batch}
+        if spans:
+            consumer = self._thread._ensure_consumer()
+            put_back = await self._thread.call_thread(self._unfetch_on_thread, consumer, spans)
+            if put_back:
+                _log.info("records fetched across a rebalance put back", partitions=put_back)
+
+    @staticmethod
+    async def _unfetch_on_thread(consumer: Any, spans: dict[Any, tuple[int, int]]) -> list[str]:
+        put_back: list[str] = []
+        assigned = consumer.assignment()
+        for tp, (first, after) in spans.items():
+            if tp not in assigned:
+                continue
+            try:  # a position being reset is not one this fetch left
+                position = await asyncio.wait_for(consumer.position(tp), timeout=1.0)
+            except Exception:  # noqa: BLE001 - revoked meanwhile, or a reset pending: leave it
+                continue
+            if position == after:
+                consumer.seek(tp, first)
+                put_back.append(f"{tp.topic}[{tp.partition}]@{first}")
+        return put_back
+
     async def on_stop(self) -> None:
         await self._sink().on_stop()
         await super().on_stop()
@@ -127,7 +170,8 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 if not records or self.should_stop:
                     continue
                 if not self.flow_active or app.consumer_generation_id != generation:
-                    continue  # a rebalance began: these are fetched again where they belong
+                    await self._unfetch(records)  # a rebalance began during the fetch
+                    continue
                 bulk: dict[Any, list[Any]] = {}
                 for tp, batch in records.items():
                     if tp.topic == topic:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -316,13 +317,30 @@ OWN_BROKER = {"broker-restart"}
 async def run_scenario(
     name: str, seed: int, bootstrap: str, workdir: Path, runs: int = 150
 ) -> ScenarioResult:
-    """Run one scenario with a fresh fleet; the comparison with the uninterrupted core."""
+    """Run one scenario with a fresh fleet; the comparison with the uninterrupted core.
+
+    A scenario that cannot finish (a worker that stops processing, a timeout) is a failed
+    try whose details say why; the workers' logs of every failed try are kept in
+    ``test-artifacts/chaos/``.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     ctx = Context(bootstrap, workdir, chaos_fleet(seed, runs))
     try:
         await SCENARIOS[name](ctx)
         await ctx.wait_processed()
         got = await _read_all(ctx.bootstrap, ctx.names.verdicts)
+    except AssertionError as exc:
+        result = ScenarioResult(
+            name, seed, 0, len({run_scope(e) for e in ctx.fleet.events}), [str(exc)[:2000]]
+        )
+    else:
+        result = compare(ctx, name, got)
     finally:
         await asyncio.to_thread(ctx.stop_all)
-    return compare(ctx, name, got)
+    if not result.passed:
+        kept = ROOT / "test-artifacts" / "chaos" / f"{name}-{seed}-{ctx.names.app_id}"
+        kept.mkdir(parents=True, exist_ok=True)
+        for worker in ctx.workers:
+            shutil.copy(worker.log, kept / worker.log.name)
+        result.details.append(f"worker logs kept in {kept}")
+    return result
