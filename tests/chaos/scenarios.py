@@ -298,7 +298,13 @@ async def broker_restart(ctx: Context) -> None:
 def _broker(bootstrap: str, action: str) -> None:
     port = bootstrap.rsplit(":", 1)[1]
     env = dict(os.environ, KAFKA_PORT=port, KAFKA_CONTROLLER_PORT=str(int(port) + 1), PYTHON=sys.executable)
-    subprocess.run([str(ROOT / "docker" / "kafka" / "broker.sh"), action], env=env, check=True, cwd=ROOT)
+    subprocess.run(
+        [str(ROOT / "docker" / "kafka" / "broker.sh"), action],
+        env=env,
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+    )
 
 
 Scenario = Callable[[Context], Awaitable[None]]
