@@ -48,11 +48,15 @@ from typing import Any, Protocol
 
 import faust
 import structlog
+from aiokafka import TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 __all__ = ["BulkConsumer", "BulkSink", "BulkTransport", "LoopwatchApp"]
 
 _log = structlog.get_logger("loopwatch.worker")
+
+#: How long one fetch waits for records (the loop also notices new partitions to read this often).
+FETCH_WAIT_S = 0.25
 
 
 class BulkSink(Protocol):
@@ -79,6 +83,9 @@ class LoopwatchApp(faust.App):
 
 
 class BulkConsumer(faust_aiokafka.Consumer):
+    _paused_unread: frozenset[Any] = frozenset()
+    _paused_generation = -1
+
     def _sink(self) -> BulkSink:
         sink: BulkSink | None = getattr(self.app, "bulk_sink", None)
         assert sink is not None, "LoopwatchApp.bulk_sink is not set"
@@ -107,6 +114,29 @@ class BulkConsumer(faust_aiokafka.Consumer):
     @staticmethod
     async def _seek_on_thread(consumer: Any, tp: Any, offset: int) -> None:
         consumer.seek(tp, offset)
+
+    async def _pause_unread(self, reading: set[Any], generation: int) -> None:
+        """Pause, in aiokafka itself, every assigned partition this loop does not read.
+
+        faust pauses partitions only in its own bookkeeping, so aiokafka keeps fetching them
+        (the changelog partitions this worker writes, input partitions still recovering).
+        Their fetched records are never taken, and aiokafka holds back every further fetch
+        to the broker for ``prefetch_backoff`` (100 ms) while such a result is new: with a
+        changelog written all the time, every fetch waited ~100 ms (p99 latency 100-150 ms
+        at any load). Paused, they are not fetched at all.
+        """
+        unread = frozenset(self.assignment()) - reading
+        if generation == self._paused_generation and unread == self._paused_unread:
+            return
+        consumer = self._thread._ensure_consumer()
+        await self._thread.call_thread(self._pause_on_thread, consumer, unread)
+        self._paused_unread, self._paused_generation = unread, generation
+
+    @staticmethod
+    async def _pause_on_thread(consumer: Any, unread: frozenset[Any]) -> None:
+        assigned = consumer.assignment()
+        consumer.resume(*[tp for tp in consumer.paused() if tp in assigned and tp not in unread])
+        consumer.pause(*[TopicPartition(tp.topic, tp.partition) for tp in unread if tp in assigned])
 
     async def _unfetch(self, records: Mapping[Any, list[Any]]) -> None:
         """Put back records fetched across a rebalance, so that they are fetched again.
@@ -166,7 +196,8 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 if not partitions:
                     await self.sleep(0.1)
                     continue
-                records = await self._getmany(active_partitions=partitions, timeout=1.0)
+                await self._pause_unread(partitions, generation)
+                records = await self._getmany(active_partitions=partitions, timeout=FETCH_WAIT_S)
                 if not records or self.should_stop:
                     continue
                 if not self.flow_active or app.consumer_generation_id != generation:
