@@ -54,6 +54,7 @@ MAX_POLL_RECORDS: Final = 1000
 #: The fleet view's follower fetches in bulk (see ``_follow_fleet``).
 FLEET_FETCH_MIN_BYTES: Final = 256 * 1024
 FLEET_FETCH_WAIT_MS: Final = 250
+FLEET_YIELD_EVERY: Final = 100
 #: A testing aid: processing an event whose id is listed here (comma-separated) raises.
 FAULT_ENV: Final = "LOOPWATCH_FAULT_EVENT_IDS"
 
@@ -320,11 +321,14 @@ class LoopwatchWorker:
                 consumer.seek(tp, ends[tp] if found is None else found.offset)
             while True:
                 batch = await consumer.getmany(timeout_ms=1000)
+                seen = 0
                 for tp, messages in batch.items():
+                    is_verdict = tp.topic == self.settings.topic_verdicts
                     for message in messages:
-                        self._observe(
-                            tp.topic == self.settings.topic_verdicts, message.value, message.timestamp
-                        )
+                        self._observe(is_verdict, message.value, message.timestamp)
+                        seen += 1
+                        if seen % FLEET_YIELD_EVERY == 0:
+                            await asyncio.sleep(0)  # detection never waits for a whole fetch of the view
         finally:
             await consumer.stop()
 
