@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from config.fleet import FleetConfig, parse_config_text
 from detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult
@@ -63,27 +64,18 @@ def _run_events(tag: str, number: int, rnd: random.Random) -> list[Event]:
                 tool_call_id=call_id,
             )
         )
-        if step.error is not None:
-            outcome = ToolResult(
+        outcome: dict[str, Any] = {"error": step.error} if step.error is not None else {"result": step.result}
+        events.append(
+            ToolResult(
                 event_id=f"{event_id}r",
                 run_id=run_id,
                 agent_id=agent,
                 tool=step.tool,
                 params=step.params,
-                error=step.error,
                 tool_call_id=call_id,
+                **outcome,
             )
-        else:
-            outcome = ToolResult(
-                event_id=f"{event_id}r",
-                run_id=run_id,
-                agent_id=agent,
-                tool=step.tool,
-                params=step.params,
-                result=step.result,
-                tool_call_id=call_id,
-            )
-        events.append(outcome)
+        )
     events.append(RunEnd(event_id=f"{run_id}-end", run_id=run_id, agent_id=agent))
     return events
 
