@@ -47,7 +47,7 @@ class StreamSettings:
     redis_password: str | None = None
     redis_ttl_s: int = 3600
     state_ttl_s: int = 3600
-    ended_run_grace_s: int = 3600  # how long an ended run's tombstone turns away its late events
+    ended_run_grace_s: int = 3600  # how long an ended run's tombstone turns away its events again
     expiry_interval_s: float = 60.0
     startup_timeout_s: float = 30.0
     kafka_session_timeout_s: float = 30.0  # a worker silent this long leaves the group (failover)

@@ -3,10 +3,11 @@
 The Kafka worker keeps the same states in faust tables; this class is the in-memory store
 used by ``loopwatch run``, replay, the demo and :class:`detectors.facade.LoopDetector`.
 ``run_end`` drops a run's state, so memory is bounded by the number of open runs, and
-remembers the run as ended (the latest ``ended_limit`` ones): later events of an ended run
-are ignored and counted in :attr:`Engine.late`, as the Kafka worker's tombstones do. A
-``run_end`` whose id starts with :data:`EXPIRY_EVENT_PREFIX` (an idle run expired) forgets
-the run without that memory.
+remembers the event ids the run had seen (for the latest ``ended_limit`` ended runs): an
+event of an ended run that comes again (a redelivery, a republished event) is ignored and
+counted in :attr:`Engine.late`, as the Kafka worker's tombstones do; an event the run never
+had starts a new run under the same id. A ``run_end`` whose id starts with
+:data:`EXPIRY_EVENT_PREFIX` (an idle run expired) forgets the run without that memory.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from detectors.step import Prepared, apply, new_state
 
 __all__ = ["ENDED_RUNS_KEPT", "Engine"]
 
-ENDED_RUNS_KEPT: Final = 65536
+ENDED_RUNS_KEPT: Final = 4096
 
 
 class Engine:
@@ -31,7 +32,8 @@ class Engine:
     def __init__(self, config: FleetConfig, ended_limit: int = ENDED_RUNS_KEPT) -> None:
         self.config = config
         self.states: dict[str, RunState] = {}
-        self.ended: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
+        # scope -> the event ids an ended run had seen; insertion-ordered: oldest forgotten first
+        self.ended: dict[str, frozenset[str]] = {}
         self.ended_limit = ended_limit
         self.late = 0
 
@@ -39,13 +41,17 @@ class Engine:
         """Apply one event; the verdicts and aborts it produced."""
         run_id = event.run_id
         scope = run_id if run_id and run_id == run_id.strip() else run_scope(event)
-        if scope in self.ended:
-            self.late += 1
-            return []
+        ended = self.ended.get(scope)
+        if ended is not None:
+            if event.event_id in ended:
+                self.late += 1
+                return []
+            del self.ended[scope]  # an event the ended run never had: a new run
         if type(event) is RunEnd:
-            self.states.pop(scope, None)
+            state = self.states.pop(scope, None)
             if self.ended_limit > 0 and not event.event_id.startswith(EXPIRY_EVENT_PREFIX):
-                self.ended[scope] = None
+                seen = frozenset(state.seen) if state is not None else frozenset()
+                self.ended[scope] = seen | {event.event_id}
                 if len(self.ended) > self.ended_limit:
                     del self.ended[next(iter(self.ended))]
             return []

@@ -38,7 +38,7 @@ from streams.input_cursors import InputCursors
 from streams.logs import verdict_log_fields
 from streams.metrics import WorkerMetrics
 from streams.redis_cache import DecisionCache
-from streams.run_table import ENDED, LIVE, NO_OFFSET, pack_ended, pack_live, unpack
+from streams.run_table import ENDED, LIVE, NO_OFFSET, id_hash, pack_ended_hashes, pack_live, unpack
 
 __all__ = ["OUTBOX_FLUSH_AT", "RunProcessor"]
 
@@ -67,7 +67,7 @@ Send = Callable[[str, bytes | None, bytes | None, int | None], Awaitable["asynci
 class _Run:
     """A run's table value, parsed, with the bytes it was parsed from (None: changed since)."""
 
-    __slots__ = ("blob", "ended_ms", "kind", "offset", "partition", "state")
+    __slots__ = ("blob", "ended_ids", "ended_ms", "kind", "offset", "partition", "state")
 
     def __init__(
         self,
@@ -84,6 +84,7 @@ class _Run:
         self.state = state
         self.ended_ms = ended_ms
         self.partition = partition
+        self.ended_ids: frozenset[int] = frozenset()
 
 
 class RunProcessor:
@@ -169,7 +170,7 @@ class RunProcessor:
                     await send(self._changelog, key, None, run.partition)
                 continue
             if run.kind == ENDED:
-                blob = pack_ended(run.offset, run.ended_ms)
+                blob = pack_ended_hashes(run.offset, run.ended_ms, run.ended_ids)
             else:
                 assert run.state is not None
                 blob = pack_live(run.offset, run.state.to_bytes())
@@ -208,8 +209,10 @@ class RunProcessor:
         kind = str(event.__struct_config__.tag)
         run = self._load(key, event, record.partition)
         if run.kind == ENDED:
-            self.metrics.ended_run_events += 1
-            return kind
+            if record.offset <= run.offset or id_hash(event.event_id) in run.ended_ids:
+                self.metrics.ended_run_events += 1  # redelivered or republished
+                return kind
+            run = self._runs[key] = _Run(None, LIVE, NO_OFFSET, None, 0, record.partition)  # a new run
         if record.offset <= run.offset:  # applied before: re-publish what is unconfirmed
             self.metrics.redelivered += 1
             if run.state is not None:
@@ -239,6 +242,8 @@ class RunProcessor:
             if event.event_id.startswith(EXPIRY_EVENT_PREFIX):
                 run.kind = _GONE
             else:
+                seen = list(run.state.seen) if run.state is not None else []
+                run.ended_ids = frozenset(id_hash(i) for i in [*seen, event.event_id])
                 run.kind, run.state, run.ended_ms = ENDED, None, record.timestamp or 0
             if self.cache is not None:
                 await self.cache.forget(key.decode())
@@ -284,6 +289,7 @@ class RunProcessor:
                 if value.kind == LIVE:
                     state = RunState.from_bytes(value.state, self._config().settings.seen_event_ids)
                 run = _Run(blob, value.kind, value.offset, state, value.ended_ms, partition)
+                run.ended_ids = value.ended_ids
             except (ValueError, msgspec.DecodeError) as exc:  # not written by this version: start afresh
                 _log.error(
                     "unreadable run state replaced", run_id=key.decode("utf-8", "replace"), error=str(exc)

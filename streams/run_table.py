@@ -7,9 +7,11 @@ or below it was applied already, and only the outputs still waiting for confirma
 re-published (:attr:`RunState.outbox`).
 
 * ``L`` (live): the header, then :meth:`RunState.to_bytes`.
-* ``E`` (ended): the header, then the broker timestamp (ms) of the ``run_end`` record. An ended
-  run keeps this 17-byte tombstone for the grace period, so late or redelivered events of it
-  are ignored and counted instead of being detected again from an empty state.
+* ``E`` (ended): the header, the broker timestamp (ms) of the ``run_end`` record, then the
+  64-bit hashes (XXH3) of the event ids the run had seen (at most ``seenEventIds``). An ended
+  run keeps this tombstone for the grace period: a record of it at or below the offset, or
+  one whose event id it had seen (republished), is ignored and counted instead of being
+  detected again from an empty state; an event it never had starts a new run.
 
 Values written before this header existed (plain state bytes, a msgpack array) are read as
 live states with no offset.
@@ -18,9 +20,22 @@ live states with no offset.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-__all__ = ["ENDED", "LIVE", "NO_OFFSET", "TableValue", "pack_ended", "pack_live", "unpack"]
+import xxhash
+
+__all__ = [
+    "ENDED",
+    "LIVE",
+    "NO_OFFSET",
+    "TableValue",
+    "id_hash",
+    "pack_ended",
+    "pack_ended_hashes",
+    "pack_live",
+    "unpack",
+]
 
 LIVE: Final = 0x4C  # "L"
 ENDED: Final = 0x45  # "E"
@@ -35,14 +50,24 @@ class TableValue(NamedTuple):
     offset: int  # last input offset applied (NO_OFFSET if unknown)
     state: bytes  # LIVE: the state bytes; ENDED: b""
     ended_ms: int  # ENDED: broker timestamp of the run_end record; LIVE: 0
+    ended_ids: frozenset[int] = frozenset()  # ENDED: hashes of the event ids the run had seen
+
+
+def id_hash(event_id: str) -> int:
+    return xxhash.xxh3_64_intdigest(event_id.encode())
 
 
 def pack_live(offset: int, state: bytes) -> bytes:
     return _HEADER.pack(LIVE, offset) + state
 
 
-def pack_ended(offset: int, ended_ms: int) -> bytes:
-    return _ENDED.pack(ENDED, offset, ended_ms)
+def pack_ended(offset: int, ended_ms: int, event_ids: Iterable[str] = ()) -> bytes:
+    return pack_ended_hashes(offset, ended_ms, {id_hash(event_id) for event_id in event_ids})
+
+
+def pack_ended_hashes(offset: int, ended_ms: int, hashes: Iterable[int]) -> bytes:
+    ordered = sorted(hashes)
+    return _ENDED.pack(ENDED, offset, ended_ms) + struct.pack(f">{len(ordered)}Q", *ordered)
 
 
 def unpack(blob: bytes) -> TableValue:
@@ -52,9 +77,11 @@ def unpack(blob: bytes) -> TableValue:
     kind = blob[0]
     if kind == LIVE and len(blob) >= _HEADER.size:
         return TableValue(LIVE, _HEADER.unpack_from(blob)[1], blob[_HEADER.size :], 0)
-    if kind == ENDED and len(blob) == _ENDED.size:
-        _, offset, ended_ms = _ENDED.unpack(blob)
-        return TableValue(ENDED, offset, b"", ended_ms)
+    if kind == ENDED and len(blob) >= _ENDED.size and (len(blob) - _ENDED.size) % 8 == 0:
+        _, offset, ended_ms = _ENDED.unpack_from(blob)
+        count = (len(blob) - _ENDED.size) // 8
+        hashes = frozenset(struct.unpack_from(f">{count}Q", blob, _ENDED.size))
+        return TableValue(ENDED, offset, b"", ended_ms, hashes)
     if 0x90 <= kind <= 0x9F or kind == 0xDC:  # a state stored before the header existed
         return TableValue(LIVE, NO_OFFSET, blob, 0)
     raise ValueError(f"unknown table value kind 0x{kind:02x}")

@@ -12,8 +12,8 @@ written down in :mod:`streams.bulk_consumer`.
   replays the event from scratch or finds it applied and re-publishes its unconfirmed
   verdicts — the same verdict ids, never a lost verdict.
 * Invalid records go to the dead-letter topic with the reason and their origin.
-* ``run_end`` leaves a small tombstone for ``LOOPWATCH_ENDED_RUN_GRACE_S``: late or
-  redelivered events of an ended run are counted, not detected again. Runs idle longer than
+* ``run_end`` leaves a small tombstone for ``LOOPWATCH_ENDED_RUN_GRACE_S``: redelivered or
+  republished events of an ended run are counted, not detected again. Runs idle longer than
   the state TTL get a synthetic ``run_end`` on their own partition, which deletes the state.
 * Config overrides are followed on the compacted config topic and apply to the next event.
 """

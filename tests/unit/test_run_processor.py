@@ -7,11 +7,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from config.fleet import FleetConfig
 from detectors.engine import Engine
 from detectors.events import Event, encode_event, encode_output, run_scope
 from streams.metrics import WorkerMetrics
 from streams.run_processor import RunProcessor
+from streams.run_table import ENDED, LIVE, unpack
 from tests.helpers import Trace
 
 TOPICS = {"verdicts": "v", "dead_letter": "dl", "changelog": "cl"}
@@ -148,7 +151,7 @@ def test_a_redelivered_record_republishes_only_unconfirmed_verdicts() -> None:
     asyncio.run(go())
 
 
-def test_an_ended_run_turns_away_its_late_and_redelivered_records() -> None:
+def test_an_ended_run_turns_away_its_redelivered_and_republished_records() -> None:
     async def go() -> None:
         broker = Broker()
         data: dict[bytes, bytes] = {}
@@ -156,16 +159,22 @@ def test_an_ended_run_turns_away_its_late_and_redelivered_records() -> None:
         proc.cursors.start(0, 0)
         trace = loop_trace()
         trace.end()
+        n = len(trace.events)
         await feed(proc, records(trace.events))
         published = len(broker.on("v"))
-        tail = trace.events[-20:-1]
-        after = processor(broker, data)  # the next owner of the partition
-        after.cursors.start(0, len(trace.events) - 20)
-        await feed(after, records(tail, start=len(trace.events) - 20))
-        late = loop_trace(4).events
-        await feed(after, records(late, start=len(trace.events) - 1))
+        assert unpack(data[b"run-1"]).kind == ENDED
+        after = processor(broker, data)  # the next owner of the partition reads the tail again
+        after.cursors.start(0, n - 20)
+        await feed(after, records(trace.events[-20:], start=n - 20))
+        republished = trace.events[:30]  # published again after the run ended, at new offsets
+        await feed(after, records(republished, start=n))
         assert len(broker.on("v")) == published
-        assert after.metrics.ended_run_events == len(tail) + len(late)
+        assert after.metrics.ended_run_events == 20 + 30
+        newcomer = loop_trace(1).events[:1]  # an event the run never had: a new run, same id
+        newcomer = [msgspec.structs.replace(newcomer[0], event_id="brand-new")]
+        await feed(after, records(newcomer, start=n + 30))
+        assert after.metrics.ended_run_events == 50
+        assert unpack(data[b"run-1"]).kind == LIVE
 
     asyncio.run(go())
 

@@ -4,7 +4,7 @@ from config.fleet import FleetConfig
 from detectors.events import ToolCall
 from detectors.state import RunState
 from detectors.step import apply, new_state
-from streams.run_table import ENDED, LIVE, NO_OFFSET, TableValue, pack_ended, pack_live, unpack
+from streams.run_table import ENDED, LIVE, NO_OFFSET, TableValue, id_hash, pack_ended, pack_live, unpack
 
 
 def _state() -> RunState:
@@ -39,3 +39,9 @@ def test_a_state_written_before_the_header_reads_as_live_without_offset() -> Non
 def test_other_bytes_are_refused(blob: bytes) -> None:
     with pytest.raises(ValueError, match="table value"):
         unpack(blob)
+
+
+def test_an_ended_value_keeps_the_hashes_of_the_ids_its_run_had_seen() -> None:
+    value = unpack(pack_ended(7, 5, ["a", "b", "a"]))
+    assert value.ended_ids == {id_hash("a"), id_hash("b")}
+    assert id_hash("c") not in value.ended_ids

@@ -2,7 +2,7 @@ from dataclasses import replace
 
 from config import DetectorSettings, FleetConfig
 from detectors.engine import Engine
-from detectors.events import Abort, Output, Verdict
+from detectors.events import Abort, Output, ToolCall, Verdict
 from detectors.facade import LoopDetector
 from detectors.state import RunState
 from tests.helpers import Trace, text_result
@@ -106,6 +106,8 @@ def test_events_after_run_end_are_ignored_and_counted() -> None:
     assert [out for event in tail for out in engine.process(event)] == []
     assert engine.late == 24
     assert "run-1" not in engine.states
+    engine.process(ToolCall(event_id="never-seen", run_id="run-1", tool="read", params={}))
+    assert "run-1" in engine.states  # an event the ended run never had starts a new run
 
 
 def test_ended_runs_are_remembered_up_to_a_limit_and_not_after_expiry() -> None:
