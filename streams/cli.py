@@ -17,6 +17,17 @@ from streams.config_files import load_config
 __all__ = ["main"]
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1 (the message names what was given)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def cmd_run(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     from streams.run_command import run_embedded
 
@@ -176,7 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--output", "-o", metavar="FILE", help="write verdicts here instead of stdout")
     run.add_argument("--follow", "-f", action="store_true", help="keep reading a growing file")
-    run.add_argument("--workers", type=int, default=4, help="asyncio workers (partitions by run scope)")
+    run.add_argument(
+        "--workers", type=_positive_int, default=4, help="asyncio workers (partitions by run scope)"
+    )
     _serve_flag(run)
     run.set_defaults(func=cmd_run)
 
@@ -197,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  loopwatch demo --serve      # then open http://127.0.0.1:6066/dashboard",
     )
     demo.add_argument("--seed", type=int, default=7, help="seed of the simulated fleet (reproducible)")
-    demo.add_argument("--runs", type=int, default=24, help="runs per scenario, all at once")
+    demo.add_argument("--runs", type=_positive_int, default=24, help="runs per scenario, all at once")
     demo.add_argument(
         "--config",
         metavar="FILE",

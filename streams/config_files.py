@@ -19,4 +19,7 @@ def load_config(path: str | None, settings: DetectorSettings | None = None) -> F
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([ConfigProblem("", f"cannot read config file: {exc.strerror}")], path) from exc
+    except UnicodeDecodeError as exc:
+        problem = f"not a text file (UTF-8): byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
+        raise ConfigError([ConfigProblem("", problem)], path) from exc
     return parse_config_text(text, source=path, settings=settings)

@@ -82,6 +82,14 @@ def test_run_reads_stdin() -> None:
         (("check-config", "NOTJSON"), "not valid JSON5"),
         (("replay", "--config", "BAD", "x.jsonl"), "must be a positive integer"),
         (("demo", "--config", "BAD"), "must be a positive integer"),
+        (("check-config", "BINARY"), "not a text file (UTF-8): byte 0xff at offset 1"),
+        (("run", "--config", "BINARY", "-"), "not a text file (UTF-8)"),
+        (("replay", "--config", "BINARY", "x.jsonl"), "not a text file (UTF-8)"),
+        (("demo", "--config", "BINARY"), "not a text file (UTF-8)"),
+        (("run", "--workers", "0", "-"), "--workers: must be at least 1, got 0"),
+        (("run", "--workers", "-1", "-"), "--workers: must be at least 1, got -1"),
+        (("demo", "--runs", "-3"), "--runs: must be at least 1, got -3"),
+        (("demo", "--runs", "many"), "--runs: must be a whole number, got 'many'"),
     ],
 )
 def test_bad_input_gives_a_clear_message_and_non_zero_exit(
@@ -91,7 +99,10 @@ def test_bad_input_gives_a_clear_message_and_non_zero_exit(
     bad.write_text("{tools: {loopDetection: {historySize: 0}}}")
     notjson = tmp_path / "notjson.json"
     notjson.write_text("{tools: ")
-    real = [str(bad) if a == "BAD" else str(notjson) if a == "NOTJSON" else a for a in args]
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"{\xff\x00\x01")
+    files = {"BAD": str(bad), "NOTJSON": str(notjson), "BINARY": str(binary)}
+    real = [files.get(a, a) for a in args]
     done = loopwatch(*real, stdin=b"")
     assert done.returncode != 0
     assert message in done.stderr.decode()
