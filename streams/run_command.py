@@ -20,18 +20,36 @@ from streams.inputs import follow_lines, input_lines
 __all__ = ["run_embedded"]
 
 
-def _valid(items: Iterable[Event | BadLine], err: TextIO) -> Iterator[Event]:
+def _valid(items: Iterable[Event | BadLine], err: TextIO, tally: dict[str, int]) -> Iterator[Event]:
     for item in items:
         if isinstance(item, BadLine):
+            tally["invalid"] += 1
             print(f"loopwatch: skipped invalid event at {item}", file=err)
         else:
+            tally["valid"] += 1
             yield item
 
 
-async def _followed(path: str, max_bytes: int, err: TextIO) -> AsyncIterator[Event]:
+async def _followed(path: str, max_bytes: int, err: TextIO, tally: dict[str, int]) -> AsyncIterator[Event]:
     async for where, line in follow_lines(path):
-        for event in _valid(read_sourced_events([(where, line)], max_bytes), err):
+        for event in _valid(read_sourced_events([(where, line)], max_bytes), err, tally):
             yield event
+
+
+def _verdict_on_input(tally: dict[str, int], err: TextIO) -> int:
+    """The exit status once the input is read: 1 when no line of it was a valid event."""
+    invalid, valid = tally["invalid"], tally["valid"]
+    if invalid:
+        print(f"loopwatch: {invalid} of {invalid + valid} lines were not valid events (skipped)", file=err)
+    if invalid and not valid:
+        print(
+            "loopwatch: no valid event, nothing was run. Event lines are described by "
+            "`loopwatch run --help`; OpenClaw session transcripts are read by `loopwatch replay` "
+            "and converted by `loopwatch import`.",
+            file=err,
+        )
+        return 1
+    return 0
 
 
 def run_embedded(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
@@ -40,12 +58,13 @@ def run_embedded(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     sink: BinaryIO = open(args.output, "wb") if args.output else out  # noqa: SIM115 - closed below
     view = FleetView("loopwatch run (embedded)") if args.serve else None
     live = bool(args.follow or args.serve)  # someone watches: flush every verdict
+    tally = {"valid": 0, "invalid": 0}
 
     async def main() -> None:
         source: Iterable[Event] | AsyncIterator[Event] = (
-            _followed(args.events, max_bytes, err)
+            _followed(args.events, max_bytes, err, tally)
             if args.follow
-            else _valid(read_sourced_events(input_lines(args.events), max_bytes), err)
+            else _valid(read_sourced_events(input_lines(args.events), max_bytes), err, tally)
         )
         async with AsyncExitStack() as stack:
             if view is not None:
@@ -68,4 +87,4 @@ def run_embedded(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         sink.flush()
         if sink is not out:
             sink.close()
-    return 0
+    return _verdict_on_input(tally, err)

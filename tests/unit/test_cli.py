@@ -189,3 +189,27 @@ def test_run_follows_a_growing_file(tmp_path: Path) -> None:
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def test_run_on_input_without_one_valid_event_says_so_and_fails(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00garbage\n" + bytes(range(128, 256)) + b"\n")
+    done = loopwatch("run", str(binary))
+    assert done.returncode == 1
+    stderr = done.stderr.decode()
+    assert f"{binary}:1: not valid JSON" in stderr
+    assert "2 of 2 lines were not valid events (skipped)" in stderr
+    assert "OpenClaw session transcripts are read by `loopwatch replay`" in stderr
+    assert b"Traceback" not in done.stderr
+
+
+def test_run_processes_the_valid_lines_around_invalid_ones(tmp_path: Path) -> None:
+    lines = (FIXTURES / "openclaw-read-error-loop.events.jsonl").read_bytes().splitlines()
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_bytes(b"\n".join([b"{broken", *lines[:150], b'{"type":"tool_call"}', *lines[150:]]) + b"\n")
+    whole = loopwatch("run", str(FIXTURES / "openclaw-read-error-loop.events.jsonl"))
+    done = loopwatch("run", str(mixed))
+    assert done.returncode == 0
+    assert done.stdout == whole.stdout
+    assert whole.stdout.count(b"\n") > 10
+    assert "2 of 261 lines were not valid events (skipped)" in done.stderr.decode()
