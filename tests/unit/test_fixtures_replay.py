@@ -96,7 +96,8 @@ def test_invalid_lines_are_reported_with_line_numbers_and_skipped(tmp_path: Path
         [sys.executable, "-m", "streams.cli", "run", str(events)], capture_output=True, check=True
     )
     errors = done.stderr.decode().splitlines()
-    assert len(errors) == 2
+    assert len(errors) == 3
+    assert errors[2] == "loopwatch: 2 of 45 lines were not valid events (skipped)"
     assert f"{events}:1: not valid JSON" in errors[0]
     assert f"{events}:12: invalid event: Object missing required field `tool`" in errors[1]
     assert [json.loads(line)["reason"] for line in done.stdout.splitlines()] == ["compaction_loop_persisted"]
