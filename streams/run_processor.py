@@ -71,20 +71,21 @@ class _Run:
 
     def __init__(
         self,
-        blob: bytes | None,
-        kind: int,
-        offset: int,
-        state: RunState | None,
-        ended_ms: int,
         partition: int,
+        blob: bytes | None = None,
+        kind: int = LIVE,
+        offset: int = NO_OFFSET,
+        state: RunState | None = None,
+        ended_ms: int = 0,
+        ended_ids: frozenset[int] = frozenset(),
     ) -> None:
+        self.partition = partition
         self.blob = blob
         self.kind = kind
         self.offset = offset
         self.state = state
         self.ended_ms = ended_ms
-        self.partition = partition
-        self.ended_ids: frozenset[int] = frozenset()
+        self.ended_ids = ended_ids
 
 
 class RunProcessor:
@@ -207,12 +208,12 @@ class RunProcessor:
             return "invalid"
         key = run_scope(event).encode()
         kind = str(event.__struct_config__.tag)
-        run = self._load(key, event, record.partition)
+        run = self._load(key, record.partition)
         if run.kind == ENDED:
             if record.offset <= run.offset or id_hash(event.event_id) in run.ended_ids:
                 self.metrics.ended_run_events += 1  # redelivered or republished
                 return kind
-            run = self._runs[key] = _Run(None, LIVE, NO_OFFSET, None, 0, record.partition)  # a new run
+            run = self._runs[key] = _Run(record.partition)  # a new run
         if record.offset <= run.offset:  # applied before: re-publish what is unconfirmed
             self.metrics.redelivered += 1
             if run.state is not None:
@@ -274,27 +275,26 @@ class RunProcessor:
         if len(state.outbox) >= OUTBOX_FLUSH_AT:
             await self._flush()  # confirmations empty the outbox
 
-    def _load(self, key: bytes, event: Event, partition: int) -> _Run:
+    def _load(self, key: bytes, partition: int) -> _Run:
         """The run's parsed table value (cached while the table holds the same bytes)."""
         blob = self.data.get(key)
         run = self._runs.get(key)
         if run is not None and (run.blob is None or run.blob is blob):
             return run
         if blob is None:
-            run = _Run(None, LIVE, NO_OFFSET, None, 0, partition)
+            run = _Run(partition)
         else:
             try:
                 value = unpack(blob)
                 state = None
                 if value.kind == LIVE:
                     state = RunState.from_bytes(value.state, self._config().settings.seen_event_ids)
-                run = _Run(blob, value.kind, value.offset, state, value.ended_ms, partition)
-                run.ended_ids = value.ended_ids
+                run = _Run(partition, blob, value.kind, value.offset, state, value.ended_ms, value.ended_ids)
             except (ValueError, msgspec.DecodeError) as exc:  # not written by this version: start afresh
                 _log.error(
                     "unreadable run state replaced", run_id=key.decode("utf-8", "replace"), error=str(exc)
                 )
-                run = _Run(None, LIVE, NO_OFFSET, None, 0, partition)
+                run = _Run(partition)
         self._runs[key] = run
         return run
 
@@ -341,5 +341,5 @@ class RunProcessor:
     async def drop_ended(self, keys: list[bytes], partitions: dict[bytes, int]) -> None:
         """Delete tombstones past their grace period (call with :attr:`lock` held)."""
         for key in keys:
-            self._dirty[key] = _Run(None, _GONE, NO_OFFSET, None, 0, partitions[key])
+            self._dirty[key] = _Run(partitions[key], kind=_GONE)
         await self._write_dirty()

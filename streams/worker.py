@@ -267,11 +267,11 @@ class LoopwatchWorker:
             partition = self._owned_partition(key)
             if partition is None or not blob:
                 continue
-            try:
-                value = unpack(blob)
-            except ValueError:
-                continue
-            if value.kind == ENDED:
+            if blob[0] == ENDED:  # only tombstones are unpacked: a state's bytes are not copied
+                try:
+                    value = unpack(blob)
+                except ValueError:
+                    continue
                 if now - value.ended_ms / 1000 > self.settings.ended_run_grace_s:
                     ended.append(key)
                     partitions[key] = partition

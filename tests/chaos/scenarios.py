@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ class Context:
     names: Names = field(default_factory=Names)
     workers: list[WorkerProcess] = field(default_factory=list)
 
-    @property
+    @cached_property
     def expected(self) -> list[dict[str, Any]]:
         return expected_outputs(self.fleet.events, self.fleet.config)
 
