@@ -118,6 +118,7 @@ class RunProcessor:
         self.lock = asyncio.Lock()
         self._runs: dict[bytes, _Run] = {}
         self._dirty: dict[bytes, _Run] = {}
+        self._flush_before_write = False
         self.last_seen: dict[bytes, float] = {}
 
     # -- batches -------------------------------------------------------------------------------
@@ -164,6 +165,9 @@ class RunProcessor:
         """One table and changelog write per run changed in the batch."""
         data = self.data
         send = self._send
+        if self._flush_before_write:
+            await self._flush()
+            self._flush_before_write = False
         for key, run in self._dirty.items():
             if run.kind == _GONE:
                 self._runs.pop(key, None)
@@ -240,6 +244,9 @@ class RunProcessor:
         self._dirty[key] = run
         if type(event) is RunEnd:
             self.last_seen.pop(key, None)
+            if run.state is not None and run.state.outbox:
+                # the tombstone keeps no outbox: its verdicts must be on the broker before it
+                self._flush_before_write = True
             if event.event_id.startswith(EXPIRY_EVENT_PREFIX):
                 run.kind = _GONE
             else:

@@ -44,6 +44,7 @@ class Broker:
         self.pending: list[asyncio.Future[Any]] = []
         self.confirm_at_once = confirm_at_once
         self.seeks: list[tuple[int, int]] = []
+        self.flushes: list[int] = []  # how many sends there were at each flush
 
     async def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None) -> Any:
         self.sent.append((topic, key, value, partition))
@@ -55,6 +56,7 @@ class Broker:
         return future
 
     async def flush(self) -> None:
+        self.flushes.append(len(self.sent))
         self.confirm()
 
     def confirm(self) -> None:
@@ -223,5 +225,21 @@ def test_an_unreadable_table_value_is_replaced_by_a_fresh_state() -> None:
         events = loop_trace().events
         await feed(proc, records(events))
         assert broker.on("v") == expected(events)
+
+    asyncio.run(go())
+
+
+def test_an_ending_run_has_its_verdicts_confirmed_before_its_tombstone_is_written() -> None:
+    async def go() -> None:
+        broker = Broker(confirm_at_once=False)
+        proc = processor(broker)
+        proc.cursors.start(0, 0)
+        trace = loop_trace()
+        trace.end()
+        await feed(proc, records(trace.events))  # verdicts and run_end in one batch
+        [(tombstone_at, _)] = [(i, v) for i, (t, _, v, _) in enumerate(broker.sent) if t == "cl"]
+        verdicts_sent = [i for i, (t, _, _, _) in enumerate(broker.sent) if t == "v"]
+        assert verdicts_sent
+        assert any(max(verdicts_sent) < at <= tombstone_at for at in broker.flushes)
 
     asyncio.run(go())
