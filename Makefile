@@ -41,7 +41,7 @@ typecheck: $(STAMP)  ## mypy strict
 	$(BIN)/mypy
 
 conformance: $(BUILT)  ## the public OpenClaw conformance vectors
-	$(BIN)/loopwatch conformance tests/data/openclaw-public.jsonl
+	$(BIN)/loopwatch conformance tests/data/openclaw-public.jsonl tests/data/openclaw-newest.jsonl
 
 services-up: $(STAMP)  ## start the local Kafka broker and Redis (what is not running yet)
 	docker/services.sh up

@@ -43,7 +43,7 @@ class FleetConfig:
         """The resolved config of one agent (cached)."""
         resolved = self._cache.get(agent_id)
         if resolved is None:
-            resolved = resolve(self.merged_block(agent_id))
+            resolved = resolve(self.merged_block(agent_id), self.settings.newest_rules)
             if len(self._cache) < 65_536:
                 self._cache[agent_id] = resolved
         return resolved

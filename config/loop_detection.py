@@ -157,6 +157,7 @@ class ResolvedLoopDetection:
     known_poll_no_progress: bool
     ping_pong: bool
     guard_window: int
+    newest: bool = False  # revision 2026-08 rules (``loopwatch.openclawRevision``)
 
     @property
     def enabled(self) -> bool:
@@ -199,8 +200,11 @@ def _flag(detectors: object, name: str) -> bool:
     return True
 
 
-def resolve(block: RawBlock | None) -> ResolvedLoopDetection:
-    """Resolve a raw (possibly merged, possibly absent) block per spec §6.3 and §8."""
+def resolve(block: RawBlock | None, newest: bool = False) -> ResolvedLoopDetection:
+    """Resolve a raw (possibly merged, possibly absent) block per spec §6.3 and §8.
+
+    ``newest`` selects the rules of revision 2026-08 (the setting ``openclawRevision``).
+    """
     raw = block or {}
     warning = as_positive_int(raw.get("warningThreshold"), DEFAULTS["warningThreshold"])
     critical = as_positive_int(raw.get("criticalThreshold"), DEFAULTS["criticalThreshold"])
@@ -228,4 +232,5 @@ def resolve(block: RawBlock | None) -> ResolvedLoopDetection:
         known_poll_no_progress=_flag(detectors, "knownPollNoProgress"),
         ping_pong=_flag(detectors, "pingPong"),
         guard_window=as_positive_int(window, DEFAULT_GUARD_WINDOW),
+        newest=newest,
     )

@@ -13,9 +13,10 @@ from typing import Any, Literal
 
 from config.errors import ConfigProblem
 
-__all__ = ["DetectorSettings", "parse_settings"]
+__all__ = ["REVISIONS", "DetectorSettings", "parse_settings"]
 
 Digest = Literal["xxh3", "sha256"]
+Revision = Literal["2026-08", "2026-05"]
 
 #: Field name in files -> (attribute, kind)
 _FIELDS: dict[str, tuple[str, str]] = {
@@ -26,7 +27,12 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "providerSendTools": ("provider_send_tools", "strings"),
     "seenEventIds": ("seen_event_ids", "seen"),
     "maxEventBytes": ("max_event_bytes", "positive"),
+    "openclawRevision": ("openclaw_revision", "revision"),
+    "churnStaleAfterS": ("churn_stale_after_s", "nonneg"),
 }
+
+#: OpenClaw rule revisions loopwatch implements; the first is the default.
+REVISIONS: tuple[Revision, ...] = ("2026-08", "2026-05")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +48,10 @@ class DetectorSettings:
     * ``provider_send_tools``: tool names a channel plugin classifies as sends (spec §3.4).
     * ``seen_event_ids``: how many event ids per run are remembered for de-duplication (≥ 256).
     * ``max_event_bytes``: larger input records are invalid.
+    * ``openclaw_revision``: which OpenClaw rules apply: ``"2026-08"`` (default; argument
+      churn, exec terminal failures, veto records) or ``"2026-05"`` (the rules before them).
+    * ``churn_stale_after_s``: under 2026-08, a run whose argument churn goes on this many
+      seconds of event time without a progressing outcome is aborted (0: never).
     """
 
     digest: Digest = "xxh3"
@@ -51,6 +61,13 @@ class DetectorSettings:
     provider_send_tools: frozenset[str] = field(default_factory=frozenset)
     seen_event_ids: int = 256
     max_event_bytes: int = 1_048_576
+    openclaw_revision: Revision = "2026-08"
+    churn_stale_after_s: int = 300
+
+    @property
+    def newest_rules(self) -> bool:
+        """Whether the rules of revision 2026-08 apply."""
+        return self.openclaw_revision == "2026-08"
 
     def as_dict(self) -> dict[str, Any]:
         """The settings under their file names."""
@@ -62,6 +79,8 @@ class DetectorSettings:
             "providerSendTools": sorted(self.provider_send_tools),
             "seenEventIds": self.seen_event_ids,
             "maxEventBytes": self.max_event_bytes,
+            "openclawRevision": self.openclaw_revision,
+            "churnStaleAfterS": self.churn_stale_after_s,
         }
 
 
@@ -69,6 +88,8 @@ def _check(kind: str, value: object) -> str | None:
     is_int = isinstance(value, int) and not isinstance(value, bool)
     if kind == "digest":
         return None if value in ("xxh3", "sha256") else 'must be "xxh3" or "sha256"'
+    if kind == "revision":
+        return None if value in REVISIONS else 'must be "2026-08" or "2026-05"'
     if kind == "bool":
         return None if isinstance(value, bool) else "must be a boolean"
     if kind == "nonneg":

@@ -2,6 +2,8 @@
 
 A vector is one session: a set of run scopes (loopwatch D2), one per run id plus one for
 calls without a run id, driven with SHA-256 digests so warning keys compare byte for byte.
+The vector's ``profile`` names its rule revision (:data:`PROFILE_REVISIONS`): ``loopwatch``
+runs under 2026-05, ``loopwatch-newest`` under 2026-08; any other profile is a failure.
 ``call``/``outcome``/``record``/``check`` use the history and detection functions directly;
 ``invoke`` goes through :func:`detectors.step.apply`, the step every runtime uses.
 
@@ -17,7 +19,7 @@ from typing import Any
 
 from config.fleet import FleetConfig
 from config.loop_detection import merge_agent, resolve
-from config.settings import DetectorSettings
+from config.settings import DetectorSettings, Revision
 from detectors.compaction_guard import GuardVerdict
 from detectors.detection import Detection, detect
 from detectors.events import ToolCall, Verdict
@@ -27,7 +29,10 @@ from detectors.outcomes import MISSING, ErrorMessage, hash_outcome, is_known_pol
 from detectors.state import RunState
 from detectors.step import Prepared, apply, record_outcome
 
-__all__ = ["VectorFailure", "run_vector"]
+__all__ = ["PROFILE_REVISIONS", "VectorFailure", "run_vector"]
+
+#: vector profile -> ``openclawRevision`` it is written for
+PROFILE_REVISIONS: dict[str, Revision] = {"loopwatch": "2026-05", "loopwatch-newest": "2026-08"}
 
 _AGENT = "vector-agent"
 _NO_RUN = "\x00no-run"
@@ -65,7 +70,14 @@ class _Session:
         if not isinstance(env, dict):
             raise _Fail("env must be an object")
         send_tools = env.get("providerSendTools") or []
-        settings = DetectorSettings(digest="sha256", provider_send_tools=frozenset(send_tools))
+        profile = vector.get("profile", "loopwatch")
+        revision = PROFILE_REVISIONS.get(profile) if isinstance(profile, str) else None
+        if revision is None:
+            known = ", ".join(PROFILE_REVISIONS)
+            raise _Fail(f"profile {profile!r} is not one loopwatch implements ({known})")
+        settings = DetectorSettings(
+            digest="sha256", provider_send_tools=frozenset(send_tools), openclaw_revision=revision
+        )
         config = vector.get("config")
         agent = vector.get("agentConfig")
         for name, block in (("config", config), ("agentConfig", agent)):
@@ -112,10 +124,16 @@ class _Session:
         elif step.get("error") is not None:
             raise _Fail("error must be a string or null")
         result = step.get("result", MISSING)
-        result_hash, unknown = hash_outcome(
-            tool, params, result, error, self.digester, self.settings.provider_send_tools
+        outcome = hash_outcome(
+            tool,
+            params,
+            result,
+            error,
+            self.digester,
+            self.settings.provider_send_tools,
+            self.resolved.newest,
         )
-        return Prepared(args_hash, result_hash=result_hash, unknown_tool_name=unknown)
+        return Prepared.outcome(args_hash, outcome)
 
     def history(self) -> list[tuple[str, Record]]:
         live = {id(record) for state in self.scopes.values() for record in state.history.records}
@@ -181,6 +199,7 @@ class _Session:
                 count=found.count,
                 message=found.message,
                 emitted=bool(verdicts),
+                livenessSignal=found.liveness_signal,
             )
         if found is None or not found.critical:
             outcome = self.prepared(step, with_outcome=True)
@@ -233,11 +252,21 @@ def _detection_dict(found: Detection | None) -> dict[str, Any]:
     }
     if found.paired_tool is not None:
         observed["pairedToolName"] = found.paired_tool
+    observed["livenessSignal"] = found.liveness_signal
     return observed
 
 
-_CHECK_KEYS = {"stuck", "level", "detector", "count", "message", "warningKey", "pairedToolName"}
-_INVOKE_KEYS = {"action", "detector", "count", "message", "emitted", "guard"}
+_CHECK_KEYS = {
+    "stuck",
+    "level",
+    "detector",
+    "count",
+    "message",
+    "warningKey",
+    "pairedToolName",
+    "livenessSignal",
+}
+_INVOKE_KEYS = {"action", "detector", "count", "message", "emitted", "guard", "livenessSignal"}
 _CONFIG_KEYS = {
     "enabled",
     "historySize",

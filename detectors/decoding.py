@@ -40,6 +40,24 @@ def validate_event(event: Event) -> None:
         )
         if given != 1:
             raise InvalidEvent("result / error / result_digest: exactly one of them is required")
+        _validate_digested_outcome(event)  # type: ignore[arg-type]
+
+
+def _validate_digested_outcome(event: ToolResult) -> None:
+    """The 2026-08 classification fields come only with ``result_digest`` and agree with it."""
+    kind = event.outcome_kind
+    if event.result_digest is UNSET:
+        if kind is not None or event.no_progress or event.failure_digest is not None:
+            raise InvalidEvent(
+                "outcome_kind / no_progress / failure_digest: only with result_digest (digest-only mode)"
+            )
+        return
+    if kind == "tool-loop-veto" and event.result_digest is not None:
+        raise InvalidEvent("result_digest: must be null for outcome_kind tool-loop-veto")
+    if kind == "terminal-exec-failure" and event.result_digest is None:
+        raise InvalidEvent("result_digest: required with outcome_kind terminal-exec-failure")
+    if (kind == "terminal-exec-failure") != (event.failure_digest is not None):
+        raise InvalidEvent("failure_digest: required with outcome_kind terminal-exec-failure, and only then")
 
 
 def decode_event(data: bytes | str) -> Event:

@@ -9,7 +9,14 @@ Rules (T = resolved thresholds, D = detector flags), for a proposed call with ``
 5. D.pingPong, pingPong ≥ critical, stable outcomes    critical  ping_pong
 6. D.pingPong, pingPong ≥ warning                      warning   ping_pong
 7. not knownPoll, D.genericRepeat, noProgress ≥ critical     critical  generic_repeat
+7a. (2026-08) argument churn ≥ warning                 warning   argument_churn
 8. not knownPoll, D.genericRepeat, recent ≥ warning    warning   generic_repeat
+
+Revision 2026-08 (``config.newest``, docs/rules-2026-08.md) also changes the no-progress
+streak: veto records of blocked calls count once an identical outcome anchors them, and for
+``exec`` the terminal-failure tail across changing commands wins when it is longer. Warnings
+of rules 4 and 6 carry ``liveness_signal = "argument_churn"`` while churn is at the warning
+threshold; rule 7a always does. Unknown-tool streaks pass over veto records.
 
 Example trace (defaults): ``read(a)`` answered "missing" 19 times → the 20th proposal sees
 recent 19 → rule 8 warning; after the 20th outcome the 21st sees noProgress 20 → rule 7
@@ -25,6 +32,7 @@ from dataclasses import dataclass
 from config.loop_detection import ResolvedLoopDetection
 from detectors.history import History
 from detectors.rules import (
+    argument_churn,
     generic_repeat,
     global_circuit_breaker,
     known_poll_no_progress,
@@ -45,6 +53,7 @@ class Detection:
     message: str
     warning_key: str
     paired_tool: str | None = None
+    liveness_signal: str | None = None
 
     @property
     def critical(self) -> bool:
@@ -61,7 +70,8 @@ def detect(
     """The first matching rule for the proposed call, or ``None`` (not stuck)."""
     if not config.enabled or not history.records:
         return None
-    streak, unknown_name = history.unknown_tool_streak(tool)
+    newest = config.newest
+    streak, unknown_name = history.unknown_tool_streak(tool, newest)
     if streak and streak >= config.unknown_tool_threshold:
         return Detection(
             "critical",
@@ -71,6 +81,10 @@ def detect(
             unknown_tool_repeat.warning_key(tool, unknown_name),
         )
     recent, no_progress, latest = history.counts(args_hash)
+    if newest and tool == "exec":
+        tail, tail_latest = history.exec_terminal_tail(args_hash)
+        if tail > no_progress:
+            no_progress, latest = tail, tail_latest
     if no_progress >= config.global_circuit_breaker_threshold:
         return Detection(
             "critical",
@@ -88,6 +102,8 @@ def detect(
                 no_progress,
                 known_poll_no_progress.message(level, tool, no_progress),
                 known_poll_no_progress.warning_key(tool, args_hash, latest),
+                None,
+                _liveness(history, tool, args_hash, config) if level == "warning" else None,
             )
     records = history.records
     if config.ping_pong and len(records) >= 2 and records[-2].args_hash == args_hash:
@@ -101,22 +117,43 @@ def detect(
                 ping_pong.message(level, count),
                 ping_pong.warning_key(tool, args_hash, paired.args_hash),
                 paired.tool,
+                _liveness(history, tool, args_hash, config) if level == "warning" else None,
             )
-    if not known_poll and config.generic_repeat:
-        if no_progress >= config.critical_threshold:
-            return Detection(
-                "critical",
-                generic_repeat.DETECTOR,
-                no_progress,
-                generic_repeat.critical_message(tool, no_progress),
-                generic_repeat.critical_key(tool, args_hash, latest),
-            )
-        if recent >= config.warning_threshold:
+    generic = not known_poll and config.generic_repeat
+    if generic and no_progress >= config.critical_threshold:
+        return Detection(
+            "critical",
+            generic_repeat.DETECTOR,
+            no_progress,
+            generic_repeat.critical_message(tool, no_progress),
+            generic_repeat.critical_key(tool, args_hash, latest),
+        )
+    if newest and recent >= argument_churn.MIN_STABLE_CALLS:
+        churn, variants = argument_churn.evaluate(history, tool, args_hash)
+        if churn >= config.warning_threshold:
             return Detection(
                 "warning",
-                generic_repeat.DETECTOR,
-                recent,
-                generic_repeat.warning_message(tool, recent),
-                generic_repeat.warning_key(tool, args_hash),
+                argument_churn.DETECTOR,
+                churn,
+                argument_churn.message(tool, variants, churn),
+                argument_churn.warning_key(tool),
+                None,
+                argument_churn.LIVENESS_SIGNAL,
             )
+    if generic and recent >= config.warning_threshold:
+        return Detection(
+            "warning",
+            generic_repeat.DETECTOR,
+            recent,
+            generic_repeat.warning_message(tool, recent),
+            generic_repeat.warning_key(tool, args_hash),
+        )
     return None
+
+
+def _liveness(history: History, tool: str, args_hash: str, config: ResolvedLoopDetection) -> str | None:
+    """The liveness signal a poll or ping-pong warning carries while churn is at threshold."""
+    if not config.newest:
+        return None
+    churn, _ = argument_churn.evaluate(history, tool, args_hash)
+    return argument_churn.LIVENESS_SIGNAL if churn >= config.warning_threshold else None

@@ -11,7 +11,7 @@ Numbers inside ``params``, ``result`` and ``error`` are decoded with JavaScript'
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -73,6 +73,10 @@ class ToolResult(_Base, frozen=True, tag="tool_result"):
     result_digest: str | UnsetType | None = UNSET
     unknown_tool_name: str | None = None
     tool_call_id: str | None = None
+    # digest-only outcomes under revision 2026-08 (what ``hash_outcome`` classified)
+    outcome_kind: Literal["tool-loop-veto", "terminal-exec-failure"] | None = None
+    no_progress: bool = False
+    failure_digest: str | None = None
 
 
 class CompactionRetry(_Base, frozen=True, tag="compaction_retry"):
@@ -110,6 +114,7 @@ class Verdict(msgspec.Struct, kw_only=True, frozen=True, tag="verdict", tag_fiel
     tool: str
     ts: int | None
     enforced: bool = True
+    liveness_signal: str | None = None
 
 
 class Abort(msgspec.Struct, kw_only=True, frozen=True, tag="abort", tag_field="type"):

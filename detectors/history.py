@@ -23,13 +23,32 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from detectors.outcomes import TERMINAL_EXEC_FAILURE
+
 __all__ = ["History", "Record"]
 
 
 class Record:
-    """One history entry: a call, its outcome, or both."""
+    """One history entry: a call, its outcome, or both.
 
-    __slots__ = ("args_hash", "result_hash", "seq", "tool", "tool_call_id", "ts", "unknown_tool_name")
+    A record is *pending* while it has neither a result hash nor a kind. Revision 2026-08
+    adds ``kind`` (:data:`~detectors.outcomes.VETO` for a blocked call's veto record, which
+    has no result hash; :data:`~detectors.outcomes.TERMINAL_EXEC_FAILURE`), ``no_progress``
+    (an error or a no-op write) and ``failure_id`` (a terminal exec failure's identity).
+    """
+
+    __slots__ = (
+        "args_hash",
+        "failure_id",
+        "kind",
+        "no_progress",
+        "result_hash",
+        "seq",
+        "tool",
+        "tool_call_id",
+        "ts",
+        "unknown_tool_name",
+    )
 
     def __init__(
         self,
@@ -40,6 +59,9 @@ class Record:
         unknown_tool_name: str | None,
         ts: int | None,
         seq: int,
+        kind: str | None = None,
+        no_progress: bool = False,
+        failure_id: str | None = None,
     ) -> None:
         self.tool = tool
         self.args_hash = args_hash
@@ -48,9 +70,12 @@ class Record:
         self.unknown_tool_name = unknown_tool_name
         self.ts = ts
         self.seq = seq
+        self.kind = kind
+        self.no_progress = no_progress
+        self.failure_id = failure_id
 
     def as_tuple(self) -> tuple[str, str, str | None, str | None, str | None, int | None]:
-        """The persisted fields (``seq`` is positional and rebuilt on load)."""
+        """The persisted fields of revision 2026-05 (``seq`` is positional, rebuilt on load)."""
         return (
             self.tool,
             self.args_hash,
@@ -64,8 +89,8 @@ class Record:
 # The records of one ``argsHash`` and the run-length encoding of their result hashes, kept as
 # a plain list (creating one per new signature is on the hot path; a class costs 3x more):
 #   [records oldest first, runs [[result_hash, count], ...] oldest first,
-#    pending records, seq of the newest hashed record]
-_RECORDS, _RUNS, _PENDING, _LAST_HASHED = 0, 1, 2, 3
+#    pending records, seq of the newest hashed record, veto records]
+_RECORDS, _RUNS, _PENDING, _LAST_HASHED, _VETOES = 0, 1, 2, 3, 4
 
 
 def _push_hash(signature: list[Any], record: Record) -> None:
@@ -83,6 +108,35 @@ def _rebuild_runs(signature: list[Any]) -> None:
     for record in signature[_RECORDS]:
         if record.result_hash is not None:
             _push_hash(signature, record)
+
+
+def _streak_with_vetoes(records: list[Record]) -> tuple[int, str | None]:
+    """The exact-arguments streak of one signature that holds veto records (2026-08).
+
+    Newest first: a veto record is held until an outcome anchors it; the first outcome is
+    ``latest`` and takes the held vetoes; each older identical outcome adds itself and the
+    vetoes held since; the first different outcome ends the walk (vetoes held then are lost).
+    With no outcome at all, the vetoes count alone.
+    """
+    pending = 0
+    count = 0
+    latest: str | None = None
+    record: Record
+    for record in reversed(records):
+        result_hash = record.result_hash
+        if result_hash is None:
+            if record.kind is not None:
+                pending += 1
+            continue
+        if latest is None:
+            latest = result_hash
+        elif result_hash != latest:
+            break
+        count += pending + 1
+        pending = 0
+    if latest is None:
+        return pending, None
+    return count, latest
 
 
 class History:
@@ -113,9 +167,23 @@ class History:
         unknown_tool_name: str | None,
         ts: int | None,
         limit: int,
+        kind: str | None = None,
+        no_progress: bool = False,
+        failure_id: str | None = None,
     ) -> Record:
-        """Append a record (pending when ``result_hash`` is None) and trim to ``limit``."""
-        record = Record(tool, args_hash, tool_call_id, result_hash, unknown_tool_name, ts, self._next_seq)
+        """Append a record (pending when it has no ``result_hash`` and no ``kind``), trim to ``limit``."""
+        record = Record(
+            tool,
+            args_hash,
+            tool_call_id,
+            result_hash,
+            unknown_tool_name,
+            ts,
+            self._next_seq,
+            kind,
+            no_progress,
+            failure_id,
+        )
         self._next_seq += 1
         records = self.records
         if not records:
@@ -131,13 +199,16 @@ class History:
         records.append(record)
         signature = self._by_args.get(args_hash)
         if result_hash is None:
+            pending = 1 if kind is None else 0
+            vetoes = 1 - pending
             if signature is None:
-                self._by_args[args_hash] = [[record], [], 1, -1]
+                self._by_args[args_hash] = [[record], [], pending, -1, vetoes]
             else:
                 signature[_RECORDS].append(record)
-                signature[_PENDING] += 1
+                signature[_PENDING] += pending
+                signature[_VETOES] += vetoes
         elif signature is None:
-            self._by_args[args_hash] = [[record], [[result_hash, 1]], 0, record.seq]
+            self._by_args[args_hash] = [[record], [[result_hash, 1]], 0, record.seq, 0]
         else:
             signature[_RECORDS].append(record)
             _push_hash(signature, record)
@@ -145,13 +216,26 @@ class History:
             self.trim(limit)
         return record
 
-    def fill(self, record: Record, result_hash: str, unknown_tool_name: str | None) -> None:
-        """Give a pending record its outcome."""
+    def fill(
+        self,
+        record: Record,
+        result_hash: str | None,
+        unknown_tool_name: str | None,
+        kind: str | None = None,
+        no_progress: bool = False,
+        failure_id: str | None = None,
+    ) -> None:
+        """Give a pending record its outcome (a result hash, or a kind, or both)."""
         signature = self._by_args[record.args_hash]
         record.result_hash = result_hash
         record.unknown_tool_name = unknown_tool_name
+        record.kind = kind
+        record.no_progress = no_progress
+        record.failure_id = failure_id
         signature[_PENDING] -= 1
-        if record.seq > signature[_LAST_HASHED]:
+        if result_hash is None:
+            signature[_VETOES] += 1
+        elif record.seq > signature[_LAST_HASHED]:
             _push_hash(signature, record)
         else:  # an older call answered after a newer one: rare, recount this signature
             _rebuild_runs(signature)
@@ -165,7 +249,10 @@ class History:
             kept = signature[_RECORDS]
             del kept[0]
             if old.result_hash is None:
-                signature[_PENDING] -= 1
+                if old.kind is None:
+                    signature[_PENDING] -= 1
+                else:
+                    signature[_VETOES] -= 1
             else:
                 runs = signature[_RUNS]
                 runs[0][1] -= 1
@@ -179,35 +266,99 @@ class History:
     # -- queries -------------------------------------------------------------------------
 
     def find_pending(self, args_hash: str, tool_call_id: str | None) -> Record | None:
-        """The newest record of ``args_hash`` without an outcome (matching the call id if given)."""
+        """The newest pending record of ``args_hash`` (matching the call id if given)."""
         signature = self._by_args.get(args_hash)
         if signature is None or signature[_PENDING] == 0:
             return None
         record: Record
         for record in reversed(signature[_RECORDS]):
-            if record.result_hash is None and (not tool_call_id or record.tool_call_id == tool_call_id):
+            if (
+                record.result_hash is None
+                and record.kind is None
+                and (not tool_call_id or record.tool_call_id == tool_call_id)
+            ):
                 return record
         return None
 
     def counts(self, args_hash: str) -> tuple[int, int, str | None]:
-        """``(recent, no_progress, latest_result_hash)`` for ``args_hash`` in one lookup."""
+        """``(recent, no_progress, latest_result_hash)`` for ``args_hash`` in one lookup.
+
+        ``no_progress`` is the exact-arguments streak: the newest run of identical result
+        hashes among the records of ``args_hash`` that have one (pending calls are passed
+        over). Veto records (revision 2026-08) each add one to the streak when an identical
+        outcome older than them anchors it, and count alone when no outcome is left at all
+        (see :meth:`_streak_with_vetoes`).
+        """
         signature = self._by_args.get(args_hash)
         if signature is None:
             return 0, 0, None
+        if signature[_VETOES]:
+            count, latest = _streak_with_vetoes(signature[_RECORDS])
+            return len(signature[_RECORDS]), count, latest
         runs = signature[_RUNS]
         if not runs:
             return len(signature[_RECORDS]), 0, None
         return len(signature[_RECORDS]), runs[-1][1], runs[-1][0]
 
-    def unknown_tool_streak(self, tool: str) -> tuple[int, str | None]:
-        """Newest records of ``tool`` that failed as the same unavailable tool (spec §5)."""
+    def exec_terminal_tail(self, args_hash: str) -> tuple[int, str | None]:
+        """``(count, latest_result_hash)`` of the ``exec`` terminal-failure tail (2026-08).
+
+        Newest first over the run's trailing ``exec`` records: veto records wait for an
+        anchor, pending calls are passed over, any outcome that is not a terminal failure
+        ends the tail, and so does a failure with neither the result hash nor the failure
+        identity of the newest one. Commands may differ, but the proposed command
+        (``args_hash``) may only be the newest contiguous block: met again after another
+        command, it ends the tail (A, B, A is a reset).
+        """
+        pending = 0
+        count = 0
+        latest: Record | None = None
+        crossed = False
+        record: Record
+        for record in reversed(self.records):
+            if record.tool != "exec":
+                break
+            if record.result_hash is None:
+                if record.kind is not None:  # a veto record (a pending call is passed over)
+                    pending += 1
+                continue
+            if record.kind != TERMINAL_EXEC_FAILURE:
+                break
+            if latest is None:
+                latest = record
+                count = pending + 1
+                pending = 0
+                crossed = record.args_hash != args_hash
+                continue
+            if record.args_hash != args_hash:
+                crossed = True
+            elif crossed:
+                break
+            if record.result_hash != latest.result_hash and record.failure_id != latest.failure_id:
+                break
+            count += pending + 1
+            pending = 0
+        if latest is None:
+            return 0, None
+        return count, latest.result_hash
+
+    def unknown_tool_streak(self, tool: str, skip_vetoes: bool = False) -> tuple[int, str | None]:
+        """Newest records of ``tool`` that failed as the same unavailable tool (spec §5).
+
+        With ``skip_vetoes`` (revision 2026-08) veto records, of any tool, are passed over.
+        """
         records = self.records
-        if not records or records[-1].unknown_tool_name is None:
+        if not records:
+            return 0, None
+        newest = records[-1]
+        if newest.unknown_tool_name is None and not (skip_vetoes and newest.kind is not None):
             return 0, None
         count = 0
         name: str | None = None
         for record in reversed(records):
             unknown = record.unknown_tool_name
+            if unknown is None and skip_vetoes and record.result_hash is None and record.kind is not None:
+                continue
             if record.tool != tool or unknown is None:
                 break
             if name is None:

@@ -1,8 +1,19 @@
 """Outcome hashing: which tool results count as "the same outcome" (spec §3.3–3.6).
 
 ``hash_outcome`` evaluates the rules of §3.3 top to bottom; the first that returns decides.
-Its output is ``(result_hash, unknown_tool_name)``; ``result_hash is None`` means the outcome
-is not recorded at all (no result, or the detector's own loop veto).
+Its output is an :data:`OutcomeHash` ``(result_hash, unknown_tool_name, kind, no_progress,
+failure_id)``. Under revision 2026-05 only the first two are ever set, and ``result_hash is
+None`` means the outcome is not recorded at all (no result, or the detector's own loop veto).
+
+Revision 2026-08 (``newest``, docs/rules-2026-08.md) classifies further:
+
+* a thrown error is flagged ``no_progress``;
+* the detector's own loop veto has no hash but the kind :data:`VETO` (it is recorded);
+* a finished ``exec`` that failed for real has the kind :data:`TERMINAL_EXEC_FAILURE` and a
+  ``failure_id`` that ignores drifting timestamps, durations, counters and pids (its result
+  hash is unchanged);
+* a ``write`` with ``details.changed === false`` hashes as ``{"status": "unchanged"}`` (the
+  text echoing the path is ignored) and is flagged ``no_progress``.
 """
 
 from __future__ import annotations
@@ -11,14 +22,19 @@ import re
 from collections.abc import Collection
 from typing import Any, Final
 
+from detectors.exec_failures import failure_shape, terminal_exit_code
 from detectors.hashing import _JS_WHITESPACE, Digester, js_trim, update_plan_shape
 from detectors.stable_json import UNDEFINED, JSNumber, js_number_text, stable_stringify
 from detectors.values import MISSING, ErrorMessage
 
 __all__ = [
     "MISSING",
+    "NO_OUTCOME",
     "SEND_ACTIONS",
+    "TERMINAL_EXEC_FAILURE",
+    "VETO",
     "ErrorMessage",
+    "OutcomeHash",
     "error_text",
     "extract_unknown_tool_name",
     "hash_outcome",
@@ -27,6 +43,14 @@ __all__ = [
     "strip_volatile_send_ids",
 ]
 
+
+#: Outcome kinds (revision 2026-08): the detector's own loop veto, a terminal exec failure.
+VETO: Final = "tool-loop-veto"
+TERMINAL_EXEC_FAILURE: Final = "terminal-exec-failure"
+
+#: ``(result_hash, unknown_tool_name, kind, no_progress, failure_id)``
+OutcomeHash = tuple[str | None, str | None, str | None, bool, str | None]
+NO_OUTCOME: Final[OutcomeHash] = (None, None, None, False, None)
 
 SEND_ACTIONS: Final = frozenset(
     {
@@ -63,6 +87,8 @@ _VOLATILE_KEYS: Final = frozenset(
         "createdAt",
     }
 )
+#: the outcome of a no-op ``write`` (revision 2026-08)
+_UNCHANGED: Final = {"status": "unchanged"}
 _UNKNOWN_TOOL: Final = (
     re.compile(r"unknown tool[:\s]+[\"']?([a-z0-9_.-]+)[\"']?", re.IGNORECASE),
     re.compile(r"tool\s+[\"']?([a-z0-9_.-]+)[\"']?\s+(?:not found|is not available)", re.IGNORECASE),
@@ -231,8 +257,9 @@ def hash_outcome(
     error: Any,
     digester: Digester,
     send_tools: Collection[str] = (),
-) -> tuple[str | None, str | None]:
-    """``(result_hash, unknown_tool_name)`` of one outcome (spec §3.3).
+    newest: bool = False,
+) -> OutcomeHash:
+    """The :data:`OutcomeHash` of one outcome (spec §3.3; ``newest``: revision 2026-08).
 
     ``result`` is :data:`MISSING` when the tool returned nothing; ``error`` is :data:`MISSING`
     (or ``None``) when nothing was thrown, an :class:`ErrorMessage` for a thrown ``Error``, or
@@ -240,27 +267,41 @@ def hash_outcome(
     """
     if error is not MISSING and error is not None:
         text = error_text(error)
-        return "error:" + digester.digest_text(text), extract_unknown_tool_name(text)
+        return "error:" + digester.digest_text(text), extract_unknown_tool_name(text), None, newest, None
     if result is MISSING:
-        return None, None
+        return NO_OUTCOME
     if not isinstance(result, dict):
-        return digester.digest(result), None
+        return digester.digest(result), None, None, False, None
     raw_details = result.get("details")
     details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
     text = _text_of(result)
     status = details.get("status")
     if status == "blocked" and details.get("deniedReason") == "tool-loop":
-        return None, None
+        return (None, None, VETO, False, None) if newest else NO_OUTCOME
     if tool == "exec" and isinstance(status, str) and status:
         fingerprint = _exec_fingerprint(details, status, text)
         if fingerprint is not None:
-            return digester.digest(fingerprint), None
+            result_hash = digester.digest(fingerprint)
+            if newest:
+                output = fingerprint.get("output")
+                exit_code = terminal_exit_code(details, status, output if isinstance(output, str) else "")
+                if exit_code is not None:
+                    identity = {
+                        "status": status,
+                        "exitCode": exit_code,
+                        "timedOut": False,
+                        "output": failure_shape(output),  # type: ignore[arg-type]
+                    }
+                    return result_hash, None, TERMINAL_EXEC_FAILURE, False, digester.digest(identity)
+            return result_hash, None, None, False, None
+    if newest and tool == "write" and details.get("changed") is False:
+        return digester.digest(_UNCHANGED), None, None, True, None
     if tool == "process" and isinstance(params, dict):
         fingerprint = _process_fingerprint(params.get("action"), details, text)
         if fingerprint is not None:
-            return digester.digest(fingerprint), None
+            return digester.digest(fingerprint), None, None, False, None
     if is_send_result(tool, params, send_tools):
-        return digester.digest(strip_volatile_send_ids(details)), None
+        return digester.digest(strip_volatile_send_ids(details)), None, None, False, None
     if tool == "update_plan":
-        return digester.digest({"details": update_plan_shape(details), "text": ""}), None
-    return digester.digest({"details": details, "text": text}), None
+        return digester.digest({"details": update_plan_shape(details), "text": ""}), None, None, False, None
+    return digester.digest({"details": details, "text": text}), None, None, False, None

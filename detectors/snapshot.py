@@ -31,6 +31,11 @@ class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
     last_ts: int | None
     events: int
     outbox: list[tuple[str, list[bytes]]] = []
+    # revision 2026-08 (absent in older snapshots): (record index, kind, no_progress,
+    # failure_id) of the records that have any of them, and the churn lease
+    record_marks: list[tuple[int, str | None, bool, str | None]] = []
+    churn_since: int | None = None
+    churn_aborted: bool = False
 
 
 ENCODER: Final = msgspec.msgpack.Encoder()

@@ -19,6 +19,7 @@ from detectors.snapshot import DECODER, ENCODER, FORMAT_VERSION, RunSnapshot
 __all__ = ["RunSnapshot", "RunState"]
 
 OUTBOX_LIMIT: Final = 64
+_UNMARKED: Final[tuple[str | None, bool, str | None]] = (None, False, None)
 
 
 class RunState:
@@ -28,6 +29,8 @@ class RunState:
         "_seen_limit",
         "agent_id",
         "buckets",
+        "churn_aborted",
+        "churn_since",
         "criticals",
         "events",
         "guard",
@@ -64,6 +67,10 @@ class RunState:
         self.recovery_aborted = False
         self.last_ts: int | None = None
         self.events = 0
+        # revision 2026-08: when the argument-churn lease started (event ms), and whether the
+        # run was aborted for stale churn (detectors.churn_liveness)
+        self.churn_since: int | None = None
+        self.churn_aborted = False
         # Encoded outputs whose delivery the shell has not confirmed yet, by trigger event id:
         # a redelivered event re-publishes them (at most OUTBOX_LIMIT events).
         self.outbox: dict[str, list[bytes]] = {}
@@ -98,6 +105,13 @@ class RunState:
             run_id=self.run_id,
             session_id=self.session_id,
             records=[record.as_tuple() for record in self.history.records],
+            record_marks=[
+                (index, record.kind, record.no_progress, record.failure_id)
+                for index, record in enumerate(self.history.records)
+                if record.kind is not None or record.no_progress
+            ],
+            churn_since=self.churn_since,
+            churn_aborted=self.churn_aborted,
             seen=list(self.seen),
             buckets=list(self.buckets.items()),
             guard_remaining=self.guard.remaining,
@@ -118,8 +132,15 @@ class RunState:
     def from_snapshot(cls, snap: RunSnapshot, seen_limit: int = 256) -> RunState:
         state = cls(snap.scope, snap.agent_id, snap.run_id, snap.session_id, seen_limit)
         unbounded = len(snap.records)
-        for tool, args_hash, call_id, result_hash, unknown, ts in snap.records:
-            state.history.append(tool, args_hash, call_id, result_hash, unknown, ts, unbounded)
+        marks = {
+            index: (kind, no_progress, failure_id)
+            for index, kind, no_progress, failure_id in snap.record_marks
+        }
+        for index, (tool, args_hash, call_id, result_hash, unknown, ts) in enumerate(snap.records):
+            kind, no_progress, failure_id = marks.get(index, _UNMARKED)
+            state.history.append(
+                tool, args_hash, call_id, result_hash, unknown, ts, unbounded, kind, no_progress, failure_id
+            )
         for event_id in snap.seen:
             state.remember(event_id)
         state.buckets = dict(snap.buckets)
@@ -133,6 +154,8 @@ class RunState:
         state.last_ts = snap.last_ts
         state.events = snap.events
         state.outbox = dict(snap.outbox)
+        state.churn_since = snap.churn_since
+        state.churn_aborted = snap.churn_aborted
         return state
 
     @classmethod

@@ -27,7 +27,8 @@ from msgspec import UNSET
 
 from config.fleet import FleetConfig
 from config.loop_detection import ResolvedLoopDetection
-from detectors import escalation
+from config.settings import DetectorSettings
+from detectors import churn_liveness, escalation
 from detectors.compaction_guard import DETECTOR as GUARD_REASON
 from detectors.compaction_guard import GuardVerdict
 from detectors.detection import Detection, detect
@@ -43,7 +44,8 @@ from detectors.events import (
     run_scope,
 )
 from detectors.hashing import Digester, digester_for
-from detectors.outcomes import MISSING, ErrorMessage, hash_outcome, is_known_poll
+from detectors.outcomes import MISSING, VETO, ErrorMessage, OutcomeHash, hash_outcome, is_known_poll
+from detectors.rules import argument_churn
 from detectors.stable_json import canonical_bytes
 from detectors.state import RunState
 from detectors.warning_buckets import should_emit
@@ -65,9 +67,21 @@ def new_state(event: Event, config: FleetConfig) -> RunState:
 
 
 class Prepared:
-    """The hashes of a call or result event, computable before the state is at hand."""
+    """The hashes of a call or result event, computable before the state is at hand.
 
-    __slots__ = ("args_hash", "known_poll", "result_hash", "unknown_tool_name")
+    For a result: its :data:`~detectors.outcomes.OutcomeHash` fields (``kind``,
+    ``no_progress`` and ``failure_id`` only under revision 2026-08).
+    """
+
+    __slots__ = (
+        "args_hash",
+        "failure_id",
+        "kind",
+        "known_poll",
+        "no_progress",
+        "result_hash",
+        "unknown_tool_name",
+    )
 
     def __init__(
         self,
@@ -75,15 +89,31 @@ class Prepared:
         known_poll: bool = False,
         result_hash: str | None = None,
         unknown_tool_name: str | None = None,
+        kind: str | None = None,
+        no_progress: bool = False,
+        failure_id: str | None = None,
     ) -> None:
         self.args_hash = args_hash
         self.known_poll = known_poll
         self.result_hash = result_hash
         self.unknown_tool_name = unknown_tool_name
+        self.kind = kind
+        self.no_progress = no_progress
+        self.failure_id = failure_id
+
+    @classmethod
+    def outcome(cls, args_hash: str, outcome: OutcomeHash) -> Prepared:
+        result_hash, unknown, kind, no_progress, failure_id = outcome
+        return cls(args_hash, False, result_hash, unknown, kind, no_progress, failure_id)
 
 
-def prepare(event: ToolCall | ToolResult, digester: Digester, send_tools: frozenset[str]) -> Prepared:
-    """Hash one event: its ``argsHash`` and, for a result, its outcome (spec §3)."""
+def prepare(
+    event: ToolCall | ToolResult, digester: Digester, send_tools: frozenset[str], newest: bool = False
+) -> Prepared:
+    """Hash one event: its ``argsHash`` and, for a result, its outcome (spec §3).
+
+    ``newest`` classifies outcomes by the rules of revision 2026-08.
+    """
     tool = event.tool
     params: Any = event.params
     digest_only = params is UNSET
@@ -101,8 +131,17 @@ def prepare(event: ToolCall | ToolResult, digester: Digester, send_tools: frozen
             known = False if digest_only else is_known_poll(tool, params)
         return Prepared(args_hash, known)
     if event.result_digest is not UNSET:
+        result_digest = event.result_digest or None
+        if not newest:
+            return Prepared(args_hash, result_hash=result_digest, unknown_tool_name=event.unknown_tool_name)
         return Prepared(
-            args_hash, result_hash=event.result_digest or None, unknown_tool_name=event.unknown_tool_name
+            args_hash,
+            False,
+            result_digest,
+            event.unknown_tool_name,
+            event.outcome_kind,
+            event.no_progress,
+            event.failure_digest,
         )
     error: Any = event.error
     if error is UNSET or error is None:
@@ -110,8 +149,9 @@ def prepare(event: ToolCall | ToolResult, digester: Digester, send_tools: frozen
     elif isinstance(error, str):
         error = ErrorMessage(error)
     result = MISSING if event.result is UNSET else event.result
-    result_hash, unknown = hash_outcome(tool, params, result, error, digester, send_tools)
-    return Prepared(args_hash, result_hash=result_hash, unknown_tool_name=unknown)
+    return Prepared.outcome(
+        args_hash, hash_outcome(tool, params, result, error, digester, send_tools, newest)
+    )
 
 
 def apply(
@@ -128,11 +168,16 @@ def apply(
     if kind is ToolCall or kind is ToolResult:
         settings = config.settings
         if prepared is None:
-            prepared = prepare(event, digester_for(settings.digest), settings.provider_send_tools)  # type: ignore[arg-type]
+            prepared = prepare(
+                event,  # type: ignore[arg-type]
+                digester_for(settings.digest),
+                settings.provider_send_tools,
+                settings.newest_rules,
+            )
         resolved = config.for_agent(event.agent_id)
         if kind is ToolCall:
             return _on_call(state, event, prepared, resolved, config)  # type: ignore[arg-type]
-        return _on_result(state, event, prepared, resolved, settings.observe_only)  # type: ignore[arg-type]
+        return _on_result(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
     if isinstance(event, CompactionRetry):
         resolved = config.for_agent(event.agent_id)
         if resolved.guard_enabled:
@@ -151,7 +196,9 @@ def _on_call(
 ) -> list[Output]:
     settings = config.settings
     history = state.history
-    found = detect(history, event.tool, prepared.args_hash, prepared.known_poll, resolved)
+    tool = event.tool
+    args_hash = prepared.args_hash
+    found = detect(history, tool, args_hash, prepared.known_poll, resolved)
     outputs: list[Output] = []
     blocked = False
     if found is not None:
@@ -168,17 +215,40 @@ def _on_call(
             key = f"{state.run_id}:{found.warning_key}" if state.run_id else found.warning_key
             if should_emit(state.buckets, key, found.count, resolved.warning_threshold):
                 outputs.append(_verdict(state, event, found, "warn", settings.observe_only))
-    if not blocked and resolved.records_calls:
-        history.append(
-            event.tool,
-            prepared.args_hash,
-            event.tool_call_id,
-            None,
-            None,
-            event.ts,
-            resolved.history_size,
-        )
+    stale_limit = settings.churn_stale_after_s if resolved.newest and resolved.enabled else 0
+    if stale_limit and not blocked:
+        if found is not None and found.detector == argument_churn.DETECTOR:
+            churn = found.count
+        else:
+            churn = argument_churn.evaluate(history, tool, args_hash)[0]
+        churn_liveness.after_call(state, churn, resolved.warning_threshold, event.ts)
+    if blocked:
+        if resolved.newest:  # the blocked call leaves a veto record (2026-08)
+            history.append(
+                tool, args_hash, event.tool_call_id, None, None, event.ts, resolved.history_size, VETO
+            )
+    elif resolved.records_calls:
+        history.append(tool, args_hash, event.tool_call_id, None, None, event.ts, resolved.history_size)
+    if stale_limit:
+        _stale_churn_abort(state, event, stale_limit, settings.observe_only, outputs)
     return outputs
+
+
+def _stale_churn_abort(
+    state: RunState, event: ToolCall | ToolResult, limit_s: int, observe_only: bool, outputs: list[Output]
+) -> None:
+    elapsed = churn_liveness.stale_for(state, event.ts, limit_s)
+    if elapsed is not None:
+        outputs.append(
+            _abort(
+                state,
+                event,
+                churn_liveness.REASON,
+                None,
+                churn_liveness.message(event.tool, elapsed, limit_s),
+                observe_only,
+            )
+        )
 
 
 def _verdict(state: RunState, event: ToolCall, found: Detection, action: str, observe_only: bool) -> Output:
@@ -199,6 +269,7 @@ def _verdict(state: RunState, event: ToolCall, found: Detection, action: str, ob
         tool=event.tool,
         ts=event.ts,
         enforced=not observe_only,
+        liveness_signal=found.liveness_signal,
     )
 
 
@@ -207,12 +278,19 @@ def _on_result(
     event: ToolResult,
     prepared: Prepared,
     resolved: ResolvedLoopDetection,
-    observe_only: bool,
+    settings: DetectorSettings,
 ) -> list[Output]:
+    observe_only = settings.observe_only
     verdict = record_outcome(state, event.tool, event.tool_call_id, event.ts, prepared, resolved)
-    if verdict is None or not verdict.should_abort:
-        return []
-    return [_abort(state, event, GUARD_REASON, verdict.count, verdict.message or "", observe_only)]
+    outputs: list[Output] = []
+    if verdict is not None and verdict.should_abort:
+        outputs.append(_abort(state, event, GUARD_REASON, verdict.count, verdict.message or "", observe_only))
+    stale_limit = settings.churn_stale_after_s if resolved.newest and resolved.enabled else 0
+    if stale_limit and state.churn_since is not None:
+        if prepared.result_hash is not None:
+            churn_liveness.after_outcome(state, state.history, event.tool, prepared.args_hash)
+        _stale_churn_abort(state, event, stale_limit, observe_only, outputs)
+    return outputs
 
 
 def _abort(
@@ -246,14 +324,21 @@ def record_outcome(
     prepared: Prepared,
     resolved: ResolvedLoopDetection,
 ) -> GuardVerdict | None:
-    """Record an outcome (spec §4.2) and feed the guard; ``None`` when it had no hash."""
+    """Record an outcome (spec §4.2) and feed the guard; ``None`` when it had no hash.
+
+    An outcome with neither a result hash nor a kind is not recorded. One with a kind but
+    no hash (a veto, 2026-08) is recorded but never seen by the guard.
+    """
     result_hash = prepared.result_hash
-    if result_hash is None:
+    kind = prepared.kind
+    if result_hash is None and kind is None:
         return None
     history = state.history
     pending = history.find_pending(prepared.args_hash, tool_call_id or None)
     if pending is not None:
-        history.fill(pending, result_hash, prepared.unknown_tool_name)
+        history.fill(
+            pending, result_hash, prepared.unknown_tool_name, kind, prepared.no_progress, prepared.failure_id
+        )
     else:
         history.append(
             tool,
@@ -263,5 +348,10 @@ def record_outcome(
             prepared.unknown_tool_name,
             ts,
             resolved.history_size,
+            kind,
+            prepared.no_progress,
+            prepared.failure_id,
         )
+    if result_hash is None:
+        return None
     return state.guard.observe(resolved.guard_enabled, tool, prepared.args_hash, result_hash)

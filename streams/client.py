@@ -37,6 +37,7 @@ from msgspec import UNSET
 
 from config.settings import DetectorSettings
 from config.stream_settings import StreamSettings, parse_stream_settings
+from detectors.digest_only import digest_only
 from detectors.events import (
     Abort,
     CompactionRetry,
@@ -49,9 +50,7 @@ from detectors.events import (
     encode_event,
     run_scope,
 )
-from detectors.hashing import digester_for
 from detectors.stable_json import from_python
-from detectors.step import prepare
 from streams.kafka_connect import aiokafka_auth
 
 __all__ = ["LoopwatchClient", "RunDecision"]
@@ -178,22 +177,7 @@ class LoopwatchClient:
         return event.event_id
 
     def _digested(self, event: ToolCall | ToolResult) -> ToolCall | ToolResult:
-        digester = digester_for(self._detector.digest)
-        prepared = prepare(event, digester, self._detector.provider_send_tools)
-        args_digest = prepared.args_hash[len(event.tool) + 1 :]  # argsHash is "{tool}:{digest}"
-        if isinstance(event, ToolCall):
-            return msgspec.structs.replace(
-                event, params=UNSET, args_digest=args_digest, known_poll=prepared.known_poll
-            )
-        return msgspec.structs.replace(
-            event,
-            params=UNSET,
-            result=UNSET,
-            error=UNSET,
-            args_digest=args_digest,
-            result_digest=prepared.result_hash,
-            unknown_tool_name=prepared.unknown_tool_name,
-        )
+        return digest_only(event, self._detector)
 
     async def tool_call(
         self,

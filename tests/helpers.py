@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 FIXTURES = ROOT / "streams" / "data" / "fixtures"
 VECTORS = DATA / "openclaw-public.jsonl"
+NEWEST_VECTORS = DATA / "openclaw-newest.jsonl"
 
 
 class Trace:
@@ -25,14 +26,22 @@ class Trace:
         self.agent_id = agent_id
         self.events: list[Event] = []
 
+    @classmethod
+    def of(cls, events: list[Event], run_id: str = "run-1") -> Trace:
+        """A trace of ready-made events."""
+        trace = cls(run_id)
+        trace.events = list(events)
+        return trace
+
     def _event_id(self) -> str:
         return f"{self.run_id}-e{next(self._ids)}"
 
-    def call(self, tool: str, params: Any, call_id: str | None = None) -> ToolCall:
+    def call(self, tool: str, params: Any, call_id: str | None = None, ts: int | None = None) -> ToolCall:
         event = ToolCall(
             event_id=self._event_id(),
             run_id=self.run_id,
             agent_id=self.agent_id,
+            ts=ts,
             tool=tool,
             params=from_python(params),
             tool_call_id=call_id,
@@ -41,7 +50,13 @@ class Trace:
         return event
 
     def result(
-        self, tool: str, params: Any, result: Any = None, error: str | None = None, call_id: str | None = None
+        self,
+        tool: str,
+        params: Any,
+        result: Any = None,
+        error: str | None = None,
+        call_id: str | None = None,
+        ts: int | None = None,
     ) -> ToolResult:
         from msgspec import UNSET
 
@@ -49,6 +64,7 @@ class Trace:
             event_id=self._event_id(),
             run_id=self.run_id,
             agent_id=self.agent_id,
+            ts=ts,
             tool=tool,
             params=from_python(params),
             result=UNSET if error is not None else from_python(result),
@@ -73,3 +89,13 @@ class Trace:
 def text_result(text: str, **details: Any) -> dict[str, Any]:
     """An OpenClaw-shaped tool result."""
     return {"content": [{"type": "text", "text": text}], "details": details}
+
+
+def with_revision(revision: str, config: Any = None) -> Any:
+    """``config`` (default: detection enabled) under OpenClaw rule revision ``revision``."""
+    from dataclasses import replace
+
+    from config import FleetConfig
+
+    base = config if config is not None else FleetConfig.enabled_default()
+    return replace(base, settings=replace(base.settings, openclaw_revision=revision))

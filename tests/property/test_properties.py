@@ -17,7 +17,7 @@ from detectors.state import RunState
 from detectors.step import Prepared, record_outcome
 from tests.helpers import Trace
 from tests.property.reference_model import ReferenceHistory, reference_detect
-from tests.property.strategies import PARAMS, TOOLS, json_values, outcome_of, steps
+from tests.property.strategies import PARAMS, TOOLS, focused_steps, json_values, outcome_of, steps
 
 SHA = Digester("sha256")
 
@@ -72,12 +72,16 @@ def test_args_hash_ignores_key_order(params: dict[str, Any], rnd: random.Random)
     assert SHA.args_hash("t", from_python(params)) == SHA.args_hash("t", from_python(shuffled))
 
 
-@given(steps, st.integers(1, 12), st.integers(1, 5), st.integers(1, 9))
-@settings(max_examples=300)
+@given(steps | focused_steps, st.integers(1, 30), st.integers(1, 8), st.integers(1, 30), st.booleans())
+@settings(max_examples=600)
 def test_incremental_history_matches_a_rescanning_model(
-    plan: list[tuple[str, int, int, int]], limit: int, warning: int, critical: int
+    plan: list[tuple[str, int, int, int]], limit: int, warning: int, critical: int, newest: bool
 ) -> None:
-    """Every detection and every history bound agree with a literal model of the spec."""
+    """Every detection and every history bound agree with a literal model of the spec.
+
+    Both revisions: 2026-05 (``newest`` false) is the model of the rules as they were before
+    2026-08, so random traffic gets exactly the verdicts it got before the new rules existed.
+    """
     cfg = resolve(
         {
             "enabled": True,
@@ -85,7 +89,8 @@ def test_incremental_history_matches_a_rescanning_model(
             "warningThreshold": warning,
             "criticalThreshold": critical,
             "unknownToolThreshold": warning,
-        }
+        },
+        newest,
     )
     state = RunState("r")
     model = ReferenceHistory(cfg.history_size)
@@ -95,25 +100,28 @@ def test_incremental_history_matches_a_rescanning_model(
         poll = is_known_poll(tool, params)
         got = detect(state.history, tool, h, poll, cfg)
         want = reference_detect(model.records, tool, h, poll, cfg)
-        assert (None if got is None else (got.level, got.detector, got.count)) == want
+        assert (None if got is None else (got.level, got.detector, got.count, got.liveness_signal)) == want
         call_id = f"c{n}" if kind != "outcome" else None
         if kind in ("call", "both"):
             state.history.append(tool, h, call_id, None, None, None, cfg.history_size)
             model.record_call(tool, h, call_id)
         if kind in ("outcome", "both"):
             result, error = outcome_of(o)
-            rh, unknown = hash_outcome(
+            outcome = hash_outcome(
                 tool,
                 params,
                 from_python(result) if error is None else MISSING,
                 ErrorMessage(error) if error else MISSING,
                 SHA,
+                newest=newest,
             )
-            record_outcome(state, tool, call_id, None, Prepared(h, poll, rh, unknown), cfg)
-            model.record_outcome(tool, h, call_id, rh, unknown)
+            if not newest:
+                assert outcome[2:] == (None, False, None)
+            record_outcome(state, tool, call_id, None, Prepared.outcome(h, outcome), cfg)
+            model.record_outcome(tool, h, call_id, outcome)
         assert len(state.history) <= cfg.history_size
-        assert [(r.args_hash, r.result_hash) for r in state.history] == [
-            (r.args_hash, r.result_hash) for r in model.records
+        assert [(r.args_hash, r.result_hash, r.kind, r.no_progress) for r in state.history] == [
+            (r.args_hash, r.result_hash, r.kind, r.no_progress) for r in model.records
         ]
 
 

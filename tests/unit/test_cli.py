@@ -39,8 +39,11 @@ def test_replay_compare_reports_the_known_differences(tmp_path: Path) -> None:
     assert (difference["compare"]["first_warning"], difference["compare"]["first_block"]) == (7, 9)
 
 
-def test_replay_per_run_first_verdicts() -> None:
-    done = loopwatch("replay", str(FIXTURES / "openclaw-read-error-loop.events.jsonl"), "--json")
+def test_replay_per_run_first_verdicts(tmp_path: Path) -> None:
+    config = tmp_path / "openclaw.json5"
+    config.write_text("{tools: {loopDetection: {enabled: true}}, loopwatch: {openclawRevision: '2026-05'}}")
+    events = str(FIXTURES / "openclaw-read-error-loop.events.jsonl")
+    done = loopwatch("replay", events, "--config", str(config), "--json")
     run = json.loads(done.stdout)["runs"][0]
     assert (run["first_warning"], run["first_block"], run["first_abort"]) == (13, 24, 27)
     assert run["detectors"] == {

@@ -7,14 +7,40 @@ import pytest
 
 from detectors.conformance import run_vector
 from detectors.stable_json import WIRE_DECODER
-from tests.helpers import VECTORS
+from tests.helpers import NEWEST_VECTORS, VECTORS
 
 VECTOR_LINES = VECTORS.read_bytes().splitlines()
+NEWEST_LINES = NEWEST_VECTORS.read_bytes().splitlines()
 
 
 @pytest.mark.parametrize("line", VECTOR_LINES, ids=[json.loads(v)["name"] for v in VECTOR_LINES])
 def test_public_vector_passes(line: bytes) -> None:
     assert run_vector(WIRE_DECODER.decode(line)) is None
+
+
+@pytest.mark.parametrize("line", NEWEST_LINES, ids=[json.loads(v)["name"] for v in NEWEST_LINES])
+def test_newest_vector_passes(line: bytes) -> None:
+    assert run_vector(WIRE_DECODER.decode(line)) is None
+
+
+def test_the_profile_picks_the_revision() -> None:
+    """The two vectors whose expectations differ between revisions (spec difference #4)."""
+    by_name = {json.loads(line)["name"]: json.loads(line) for line in VECTOR_LINES}
+    for name in ("runtime_warn_once_per_bucket_then_sticky_block", "guard_not_fed_by_loop_veto"):
+        vector = by_name[name]
+        assert run_vector(vector) is None
+        failure = run_vector({**vector, "profile": "loopwatch-newest"})
+        assert failure is not None
+        assert "count" in failure.reason
+    newest = [json.loads(line) for line in NEWEST_LINES]
+    under_old_rules = [run_vector({**vector, "profile": "loopwatch"}) for vector in newest]
+    assert sum(failure is not None for failure in under_old_rules) >= 10
+
+
+def test_an_unknown_profile_is_a_failure() -> None:
+    failure = run_vector({"name": "x", "profile": "openclaw-2030", "steps": []})
+    assert failure is not None
+    assert "profile 'openclaw-2030'" in failure.reason
 
 
 def test_a_wrong_expectation_fails_naming_the_step() -> None:

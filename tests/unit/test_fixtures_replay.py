@@ -10,12 +10,21 @@ import pytest
 
 from tests.helpers import FIXTURES
 
+# The expected verdicts are OpenClaw's rules of revision 2026-05 (the fixtures' README).
 CONFIGS: dict[str, dict[str, Any]] = {
-    "expected": {"tools": {"loopDetection": {"enabled": True}}},
+    "expected": {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"openclawRevision": "2026-05"}},
     "expected-lowered": {
-        "tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}
+        "tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}},
+        "loopwatch": {"openclawRevision": "2026-05"},
     },
 }
+
+
+def newest(config: dict[str, Any]) -> dict[str, Any]:
+    """The same config under revision 2026-08 (the default)."""
+    return {key: value for key, value in config.items() if key != "loopwatch"}
+
+
 CASES = sorted(
     (path.name.split(".")[0], path.name.split(".")[1]) for path in FIXTURES.glob("*.expected*.jsonl")
 )
@@ -60,6 +69,34 @@ def test_fixture_gives_exactly_the_expected_verdicts(name: str, variant: str, tm
     expected_text = (FIXTURES / f"{name}.{variant}.jsonl").read_text()
     expected = [json.loads(line) for line in expected_text.splitlines() if line.strip()]
     assert [project(o) for o in outputs] == expected
+
+
+# every case but the read-error loop, whose blocked calls are retried (the next test)
+@pytest.mark.parametrize(
+    ("name", "variant"), [c for c in CASES if c != ("openclaw-read-error-loop", "expected")]
+)
+def test_2026_08_rules_change_nothing_where_no_blocked_call_is_retried(
+    name: str, variant: str, tmp_path: Path
+) -> None:
+    events = FIXTURES / f"{name}.events.jsonl"
+    assert loopwatch_run(newest(CONFIGS[variant]), events, tmp_path) == loopwatch_run(
+        CONFIGS[variant], events, tmp_path
+    )
+
+
+def test_2026_08_blocks_the_same_retries_of_the_read_error_loop(tmp_path: Path) -> None:
+    events = FIXTURES / "openclaw-read-error-loop.events.jsonl"
+    old = loopwatch_run(CONFIGS["expected"], events, tmp_path)
+    new = loopwatch_run(newest(CONFIGS["expected"]), events, tmp_path)
+
+    def actions(outputs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        return [(o["trigger_event_id"], o.get("action") or o["reason"]) for o in outputs]
+
+    assert actions(new) == actions(old)
+    assert new[:2] == old[:2]  # the first warning and the first block are the same verdicts
+    # each retry leaves a veto record and its result (the trace's runtime ran it anyway): the
+    # count climbs faster, so the abort's trigger (the second block) has a higher count
+    assert new[2]["count"] > old[2]["count"]
 
 
 def test_cases_cover_all_seven_fixtures() -> None:

@@ -5,7 +5,7 @@ from detectors.engine import Engine
 from detectors.events import Abort, Output, ToolCall, Verdict
 from detectors.facade import LoopDetector
 from detectors.state import RunState
-from tests.helpers import Trace, text_result
+from tests.helpers import Trace, text_result, with_revision
 
 
 def run(trace: Trace, config: FleetConfig | None = None) -> list[Output]:
@@ -21,7 +21,7 @@ def read_loop(calls: int) -> Trace:
 
 
 def test_warning_then_block_then_recovery_abort() -> None:
-    outputs = run(read_loop(22))
+    outputs = run(read_loop(22), with_revision("2026-05"))
     kinds = [(type(o).__name__, getattr(o, "action", None), getattr(o, "count", None)) for o in outputs]
     assert kinds == [
         ("Verdict", "warn", 10),
@@ -35,16 +35,35 @@ def test_warning_then_block_then_recovery_abort() -> None:
     assert abort.trigger_event_id == outputs[-2].trigger_event_id
 
 
-def test_blocked_calls_are_not_recorded_so_the_block_is_sticky() -> None:
+def test_under_2026_08_a_blocked_call_leaves_a_veto_record_that_counts() -> None:
+    outputs = run(read_loop(22))
+    kinds = [(type(o).__name__, getattr(o, "action", None), getattr(o, "count", None)) for o in outputs]
+    # the 21st call's veto record and the result that arrived anyway (E5) both count
+    assert kinds == [
+        ("Verdict", "warn", 10),
+        ("Verdict", "block", 20),
+        ("Verdict", "block", 22),
+        ("Abort", None, None),
+    ]
+
+
+def blocked_retries(config: FleetConfig) -> tuple[int, list[int]]:
     trace = Trace()
     for _ in range(20):
         trace.both("read", {"path": "/same"}, text_result("same"))
     for _ in range(3):
         trace.call("read", {"path": "/same"})
-    engine = Engine(FleetConfig.enabled_default())
-    for event in trace.events:
-        engine.process(event)
-    assert len(engine.states["run-1"].history) == 20
+    engine = Engine(config)
+    counts = [o.count for event in trace.events for o in engine.process(event) if isinstance(o, Verdict)]
+    return len(engine.states["run-1"].history), counts[-3:]
+
+
+def test_blocked_calls_are_not_recorded_so_the_block_is_sticky() -> None:
+    assert blocked_retries(with_revision("2026-05")) == (20, [20, 20, 20])
+
+
+def test_blocked_retries_climb_under_2026_08() -> None:
+    assert blocked_retries(FleetConfig.enabled_default()) == (23, [20, 21, 22])
 
 
 def test_abort_budget_is_configurable_and_can_be_switched_off() -> None:
@@ -77,10 +96,11 @@ def test_observe_only_records_everything_and_never_enforces() -> None:
 
 def test_results_of_blocked_calls_are_recorded() -> None:
     trace = read_loop(24)
-    engine = Engine(FleetConfig.enabled_default())
-    for event in trace.events:
-        engine.process(event)
-    assert len(engine.states["run-1"].history) == 24
+    for config, size in ((with_revision("2026-05"), 24), (FleetConfig.enabled_default(), 28)):
+        engine = Engine(config)
+        for event in trace.events:
+            engine.process(event)
+        assert len(engine.states["run-1"].history) == size  # 2026-08: plus 4 veto records
 
 
 def test_run_end_drops_state_and_runs_are_separate() -> None:
