@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from config.errors import ConfigError, LoopwatchError
+from config.settings import DetectorSettings
 from detectors.conformance import run_vector
 from detectors.stable_json import WIRE_DECODER
 from streams.config_files import load_config
@@ -89,7 +90,7 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
         }
         out.write(json.dumps(document, indent=1).encode() + b"\n")
         return 0
-    lines = [f"{args.file}: valid"]
+    lines = [f"{args.file}: valid", _revision_line(config.settings)]
     for report in reports:
         lines.append(f"\nagent {report.agent}:")
         lines.append("  " + json.dumps(report.effective))
@@ -98,6 +99,19 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
     lines.append("stream settings (environment): " + json.dumps(settings.masked()))
     out.write(("\n".join(lines) + "\n").encode())
     return 0
+
+
+def _revision_line(settings: DetectorSettings) -> str:
+    if not settings.newest_rules:
+        return (
+            f"rules: OpenClaw revision {settings.openclaw_revision} (before argument churn and veto records)"
+        )
+    stale = settings.churn_stale_after_s
+    abort = f"stale churn aborts a run after {stale} s" if stale else "stale churn never aborts"
+    return (
+        f"rules: OpenClaw revision {settings.openclaw_revision} (argument churn, exec terminal failures, "
+        f"blocked retries keep counting; {abort})"
+    )
 
 
 def cmd_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:

@@ -2,7 +2,9 @@
 
 Reports, per run, the call at which it was first warned, blocked and aborted; per detector
 and per agent, how often each fired. ``--compare OTHER`` replays the same history through a
-second config and lists the runs whose outcome differs (what-if tuning before a rollout).
+second config and lists the runs whose outcome differs: the call of the first warning, block
+or abort, or how often each detector fired (what-if tuning before a rollout, or what moving
+to another ``openclawRevision`` would change on recorded history).
 Sources: an events file, a folder of them, or a Kafka topic (``kafka:TOPIC`` with
 ``--since``/``--until``).
 """
@@ -165,10 +167,14 @@ def _event_files_and_transcripts(
     return lines(), imported
 
 
-def _table(title: str, rows: Sequence[tuple[str, ...]], headers: tuple[str, ...]) -> Table:
+def _table(
+    title: str, rows: Sequence[tuple[str, ...]], headers: tuple[str, ...], text_columns: int = 1
+) -> Table:
+    """A table whose first ``text_columns`` and last columns named "fired …" are left-aligned."""
     table = Table(title=title)
     for index, header in enumerate(headers):
-        table.add_column(header, justify="left" if index == 0 else "right")
+        text = index < text_columns or header.startswith("fired")
+        table.add_column(header, justify="left" if text else "right", overflow="fold" if text else "ellipsis")
     for row in rows:
         table.add_row(*row)
     return table
@@ -176,6 +182,10 @@ def _table(title: str, rows: Sequence[tuple[str, ...]], headers: tuple[str, ...]
 
 def _fmt(value: int | None) -> str:
     return "-" if value is None else str(value)
+
+
+def _fired(detectors: dict[str, int]) -> str:
+    return "\n".join(f"{name} {count}" for name, count in sorted(detectors.items())) or "-"
 
 
 def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
@@ -187,7 +197,9 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     changed: list[tuple[RunSummary, RunSummary]] = []
     if compared is not None:
         changed = [
-            (s, compared[scope]) for scope, s in runs.items() if s.outcome() != compared[scope].outcome()
+            (s, compared[scope])
+            for scope, s in runs.items()
+            if s.outcome() != compared[scope].outcome() or s.detectors != compared[scope].detectors
         ]
     differences = [
         {"run": now.run, "agent": now.agent, "config": asdict(now), "compare": asdict(alt)}
@@ -215,9 +227,22 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         return 0
     console = Console(file=None, width=max(110, Console().width))
     console.print(f"{len(events)} events, {len(runs)} runs")
-    console.print(
-        _table("per detector", [(d, str(n)) for d, n in detectors.most_common()], ("detector", "fired"))
-    )
+    if compared is None:
+        console.print(
+            _table("per detector", [(d, str(n)) for d, n in detectors.most_common()], ("detector", "fired"))
+        )
+    else:
+        other_detectors: Counter[str] = Counter()
+        for summary in compared.values():
+            other_detectors.update(summary.detectors)
+        names = sorted(set(detectors) | set(other_detectors), key=lambda d: (-detectors[d], d))
+        console.print(
+            _table(
+                "per detector",
+                [(d, str(detectors[d]), str(other_detectors[d])) for d in names],
+                ("detector", "fired", "with --compare"),
+            )
+        )
     console.print(
         _table(
             "per agent",
@@ -248,10 +273,17 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     )
     if compared is not None:
         rows = [
-            (now.run, now.agent, "/".join(map(_fmt, now.outcome())), "/".join(map(_fmt, alt.outcome())))
+            (
+                now.run,
+                now.agent,
+                "/".join(map(_fmt, now.outcome())),
+                "/".join(map(_fmt, alt.outcome())),
+                _fired(now.detectors),
+                _fired(alt.detectors),
+            )
             for now, alt in changed
         ]
-        headers = ("run", "agent", "warning/block/abort now", "with --compare")
+        headers = ("run", "agent", "first w/b/a", "--compare", "fired", "fired with --compare")
         console.print(_table(f"what {args.compare} would have done differently", rows, headers))
         console.print(f"{len(differences)} of {len(runs)} runs differ")
     return 0

@@ -15,7 +15,7 @@ from detectors.outcomes import MISSING, ErrorMessage, hash_outcome, is_known_pol
 from detectors.stable_json import WIRE_DECODER, canonical_bytes, from_python, stable_stringify
 from detectors.state import RunState
 from detectors.step import Prepared, record_outcome
-from tests.helpers import Trace
+from tests.helpers import Trace, text_result, with_revision
 from tests.property.reference_model import ReferenceHistory, reference_detect
 from tests.property.strategies import PARAMS, TOOLS, focused_steps, json_values, outcome_of, steps
 
@@ -210,3 +210,33 @@ def test_history_never_exceeds_history_size(plan: list[tuple[str, int, int, int]
     for event in build("r", plan).events:
         engine.process(event)
         assert all(len(s.history) <= size for s in engine.states.values())
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["exec", "write", "read"]), st.integers(0, 2), st.booleans()), max_size=90
+    ),
+    wide_configs,
+)
+def test_changing_outcomes_never_give_churn_or_an_exec_tail_critical(
+    plan: list[tuple[str, int, bool]], config: FleetConfig
+) -> None:
+    """2026-08: every outcome differs from all before it, so nothing is stuck on an outcome."""
+    trace = Trace("r")
+    for n, (tool, variant, as_error) in enumerate(plan):
+        params = {"command": f"make t{variant}"} if tool == "exec" else {"path": f"f{variant}"}
+        if as_error:
+            trace.both(tool, params, error=f"E{n}: refused")
+        elif tool == "exec":
+            trace.both(
+                tool, params, text_result("", status="failed", exitCode=1, aggregated=f"E{n}: build failed")
+            )
+        elif tool == "write":
+            trace.both(tool, params, text_result(f"wrote revision {n}", changed=True))
+        else:
+            trace.both(tool, params, text_result(f"line {n}"))
+    verdicts = [
+        o for o in outputs_of(trace.events, with_revision("2026-08", config)) if isinstance(o, Verdict)
+    ]
+    assert not [o for o in verdicts if o.detector == "argument_churn" or o.liveness_signal is not None]
+    assert not [o for o in verdicts if o.tool == "exec" and o.level == "critical"]

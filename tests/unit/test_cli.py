@@ -53,6 +53,29 @@ def test_replay_per_run_first_verdicts(tmp_path: Path) -> None:
     }
 
 
+def test_replay_compare_shows_what_a_revision_upgrade_changes(tmp_path: Path) -> None:
+    old = tmp_path / "old.json5"
+    old.write_text("{tools: {loopDetection: {enabled: true}}, loopwatch: {openclawRevision: '2026-05'}}")
+    new = tmp_path / "new.json5"
+    new.write_text("{tools: {loopDetection: {enabled: true}}, loopwatch: {openclawRevision: '2026-08'}}")
+    events = str(FIXTURES / "openclaw-read-error-loop.events.jsonl")
+    done = loopwatch("replay", events, "--config", str(old), "--compare", str(new), "--json")
+    assert done.returncode == 0, done.stderr
+    [difference] = json.loads(done.stdout)["differences"]
+    # the same calls are warned, blocked and aborted first; the blocked retries count on
+    assert difference["config"]["first_block"] == difference["compare"]["first_block"]
+    assert "global_circuit_breaker" in difference["config"]["detectors"]
+    assert (
+        difference["compare"]["detectors"]["generic_repeat"]
+        > difference["config"]["detectors"]["generic_repeat"]
+    )
+    text = loopwatch("replay", events, "--config", str(old), "--compare", str(new)).stdout.decode()
+    assert "1 of 1 runs differ" in text
+    assert "fired with --compare" in text
+    checked = loopwatch("check-config", str(old)).stdout.decode()
+    assert "rules: OpenClaw revision 2026-05" in checked
+
+
 def test_check_config_notes_auto_raise(tmp_path: Path) -> None:
     path = tmp_path / "openclaw.json"
     path.write_text(
