@@ -153,6 +153,8 @@ async def simulate(
     task = progress.add_task("simulated fleet", total=total) if progress else None
     detectors: dict[str, Counter[str]] = {s.name: Counter() for s in SCENARIOS}
     cursor = {run_id: 0 for _, run_id, _, _ in agents}
+    # each run's own clock (event ts, ms): an agent turn takes 4-12 s, a tool 0.2-3 s
+    clock = {run_id: 0 for _, run_id, _, _ in agents}
     serial = 0
     async with EmbeddedRuntime(config, view=view) as runtime:
 
@@ -169,9 +171,10 @@ async def simulate(
             serial += 1
             agent = scenario.agent_id
             aborted = False
+            clock[run_id] += rnd.randint(4000, 12000)
             if step.compaction:
                 await process(
-                    CompactionRetry(event_id=f"e{serial}", run_id=run_id, agent_id=agent, ts=serial)
+                    CompactionRetry(event_id=f"e{serial}", run_id=run_id, agent_id=agent, ts=clock[run_id])
                 )
             else:
                 outcome.calls += 1
@@ -184,12 +187,13 @@ async def simulate(
                         tool_call_id=call_id,
                         run_id=run_id,
                         agent_id=agent,
-                        ts=serial,
+                        ts=clock[run_id],
                     )
                 )
                 aborted = _note(outcome, outputs, detectors[scenario.name])
                 blocked = any(isinstance(o, Verdict) and o.action == "block" for o in outputs)
                 if not blocked and not aborted:
+                    clock[run_id] += rnd.randint(200, 3000)
                     result = ToolResult(
                         event_id=f"e{serial}r",
                         tool=step.tool,
@@ -199,7 +203,7 @@ async def simulate(
                         tool_call_id=call_id,
                         run_id=run_id,
                         agent_id=agent,
-                        ts=serial,
+                        ts=clock[run_id],
                     )
                     aborted = _note(outcome, await process(result), detectors[scenario.name])
             if progress is not None and task is not None:

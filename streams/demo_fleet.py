@@ -177,6 +177,35 @@ def failing_exec(rnd: random.Random) -> list[Step]:
     ]
 
 
+def argument_churn(rnd: random.Random) -> list[Step]:
+    """Cycles three mirror URLs that all answer the same error; no URL repeats often enough to
+    make an identical-call streak (caught by 2026-08 argument churn, then its stale abort)."""
+    mirrors = ["https://mirror-a.example.test/pkg.tgz", "https://mirror-b.example.test/pkg.tgz"]
+    mirrors.append("https://cdn.example.test/pkg.tgz")
+    return [
+        Step("web_fetch", {"url": mirrors[n % 3]}, error="fetch failed: 403 Forbidden")
+        for n in range(rnd.randint(60, 75))
+    ]
+
+
+def drifting_build_failure(rnd: random.Random) -> list[Step]:
+    """Re-runs a build that fails the same way; each output has a new clock time, duration and
+    pid, so no two results are identical (caught by the 2026-08 exec failure identity)."""
+    steps = []
+    for n in range(rnd.randint(25, 35)):
+        seconds = 10 + n * 7
+        output = (
+            f"[12:{seconds // 60:02d}:{seconds % 60:02d}] error: linker failed for target release "
+            f"after {rnd.randint(40, 90)}.{rnd.randint(0, 9)}s (pid {rnd.randint(1000, 60000)})"
+        )
+        steps.append(
+            Step(
+                "exec", {"command": "make release"}, _text("", status="failed", exitCode=2, aggregated=output)
+            )
+        )
+    return steps
+
+
 def post_compaction(rnd: random.Random) -> list[Step]:
     """Reads a missing file; the context overflows and is compacted; the loop goes on."""
     missing = Step("read", {"path": "docs/PLAN…md"}, error="ENOENT: no such file")
@@ -193,4 +222,12 @@ SCENARIOS = [
     Scenario("send loop (volatile ids)", "assistant", False, send_loop, "same message, fresh receipt ids"),
     Scenario("failing exec", "coder", False, failing_exec, "identical failure, changing durations"),
     Scenario("loop after compaction", "researcher", False, post_compaction, "the compaction did not help"),
+    Scenario("argument churn", "researcher", False, argument_churn, "three URLs, one error, over and over"),
+    Scenario(
+        "drifting build failure",
+        "coder",
+        False,
+        drifting_build_failure,
+        "same failure, new timestamps and pids",
+    ),
 ]

@@ -9,7 +9,7 @@ from streams.demo import replay_traces, run_demo, simulate
 
 def test_every_stuck_scenario_is_caught_and_no_healthy_run_flagged() -> None:
     reports = asyncio.run(simulate(FleetConfig.enabled_default(), seed=11, runs_per_scenario=8))
-    assert len(reports) == 9
+    assert len(reports) == 11
     for report in reports:
         assert report.runs == 8
         if report.healthy:
@@ -22,6 +22,19 @@ def test_every_stuck_scenario_is_caught_and_no_healthy_run_flagged() -> None:
     assert by_name["ping-pong"].detectors.get("ping_pong")
     assert by_name["unknown tool"].detectors.get("unknown_tool_repeat")
     assert by_name["loop after compaction"].detectors.get("compaction_loop_persisted") == 8
+    # the 2026-08 rules: churn warns, then its stale abort stops the run; a drifting failure blocks
+    assert by_name["argument churn"].detectors.get("argument_churn")
+    assert by_name["argument churn"].detectors.get("argument_churn_stale") == 8
+    assert by_name["drifting build failure"].detectors.get("generic_repeat")
+
+
+def test_the_2026_08_scenarios_are_missed_by_the_2026_05_rules() -> None:
+    from tests.helpers import with_revision
+
+    reports = asyncio.run(simulate(with_revision("2026-05"), seed=11, runs_per_scenario=4))
+    by_name = {r.name: r for r in reports}
+    assert by_name["drifting build failure"].stopped == 0  # warned (identical calls), never blocked
+    assert by_name["argument churn"].stopped == 0
 
 
 def test_demo_is_reproducible() -> None:
