@@ -280,6 +280,11 @@ class History:
                 return record
         return None
 
+    def recent(self, args_hash: str) -> int:
+        """How many records ``args_hash`` has in the window (calls, outcomes, vetoes)."""
+        signature = self._by_args.get(args_hash)
+        return 0 if signature is None else len(signature[_RECORDS])
+
     def counts(self, args_hash: str) -> tuple[int, int, str | None]:
         """``(recent, no_progress, latest_result_hash)`` for ``args_hash`` in one lookup.
 

@@ -167,14 +167,14 @@ def apply(
     kind = type(event)
     if kind is ToolCall or kind is ToolResult:
         settings = config.settings
+        resolved = config.for_agent(event.agent_id)
         if prepared is None:
             prepared = prepare(
                 event,  # type: ignore[arg-type]
                 digester_for(settings.digest),
                 settings.provider_send_tools,
-                settings.newest_rules,
+                resolved.newest,
             )
-        resolved = config.for_agent(event.agent_id)
         if kind is ToolCall:
             return _on_call(state, event, prepared, resolved, config)  # type: ignore[arg-type]
         return _on_result(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
@@ -219,8 +219,10 @@ def _on_call(
     if stale_limit and not blocked:
         if found is not None and found.detector == argument_churn.DETECTOR:
             churn = found.count
-        else:
+        elif history.recent(args_hash) >= argument_churn.MIN_STABLE_CALLS:
             churn = argument_churn.evaluate(history, tool, args_hash)[0]
+        else:
+            churn = 0
         churn_liveness.after_call(state, churn, resolved.warning_threshold, event.ts)
     if blocked:
         if resolved.newest:  # the blocked call leaves a veto record (2026-08)
@@ -229,7 +231,7 @@ def _on_call(
             )
     elif resolved.records_calls:
         history.append(tool, args_hash, event.tool_call_id, None, None, event.ts, resolved.history_size)
-    if stale_limit:
+    if stale_limit and state.churn_since is not None:
         _stale_churn_abort(state, event, stale_limit, settings.observe_only, outputs)
     return outputs
 
@@ -285,8 +287,10 @@ def _on_result(
     outputs: list[Output] = []
     if verdict is not None and verdict.should_abort:
         outputs.append(_abort(state, event, GUARD_REASON, verdict.count, verdict.message or "", observe_only))
+    if state.churn_since is None:  # no churn lease running (always so under 2026-05)
+        return outputs
     stale_limit = settings.churn_stale_after_s if resolved.newest and resolved.enabled else 0
-    if stale_limit and state.churn_since is not None:
+    if stale_limit:
         if prepared.result_hash is not None:
             churn_liveness.after_outcome(state, state.history, event.tool, prepared.args_hash)
         _stale_churn_abort(state, event, stale_limit, observe_only, outputs)

@@ -1,11 +1,14 @@
 """``make bench``: the detector core on the four workloads (µs per tool call, calls/s).
 
-Per workload and digest: the time to process one tool call (its ``tool_call`` and
+Per workload, digest and OpenClaw rule revision (2026-05 and 2026-08, timed alternately so
+both see the same machine): the time to process one tool call (its ``tool_call`` and
 ``tool_result`` events) through :class:`detectors.engine.Engine`, with JSON decoding
 included and, separately, on events decoded beforehand; median of 5 timed passes after a
 warm-up pass, each pass on fresh state. The long workload runs at historySize 30, 100 and
 300. Then the SHA-256 equivalence census of the benchmark specification is recomputed and
-compared with its published digests.
+compared with its published digests, which are the 2026-05 rules'; the 2026-08 figures are
+printed beside them (looping: 3 more stuck calls, each a new ``exec`` command proposed right
+after 30 identical failures of the loop's command, the exec terminal tail at work).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from config import DetectorSettings, FleetConfig, resolve
-from config.settings import Digest
+from config.settings import Digest, Revision
 from detectors.decoding import decode_event
 from detectors.detection import detect
 from detectors.engine import Engine
@@ -86,21 +89,33 @@ for _name in ("healthy", "large", "long"):  # the specification: as at historySi
         CENSUS[(_name, _history)] = CENSUS[(_name, 30)]
 
 
-def config_for(digest: Digest, history: int) -> FleetConfig:
+REVISIONS: tuple[Revision, ...] = ("2026-05", "2026-08")
+
+
+def config_for(digest: Digest, history: int, revision: Revision = "2026-08") -> FleetConfig:
     block = {"enabled": True, "historySize": history}
-    return FleetConfig(global_block=block, settings=DetectorSettings(digest=digest))
+    return FleetConfig(
+        global_block=block, settings=DetectorSettings(digest=digest, openclaw_revision=revision)
+    )
 
 
 def median_time(run: Callable[[], None], repeats: int) -> float:
+    return median_times([run], repeats)[0]
+
+
+def median_times(runs: list[Callable[[], None]], repeats: int) -> list[float]:
+    """Median seconds of each run, timed in turns (a, b, a, b, ...) after one warm-up each."""
     gc.collect()
     gc.freeze()  # the benchmark's own input lists are not the detector's garbage to scan
-    run()  # warm-up
-    times = []
+    for run in runs:
+        run()  # warm-up
+    times: list[list[float]] = [[] for _ in runs]
     for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for run, spent in zip(runs, times, strict=True):
+            start = time.perf_counter()
+            run()
+            spent.append(time.perf_counter() - start)
+    return [statistics.median(spent) for spent in times]
 
 
 def with_decoding(lines: list[bytes], config: FleetConfig) -> Callable[[], None]:
@@ -149,9 +164,9 @@ def compiled_vs_pure(rounds: int = 3) -> None:
     )
 
 
-def census(events: list[Event], history: int) -> tuple[int, int, str, str]:
+def census(events: list[Event], history: int, newest: bool = False) -> tuple[int, int, str, str]:
     """Observe-only replay in SHA-256 mode: every detection counted, every call recorded."""
-    resolved = resolve({"enabled": True, "historySize": history})
+    resolved = resolve({"enabled": True, "historySize": history}, newest)
     digester = digester_for("sha256")
     states: dict[str, RunState] = {}
     verdicts, outcomes = hashlib.sha256(), hashlib.sha256()
@@ -159,7 +174,7 @@ def census(events: list[Event], history: int) -> tuple[int, int, str, str]:
     for event in events:
         assert event.run_id is not None
         state = states.setdefault(event.run_id, RunState(event.run_id))
-        prepared = prepare(event, digester, frozenset())  # type: ignore[arg-type]
+        prepared = prepare(event, digester, frozenset(), newest)  # type: ignore[arg-type]
         if isinstance(event, ToolCall):
             found = detect(state.history, event.tool, prepared.args_hash, prepared.known_poll, resolved)
             if found is not None:
@@ -197,10 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         f"core {core}"
     )
     print(
-        f"{'workload':12} {'digest':7} {'µs/call':>9} {'calls/s':>10} {'µs/call':>9} {'calls/s':>10}"
-        f" {'OpenClaw calls/s':>17}"
+        f"{'workload':12} {'digest':7} {'rules':8} {'µs/call':>9} {'calls/s':>10}"
+        f" {'µs/call':>9} {'calls/s':>10} {'OpenClaw calls/s':>17}"
     )
-    print(f"{'':20} {'decoding included':>20} {'pre-decoded events':>21}")
+    print(f"{'':29} {'decoding included':>20} {'pre-decoded events':>21}")
     for name in names:
         lines = to_wire(ensure(BENCH_DIR, name).read_bytes())
         events = [decode_event(line) for line in lines]
@@ -210,42 +225,63 @@ def main(argv: list[str] | None = None) -> int:
             label = f"{name}-h{history}" if name == "long" else name
             digests: tuple[Digest, ...] = ("xxh3", "sha256")
             for digest in digests:
-                config = config_for(digest, history)
-                decoded = median_time(with_decoding(lines, config), args.repeats) / calls
-                bare = median_time(without_decoding(events, config), args.repeats) / calls
-                row = {
-                    "workload": label,
-                    "digest": digest,
-                    "us_per_call": decoded * 1e6,
-                    "calls_per_s": 1 / decoded,
-                    "us_per_call_predecoded": bare * 1e6,
-                    "calls_per_s_predecoded": 1 / bare,
-                }
-                rows.append(row)
-                anchor = OPENCLAW_CALLS_PER_S.get(label, 0)
-                print(
-                    f"{label:12} {digest:7} {decoded * 1e6:9.2f} {1 / decoded:10,.0f} {bare * 1e6:9.2f}"
-                    f" {1 / bare:10,.0f} {anchor:17,}",
-                    flush=True,
-                )
+                configs = [config_for(digest, history, revision) for revision in REVISIONS]
+                decoded = median_times([with_decoding(lines, c) for c in configs], args.repeats)
+                bare = median_times([without_decoding(events, c) for c in configs], args.repeats)
+                for revision, with_json, without_json in zip(REVISIONS, decoded, bare, strict=True):
+                    per_call, per_call_bare = with_json / calls, without_json / calls
+                    rows.append(
+                        {
+                            "workload": label,
+                            "digest": digest,
+                            "revision": revision,
+                            "us_per_call": per_call * 1e6,
+                            "calls_per_s": 1 / per_call,
+                            "us_per_call_predecoded": per_call_bare * 1e6,
+                            "calls_per_s_predecoded": 1 / per_call_bare,
+                        }
+                    )
+                    anchor = OPENCLAW_CALLS_PER_S.get(label, 0)
+                    print(
+                        f"{label:12} {digest:7} {revision:8} {per_call * 1e6:9.2f} {1 / per_call:10,.0f}"
+                        f" {per_call_bare * 1e6:9.2f} {1 / per_call_bare:10,.0f} {anchor:17,}",
+                        flush=True,
+                    )
         for census_name, census_history in sorted(key for key in CENSUS if key[0] == name):
             got = census(events, census_history)
             ok = got == CENSUS[(census_name, census_history)]
             census_ok &= ok
+            newest = census(events, census_history, newest=True)
+            same = "the same" if newest == got else f"stuck {newest[0]}, outcome digest {newest[3][:16]}…"
             print(
                 f"  census {name} h{census_history}: stuck {got[0]}, outcomes {got[1]}, "
                 f"verdict_digest {got[2][:16]}…, outcome_digest {got[3][:16]}… "
-                f"{'matches' if ok else 'DIFFERS from'} the specification",
+                f"{'matches' if ok else 'DIFFERS from'} the specification (2026-05 rules); "
+                f"2026-08 rules: {same}",
                 flush=True,
             )
-    long_rows = {(r["workload"], r["digest"]): r for r in rows if r["workload"].startswith("long")}
+    by_key = {(r["workload"], r["digest"], r["revision"]): r for r in rows}
+    for workload in sorted({r["workload"] for r in rows}):
+        for digest in ("xxh3", "sha256"):
+            old, new = by_key.get((workload, digest, "2026-05")), by_key.get((workload, digest, "2026-08"))
+            if old and new:
+                print(
+                    f"{workload}, {digest}: 2026-08 / 2026-05 per call = "
+                    f"{new['us_per_call'] / old['us_per_call']:.3f}× (decoding included), "
+                    f"{new['us_per_call_predecoded'] / old['us_per_call_predecoded']:.3f}× (pre-decoded)"
+                )
     for digest in ("xxh3", "sha256"):
-        if ("long-h300", digest) in long_rows:
-            ratio = (
-                long_rows[("long-h300", digest)]["us_per_call"]
-                / long_rows[("long-h30", digest)]["us_per_call"]
+        for revision in REVISIONS:
+            long300, long30 = (
+                by_key.get(("long-h300", digest, revision)),
+                by_key.get(("long-h30", digest, revision)),
             )
-            print(f"long workload, {digest}: cost at historySize 300 / 30 = {ratio:.2f}× (OpenClaw: 1.63×)")
+            if long300 and long30:
+                ratio = long300["us_per_call"] / long30["us_per_call"]
+                print(
+                    f"long workload, {digest}, {revision}: cost at historySize 300 / 30 = {ratio:.2f}× "
+                    "(OpenClaw: 1.63×)"
+                )
     if core != "pure Python" and "healthy" in names:
         compiled_vs_pure()
     BENCH_DIR.mkdir(exist_ok=True)

@@ -240,3 +240,38 @@ def test_changing_outcomes_never_give_churn_or_an_exec_tail_critical(
     ]
     assert not [o for o in verdicts if o.detector == "argument_churn" or o.liveness_signal is not None]
     assert not [o for o in verdicts if o.tool == "exec" and o.level == "critical"]
+
+
+volatile_text = st.lists(
+    st.sampled_from(
+        [
+            *"0123456789:-.tTzZ+ #=_",
+            "\u00a0",
+            "\n",
+            "attempt",
+            "Retry",
+            "pid",
+            "ppid",
+            "ms",
+            "s",
+            "seconds",
+            "x",
+            "é",
+        ]
+    ),
+    max_size=60,
+).map("".join)
+
+
+@given(st.tuples(volatile_text, st.integers(0, 200), st.booleans()))
+@settings(max_examples=2000)
+def test_failure_shape_equals_the_five_plain_substitutions(drawn: tuple[str, int, bool]) -> None:
+    """Digit-sparse texts (padded with words) take the digit-position path, dense ones the plain."""
+    core, padding, before = drawn
+    text = "word " * padding + core if before else core + " word" * padding
+    from detectors.exec_failures import VOLATILE_PATTERNS, failure_shape
+
+    expected = text
+    for pattern in VOLATILE_PATTERNS:
+        expected = pattern.sub("#", expected)
+    assert failure_shape(text) == expected
