@@ -5,7 +5,9 @@ the demo's scripted agents (healthy ones, polls, ping-pong, unknown tools, volat
 failing commands, loops after compaction), every call gets its result, and every run ends
 with ``run_end``. Runs are interleaved at random, as many agents publishing at once are.
 About 3 % of events are published a second time a few records later, as a runtime that
-retries a publish does (some after the run's ``run_end``). Thresholds are random per agent.
+retries a publish does (some after the run's ``run_end``). Thresholds are random per agent;
+the OpenClaw rule revision and the stale-churn limit are random per fleet. Events carry the
+run's own event time (4-12 s a step), so stale churn aborts happen too.
 """
 
 from __future__ import annotations
@@ -48,10 +50,12 @@ def _run_events(tag: str, number: int, rnd: random.Random) -> list[Event]:
     run_id = f"{tag}-run-{number:04d}"
     agent = scenario.agent_id
     events: list[Event] = []
+    clock = 0
     for index, step in enumerate(scenario.script(random.Random(rnd.random()))):
         event_id = f"{run_id}-e{index}"
+        clock += rnd.randint(4000, 12000)
         if step.compaction:
-            events.append(CompactionRetry(event_id=event_id, run_id=run_id, agent_id=agent))
+            events.append(CompactionRetry(event_id=event_id, run_id=run_id, agent_id=agent, ts=clock))
             continue
         call_id = f"{run_id}-c{index}"
         events.append(
@@ -62,6 +66,7 @@ def _run_events(tag: str, number: int, rnd: random.Random) -> list[Event]:
                 tool=step.tool,
                 params=step.params,
                 tool_call_id=call_id,
+                ts=clock,
             )
         )
         outcome: dict[str, Any] = {"error": step.error} if step.error is not None else {"result": step.result}
@@ -73,10 +78,11 @@ def _run_events(tag: str, number: int, rnd: random.Random) -> list[Event]:
                 tool=step.tool,
                 params=step.params,
                 tool_call_id=call_id,
+                ts=clock + 500,
                 **outcome,
             )
         )
-    events.append(RunEnd(event_id=f"{run_id}-end", run_id=run_id, agent_id=agent))
+    events.append(RunEnd(event_id=f"{run_id}-end", run_id=run_id, agent_id=agent, ts=clock + 1000))
     return events
 
 
@@ -106,6 +112,10 @@ def chaos_fleet(seed: int, runs: int = 150, duplicate_pct: float = 3.0) -> Chaos
     document = {
         "tools": {"loopDetection": {"enabled": True}},
         "agents": {"list": [{"id": agent, "tools": {"loopDetection": _thresholds(rnd)}} for agent in agents]},
+        "loopwatch": {
+            "openclawRevision": rnd.choice(["2026-08", "2026-08", "2026-05"]),
+            "churnStaleAfterS": rnd.choice([0, 60, 300]),
+        },
     }
     text = json.dumps(document, indent=1)
     return ChaosFleet(seed, events, text, parse_config_text(text, f"chaos fleet {seed}"))
