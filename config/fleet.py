@@ -16,6 +16,7 @@ import json5
 
 from config.errors import ConfigError, ConfigProblem
 from config.loop_detection import RawBlock, ResolvedLoopDetection, merge_agent, resolve, validate_block
+from config.own_rules import RawRules, merge_rules, resolve_rules, validate_rules
 from config.settings import DetectorSettings, parse_settings
 
 __all__ = ["FleetConfig", "parse_config_text", "parse_config_value"]
@@ -28,6 +29,8 @@ class FleetConfig:
     global_block: RawBlock | None = None
     agent_blocks: dict[str, RawBlock] = field(default_factory=dict)
     settings: DetectorSettings = field(default_factory=DetectorSettings)
+    global_rules: RawRules | None = None  # loopwatch.detectors
+    agent_rules: dict[str, RawRules] = field(default_factory=dict)  # agents' loopwatch.detectors
     _cache: dict[str, ResolvedLoopDetection] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -43,7 +46,8 @@ class FleetConfig:
         """The resolved config of one agent (cached)."""
         resolved = self._cache.get(agent_id)
         if resolved is None:
-            resolved = resolve(self.merged_block(agent_id), self.settings.newest_rules)
+            rules = resolve_rules(merge_rules(self.global_rules, self.agent_rules.get(agent_id)))
+            resolved = resolve(self.merged_block(agent_id), self.settings.newest_rules, rules)
             if len(self._cache) < 65_536:
                 self._cache[agent_id] = resolved
         return resolved
@@ -58,7 +62,7 @@ class FleetConfig:
             if problems:
                 raise ConfigError(problems)
             blocks[agent_id] = block
-        return FleetConfig(self.global_block, blocks, self.settings)
+        return FleetConfig(self.global_block, blocks, self.settings, self.global_rules, self.agent_rules)
 
 
 def _tools_block(owner: object, path: str, problems: list[ConfigProblem]) -> RawBlock | None:
@@ -86,15 +90,51 @@ def parse_config_value(
         raise ConfigError([ConfigProblem("", "the config must be a JSON object")], source)
     global_block = _tools_block(value, "", problems)
     agents: dict[str, RawBlock] = {}
-    _agent_blocks(value.get("agents"), agents, problems)
-    parsed_settings, found = parse_settings(value.get("loopwatch"), base=settings)
+    agent_rules: dict[str, RawRules] = {}
+    _agent_blocks(value.get("agents"), agents, agent_rules, problems)
+    section = value.get("loopwatch")
+    global_rules: RawRules | None = None
+    if isinstance(section, dict) and "detectors" in section:
+        section = dict(section)
+        found_rules = section.pop("detectors")
+        problems.extend(validate_rules(found_rules, "loopwatch.detectors"))
+        global_rules = found_rules if isinstance(found_rules, dict) else None
+    parsed_settings, found = parse_settings(section, base=settings)
     problems.extend(found)
+    if not problems:
+        for agent_id, own in agent_rules.items():  # a merged pair can break an ordering rule
+            merged = merge_rules(global_rules, own)
+            where = f"agents[{agent_id}].loopwatch.detectors (merged over loopwatch.detectors)"
+            problems.extend(validate_rules(merged, where))
     if problems:
         raise ConfigError(problems, source)
-    return FleetConfig(global_block, agents, parsed_settings)
+    return FleetConfig(global_block, agents, parsed_settings, global_rules, agent_rules)
 
 
-def _agent_blocks(agents: object, out: dict[str, RawBlock], problems: list[ConfigProblem]) -> None:
+def _agent_rules(
+    entry: object, agent_id: str, path: str, out: dict[str, RawRules], problems: list[ConfigProblem]
+) -> None:
+    """An agent's ``loopwatch`` object: only ``detectors`` may be set per agent."""
+    if not isinstance(entry, dict) or "loopwatch" not in entry:
+        return
+    section = entry["loopwatch"]
+    if not isinstance(section, dict):
+        problems.append(ConfigProblem(f"{path}.loopwatch", "must be an object"))
+        return
+    for key in section:
+        if key != "detectors":
+            problems.append(ConfigProblem(f"{path}.loopwatch.{key}", "only detectors can be set per agent"))
+    if "detectors" in section:
+        rules = section["detectors"]
+        found = validate_rules(rules, f"{path}.loopwatch.detectors", per_agent=True)
+        problems.extend(found)
+        if not found and isinstance(rules, dict):
+            out[agent_id] = rules
+
+
+def _agent_blocks(
+    agents: object, out: dict[str, RawBlock], rules: dict[str, RawRules], problems: list[ConfigProblem]
+) -> None:
     if agents is None:
         return
     if not isinstance(agents, dict):
@@ -113,11 +153,12 @@ def _agent_blocks(agents: object, out: dict[str, RawBlock], problems: list[Confi
                 agent_id = entry.get("id")
                 block = _tools_block(entry, path, problems)
                 if not isinstance(agent_id, str) or not agent_id.strip():
-                    if block is not None:
+                    if block is not None or "loopwatch" in entry:
                         problems.append(ConfigProblem(f"{path}.id", "must be a non-empty string"))
                     continue
                 if block is not None:
                     _put(out, agent_id.strip(), block, path, problems)
+                _agent_rules(entry, agent_id.strip(), path, rules, problems)
     entries = agents.get("entries")
     if entries is not None:
         if not isinstance(entries, dict):
@@ -128,6 +169,7 @@ def _agent_blocks(agents: object, out: dict[str, RawBlock], problems: list[Confi
                 block = _tools_block(entry, path, problems)
                 if block is not None:
                     _put(out, agent_id, block, path, problems)
+                _agent_rules(entry, agent_id, path, rules, problems)
 
 
 def _put(

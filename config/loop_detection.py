@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from config.errors import ConfigProblem
+from config.own_rules import DEFAULT_OWN_RULES, OwnRules
 
 __all__ = [
     "DEFAULTS",
@@ -158,6 +159,7 @@ class ResolvedLoopDetection:
     ping_pong: bool
     guard_window: int
     newest: bool = False  # revision 2026-08 rules (``loopwatch.openclawRevision``)
+    rules: OwnRules = DEFAULT_OWN_RULES  # loopwatch's own in-run rules (``loopwatch.detectors``)
 
     @property
     def enabled(self) -> bool:
@@ -200,10 +202,13 @@ def _flag(detectors: object, name: str) -> bool:
     return True
 
 
-def resolve(block: RawBlock | None, newest: bool = False) -> ResolvedLoopDetection:
+def resolve(
+    block: RawBlock | None, newest: bool = False, rules: OwnRules = DEFAULT_OWN_RULES
+) -> ResolvedLoopDetection:
     """Resolve a raw (possibly merged, possibly absent) block per spec §6.3 and §8.
 
-    ``newest`` selects the rules of revision 2026-08 (the setting ``openclawRevision``).
+    ``newest`` selects the rules of revision 2026-08 (the setting ``openclawRevision``);
+    ``rules`` are the agent's own loopwatch rules, resolved.
     """
     raw = block or {}
     warning = as_positive_int(raw.get("warningThreshold"), DEFAULTS["warningThreshold"])
@@ -233,4 +238,5 @@ def resolve(block: RawBlock | None, newest: bool = False) -> ResolvedLoopDetecti
         ping_pong=_flag(detectors, "pingPong"),
         guard_window=as_positive_int(window, DEFAULT_GUARD_WINDOW),
         newest=newest,
+        rules=rules,
     )

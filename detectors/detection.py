@@ -54,6 +54,14 @@ class Detection:
     warning_key: str
     paired_tool: str | None = None
     liveness_signal: str | None = None
+    bucket: int = 0  # warnings: the de-duplication bucket size, 0 for the warning threshold
+
+    @classmethod
+    def own(
+        cls, level: str, detector: str, count: int, message: str, warning_key: str, bucket: int
+    ) -> Detection:
+        """A verdict of one of loopwatch's own rules (no paired tool, no liveness signal)."""
+        return cls(level, detector, count, message, warning_key, None, None, bucket)
 
     @property
     def critical(self) -> bool:

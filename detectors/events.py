@@ -11,7 +11,7 @@ Numbers inside ``params``, ``result`` and ``error`` are decoded with JavaScript'
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -29,6 +29,7 @@ __all__ = [
     "RunEnd",
     "ToolCall",
     "ToolResult",
+    "Usage",
     "Verdict",
     "encode_event",
     "encode_output",
@@ -52,6 +53,14 @@ class _Base(msgspec.Struct, kw_only=True, frozen=True, tag_field="type"):
     ts: int | None = None
 
 
+class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """What the model turn that proposed a call cost (on the turn's first call only)."""
+
+    input_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
+    output_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
+    cost_usd: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+
+
 class ToolCall(_Base, frozen=True, tag="tool_call"):
     """A tool is about to execute. Send ``params``, or ``args_digest`` (digest-only mode)."""
 
@@ -60,6 +69,7 @@ class ToolCall(_Base, frozen=True, tag="tool_call"):
     args_digest: str | UnsetType = UNSET
     known_poll: bool | UnsetType = UNSET
     tool_call_id: str | None = None
+    usage: Usage | None = None
 
 
 class ToolResult(_Base, frozen=True, tag="tool_result"):

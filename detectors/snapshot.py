@@ -36,6 +36,16 @@ class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
     record_marks: list[tuple[int, str | None, bool, str | None]] = []
     churn_since: int | None = None
     churn_aborted: bool = False
+    # loopwatch's own rules (absent in older snapshots): spend (usd, loop usd, input and output
+    # tokens), the run's first detector, the budget's verdict and abort given; run_no_progress
+    # and edit_undo state
+    spend: tuple[float, float, int, int] = (0.0, 0.0, 0, 0)
+    first_detector: str | None = None
+    budget: tuple[bool, bool] = (False, False)
+    outcome_tools: list[str] = []
+    since_new: int = 0
+    seen_pairs: list[str] = []
+    edits: list[tuple[str, list[str], list[str], int]] = []
 
 
 ENCODER: Final = msgspec.msgpack.Encoder()

@@ -16,10 +16,23 @@ from detectors.compaction_guard import PostCompactionGuard
 from detectors.history import History
 from detectors.snapshot import DECODER, ENCODER, FORMAT_VERSION, RunSnapshot
 
-__all__ = ["RunSnapshot", "RunState"]
+__all__ = ["PathEdits", "RunSnapshot", "RunState"]
 
 OUTBOX_LIMIT: Final = 64
 _UNMARKED: Final[tuple[str | None, bool, str | None]] = (None, False, None)
+
+
+class PathEdits:
+    """What ``edit_undo`` keeps of one path: recent content digests, recent edits, the count."""
+
+    __slots__ = ("changes", "contents", "count")
+
+    def __init__(
+        self, contents: list[str] | None = None, changes: list[str] | None = None, count: int = 0
+    ) -> None:
+        self.contents: list[str] = contents if contents is not None else []
+        self.changes: list[str] = changes if changes is not None else []
+        self.count = count
 
 
 class RunState:
@@ -29,20 +42,31 @@ class RunState:
         "_seen_limit",
         "agent_id",
         "buckets",
+        "budget_aborted",
+        "budget_fired",
         "churn_aborted",
         "churn_since",
         "criticals",
+        "edits",
         "events",
+        "first_detector",
         "guard",
         "history",
+        "input_tokens",
         "last_ts",
+        "loop_spend_usd",
         "outbox",
+        "outcome_tools",
+        "output_tokens",
         "recovery_aborted",
         "run_id",
         "scope",
         "seen",
+        "seen_pairs",
         "seen_set",
         "session_id",
+        "since_new",
+        "spend_usd",
     )
 
     def __init__(
@@ -71,6 +95,21 @@ class RunState:
         # run was aborted for stale churn (detectors.churn_liveness)
         self.churn_since: int | None = None
         self.churn_aborted = False
+        # spend (always counted): usage of the run's calls, and of those from its first verdict on
+        self.spend_usd = 0.0
+        self.loop_spend_usd = 0.0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.first_detector: str | None = None
+        self.budget_fired = False
+        self.budget_aborted = False
+        # run_no_progress (when on): tools of the last windowSize outcomes, outcomes since the
+        # last new one, the 256 most recently seen (tool, result hash) pairs, oldest first
+        self.outcome_tools: deque[str] = deque()
+        self.since_new = 0
+        self.seen_pairs: dict[str, None] = {}
+        # edit_undo (when on): per path, most recently changed last
+        self.edits: dict[str, PathEdits] = {}
         # Encoded outputs whose delivery the shell has not confirmed yet, by trigger event id:
         # a redelivered event re-publishes them (at most OUTBOX_LIMIT events).
         self.outbox: dict[str, list[bytes]] = {}
@@ -112,6 +151,13 @@ class RunState:
             ],
             churn_since=self.churn_since,
             churn_aborted=self.churn_aborted,
+            spend=(self.spend_usd, self.loop_spend_usd, self.input_tokens, self.output_tokens),
+            first_detector=self.first_detector,
+            budget=(self.budget_fired, self.budget_aborted),
+            outcome_tools=list(self.outcome_tools),
+            since_new=self.since_new,
+            seen_pairs=list(self.seen_pairs),
+            edits=[(path, e.contents, e.changes, e.count) for path, e in self.edits.items()],
             seen=list(self.seen),
             buckets=list(self.buckets.items()),
             guard_remaining=self.guard.remaining,
@@ -156,6 +202,13 @@ class RunState:
         state.outbox = dict(snap.outbox)
         state.churn_since = snap.churn_since
         state.churn_aborted = snap.churn_aborted
+        state.spend_usd, state.loop_spend_usd, state.input_tokens, state.output_tokens = snap.spend
+        state.first_detector = snap.first_detector
+        state.budget_fired, state.budget_aborted = snap.budget
+        state.outcome_tools = deque(snap.outcome_tools)
+        state.since_new = snap.since_new
+        state.seen_pairs = dict.fromkeys(snap.seen_pairs)
+        state.edits = {path: PathEdits(list(c), list(h), n) for path, c, h, n in snap.edits}
         return state
 
     @classmethod

@@ -27,6 +27,7 @@ from msgspec import UNSET
 
 from config.fleet import FleetConfig
 from config.loop_detection import ResolvedLoopDetection
+from config.own_rules import OwnRules
 from config.settings import DetectorSettings
 from detectors import churn_liveness, escalation
 from detectors.compaction_guard import DETECTOR as GUARD_REASON
@@ -40,12 +41,13 @@ from detectors.events import (
     RunEnd,
     ToolCall,
     ToolResult,
+    Usage,
     Verdict,
     run_scope,
 )
 from detectors.hashing import Digester, digester_for
 from detectors.outcomes import MISSING, VETO, ErrorMessage, OutcomeHash, hash_outcome, is_known_poll
-from detectors.rules import argument_churn
+from detectors.rules import argument_churn, edit_undo, loop_budget, run_no_progress
 from detectors.stable_json import canonical_bytes
 from detectors.state import RunState
 from detectors.warning_buckets import should_emit
@@ -199,22 +201,17 @@ def _on_call(
     tool = event.tool
     args_hash = prepared.args_hash
     found = detect(history, tool, args_hash, prepared.known_poll, resolved)
+    rules = resolved.rules
+    if rules.run_no_progress or rules.edit_undo:
+        found = _own_rules(state, event, found, rules)
+    found, budget = _spend(state, event.usage, found, rules.loop_budget_usd)
     outputs: list[Output] = []
-    blocked = False
-    if found is not None:
-        if found.critical:
-            outputs.append(_verdict(state, event, found, "block", settings.observe_only))
-            blocked = not settings.observe_only
-            state.criticals += 1
-            if escalation.recovery_exhausted(state.criticals, state.recovery_aborted, settings):
-                state.recovery_aborted = True
-                outputs.append(
-                    _abort(state, event, escalation.REASON, None, escalation.MESSAGE, settings.observe_only)
-                )
-        else:
-            key = f"{state.run_id}:{found.warning_key}" if state.run_id else found.warning_key
-            if should_emit(state.buckets, key, found.count, resolved.warning_threshold):
-                outputs.append(_verdict(state, event, found, "warn", settings.observe_only))
+    blocked = _emit(state, event, found, resolved, settings, outputs)
+    if budget is not None and not state.budget_aborted and state.loop_spend_usd >= 2 * budget:
+        state.budget_aborted = True
+        cents = round(state.loop_spend_usd * 100)
+        message = loop_budget.abort_message(state.loop_spend_usd, budget)
+        outputs.append(_abort(state, event, loop_budget.ABORT_REASON, cents, message, settings.observe_only))
     stale_limit = settings.churn_stale_after_s if resolved.newest and resolved.enabled else 0
     if stale_limit and not blocked:
         if found is not None and found.detector == argument_churn.DETECTOR:
@@ -234,6 +231,98 @@ def _on_call(
     if stale_limit and state.churn_since is not None:
         _stale_churn_abort(state, event, stale_limit, settings.observe_only, outputs)
     return outputs
+
+
+def _own_rules(
+    state: RunState, event: ToolCall, found: Detection | None, rules: OwnRules
+) -> Detection | None:
+    """``found`` (OpenClaw's rules) or a verdict of ``run_no_progress`` / ``edit_undo``.
+
+    A critical wins over a warning; between equals, OpenClaw's rules come first, then
+    ``run_no_progress``, then ``edit_undo``. ``edit_undo`` counts every write and edit.
+    """
+    own: list[Detection] = []
+    if rules.run_no_progress:
+        count = run_no_progress.count(state)
+        window, warning = rules.run_no_progress_window, rules.run_no_progress_warning
+        if count >= warning:
+            tools = run_no_progress.tools_in(state, count)
+            critical = count >= window
+            message = (run_no_progress.critical_message if critical else run_no_progress.warning_message)(
+                count, tools
+            )
+            level = "critical" if critical else "warning"
+            key = run_no_progress.warning_key()
+            own.append(Detection.own(level, run_no_progress.DETECTOR, count, message, key, warning))
+    if rules.edit_undo and event.params is not UNSET:
+        change = edit_undo.observe_call(state, event.tool, event.params)
+        if change is not None and change[1] >= rules.edit_undo_warning:
+            path, count = change
+            critical = count >= rules.edit_undo_critical
+            message = (edit_undo.critical_message if critical else edit_undo.warning_message)(path, count)
+            level = "critical" if critical else "warning"
+            key = edit_undo.warning_key(path)
+            own.append(Detection.own(level, edit_undo.DETECTOR, count, message, key, rules.edit_undo_warning))
+    if not own or (found is not None and found.critical):
+        return found
+    for detection in own:
+        if detection.critical:
+            return detection
+    return found if found is not None else own[0]
+
+
+def _spend(
+    state: RunState, usage: Usage | None, found: Detection | None, budget: float | None
+) -> tuple[Detection | None, float | None]:
+    """Count a call's usage; the call's verdict (the budget's, when the loop spend reaches it).
+
+    The loop spend counts from the run's first verdict on, the call that gets it included.
+    Also returns the budget while the loop spend is at or above it (for the abort at twice).
+    """
+    if found is not None and state.first_detector is None:
+        state.first_detector = found.detector
+    in_loop = state.first_detector is not None
+    if usage is not None:
+        cost = usage.cost_usd
+        state.spend_usd += cost
+        state.input_tokens += usage.input_tokens
+        state.output_tokens += usage.output_tokens
+        if in_loop:
+            state.loop_spend_usd += cost
+    if budget is None or not in_loop or state.loop_spend_usd < budget:
+        return found, None
+    if not state.budget_fired and (found is None or not found.critical):
+        state.budget_fired = True
+        message = loop_budget.critical_message(state.loop_spend_usd, budget)
+        cents = round(state.loop_spend_usd * 100)
+        found = Detection.own("critical", loop_budget.DETECTOR, cents, message, loop_budget.warning_key(), 0)
+    return found, budget
+
+
+def _emit(
+    state: RunState,
+    event: ToolCall,
+    found: Detection | None,
+    resolved: ResolvedLoopDetection,
+    settings: DetectorSettings,
+    outputs: list[Output],
+) -> bool:
+    """Publish the call's verdict (a critical also escalates); whether the call is blocked."""
+    if found is None:
+        return False
+    if not found.critical:
+        key = f"{state.run_id}:{found.warning_key}" if state.run_id else found.warning_key
+        if should_emit(state.buckets, key, found.count, found.bucket or resolved.warning_threshold):
+            outputs.append(_verdict(state, event, found, "warn", settings.observe_only))
+        return False
+    outputs.append(_verdict(state, event, found, "block", settings.observe_only))
+    state.criticals += 1
+    if escalation.recovery_exhausted(state.criticals, state.recovery_aborted, settings):
+        state.recovery_aborted = True
+        outputs.append(
+            _abort(state, event, escalation.REASON, None, escalation.MESSAGE, settings.observe_only)
+        )
+    return not settings.observe_only
 
 
 def _stale_churn_abort(
@@ -284,6 +373,9 @@ def _on_result(
 ) -> list[Output]:
     observe_only = settings.observe_only
     verdict = record_outcome(state, event.tool, event.tool_call_id, event.ts, prepared, resolved)
+    rules = resolved.rules
+    if rules.run_no_progress and prepared.result_hash is not None:
+        run_no_progress.observe(state, event.tool, prepared.result_hash, rules.run_no_progress_window)
     outputs: list[Output] = []
     if verdict is not None and verdict.should_abort:
         outputs.append(_abort(state, event, GUARD_REASON, verdict.count, verdict.message or "", observe_only))

@@ -275,3 +275,52 @@ def test_failure_shape_equals_the_five_plain_substitutions(drawn: tuple[str, int
     for pattern in VOLATILE_PATTERNS:
         expected = pattern.sub("#", expected)
     assert failure_shape(text) == expected
+
+
+def with_usage(events: list[Event], rnd: random.Random) -> list[Event]:
+    import msgspec
+
+    from detectors.events import ToolCall, Usage
+
+    return [
+        msgspec.structs.replace(e, usage=Usage(rnd.randint(0, 5000), rnd.randint(0, 500), rnd.random()))
+        if isinstance(e, ToolCall) and rnd.random() < 0.7
+        else e
+        for e in events
+    ]
+
+
+@given(steps, configs, st.randoms())
+def test_with_the_own_rules_off_usage_and_the_section_change_no_verdict(
+    plan: list[tuple[str, int, int, int]], config: FleetConfig, rnd: random.Random
+) -> None:
+    events = build("r", plan).events
+    off = {
+        "runNoProgress": {"enabled": False},
+        "editUndo": {"enabled": False, "criticalThreshold": 9},
+        "loopBudget": {"usd": None},
+    }
+    explicit = replace(config, global_rules=off)
+    today = outputs_of(events, config)
+    assert outputs_of(with_usage(events, rnd), config) == today
+    assert outputs_of(with_usage(events, rnd), explicit) == today
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["read", "exec", "write", "grep"]), st.integers(0, 3)), max_size=120),
+    st.integers(1, 25),
+    st.integers(2, 40),
+)
+def test_changing_outcomes_never_give_run_no_progress(
+    plan: list[tuple[str, int]], warning: int, window: int
+) -> None:
+    rules = {
+        "runNoProgress": {"enabled": True, "warningThreshold": min(warning, window - 1), "windowSize": window}
+    }
+    config = replace(FleetConfig.enabled_default(), global_rules=rules)
+    trace = Trace("r")
+    for n, (tool, variant) in enumerate(plan):
+        trace.both(tool, {"path": f"f{variant}"}, text_result(f"output {n}"))
+    assert not [
+        o for o in outputs_of(trace.events, config) if getattr(o, "detector", None) == "run_no_progress"
+    ]
