@@ -31,6 +31,7 @@ __all__ = [
     "ToolResult",
     "Usage",
     "Verdict",
+    "as_usage",
     "encode_event",
     "encode_output",
     "run_scope",
@@ -59,6 +60,16 @@ class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaul
     input_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
     output_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
     cost_usd: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+
+
+def as_usage(value: Usage | dict[str, Any] | None) -> Usage | None:
+    """A :class:`Usage` from itself or a dict; :class:`InvalidEvent` says what is wrong."""
+    if value is None or isinstance(value, Usage):
+        return value
+    try:
+        return msgspec.convert(value, Usage)
+    except msgspec.ValidationError as exc:
+        raise InvalidEvent(f"usage: {exc}") from exc
 
 
 class ToolCall(_Base, frozen=True, tag="tool_call"):

@@ -22,7 +22,17 @@ from msgspec import UNSET
 
 from config.fleet import FleetConfig
 from detectors.engine import Engine
-from detectors.events import Abort, CompactionRetry, Output, RunEnd, ToolCall, ToolResult, Verdict
+from detectors.events import (
+    Abort,
+    CompactionRetry,
+    Output,
+    RunEnd,
+    ToolCall,
+    ToolResult,
+    Usage,
+    Verdict,
+    as_usage,
+)
 from detectors.outcomes import MISSING
 from detectors.stable_json import from_python
 
@@ -86,8 +96,12 @@ class LoopDetector:
         agent_id: str | None = None,
         session_id: str | None = None,
         ts: int | None = None,
+        usage: Usage | dict[str, Any] | None = None,
     ) -> Decision:
-        """Detect before executing ``tool``; a blocked call is not recorded."""
+        """Detect before executing ``tool``; a blocked call is not recorded.
+
+        ``usage``: what the model turn that proposed the call cost (its first call only).
+        """
         event = ToolCall(
             event_id=self._event_id(),
             run_id=run_id,
@@ -97,6 +111,7 @@ class LoopDetector:
             tool=tool,
             params=from_python(params),
             tool_call_id=tool_call_id,
+            usage=as_usage(usage),
         )
         return _decision(self._engine.process(event))
 

@@ -46,7 +46,9 @@ from detectors.events import (
     RunEnd,
     ToolCall,
     ToolResult,
+    Usage,
     Verdict,
+    as_usage,
     encode_event,
     run_scope,
 )
@@ -188,8 +190,13 @@ class LoopwatchClient:
         tool_call_id: str | None = None,
         session_id: str | None = None,
         ts: int | None = None,
+        usage: Usage | dict[str, Any] | None = None,
     ) -> str:
-        """Publish a ``tool_call`` before the tool executes; returns its event id."""
+        """Publish a ``tool_call`` before the tool executes; returns its event id.
+
+        ``usage`` (``input_tokens``, ``output_tokens``, ``cost_usd``): what the model turn that
+        proposed this call cost; give it with the turn's first call only.
+        """
         event: ToolCall | ToolResult = ToolCall(
             event_id=self._event_id(),
             run_id=run_id,
@@ -199,6 +206,7 @@ class LoopwatchClient:
             tool=tool,
             params=from_python(params),
             tool_call_id=tool_call_id,
+            usage=as_usage(usage),
         )
         return await self._publish(self._digested(event) if self.digest_only else event)
 

@@ -249,3 +249,17 @@ def test_the_rules_state_survives_the_state_bytes() -> None:
     again = RunState.from_bytes(state.to_bytes())
     assert again == state
     assert again.edits["src/app.py"].count == state.edits["src/app.py"].count == 3
+
+
+def test_the_in_process_api_takes_usage_and_refuses_bad_usage() -> None:
+    from detectors.events import InvalidEvent
+    from detectors.facade import LoopDetector
+
+    detector = LoopDetector(config({"loopBudget": {"usd": 0.5}}))
+    actions = []
+    for n in range(14):
+        actions.append(detector.before_tool_call("r", "read", {"path": "/x"}, usage={"cost_usd": 0.125}).action)
+        detector.after_tool_call("r", "read", {"path": "/x"}, error="ENOENT")
+    assert actions[10:14] == ["warn", "allow", "allow", "block"]  # 0.125 x 4 = 0.50 at call 14
+    with pytest.raises(InvalidEvent, match=r"usage: .*cost_usd"):
+        detector.before_tool_call("r", "read", {}, usage={"cost_usd": "a lot"})
