@@ -1,7 +1,9 @@
 """Prometheus metrics of a worker, rendered in the text exposition format (no extra dependency).
 
 Counters: events processed by type, invalid events, verdicts by level / detector / action,
-redelivered records, records of ended runs, re-seeks and skipped offsets of the input.
+redelivered records, records of ended runs, re-seeks and skipped offsets of the input, and
+what the model turns behind the calls cost (``usage``): spend and tokens per agent, loop
+spend per agent and detector of the run's first verdict.
 Histogram: the time to process one event. Gauges (computed at scrape time by the worker):
 active runs, ended runs (tombstones), state bytes, consumer lag per partition.
 """
@@ -11,15 +13,20 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
-from detectors.events import Abort, Output, Verdict
+from detectors.events import Abort, Output, Usage, Verdict
 
 __all__ = ["WorkerMetrics"]
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
+def _escape(value: str) -> str:
+    """A label value in the text exposition format: backslash, quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _labels(**labels: str) -> str:
-    inner = ",".join(f'{key}="{value}"' for key, value in labels.items())
+    inner = ",".join(f'{key}="{_escape(value)}"' for key, value in labels.items())
     return "{" + inner + "}" if inner else ""
 
 
@@ -34,6 +41,9 @@ class WorkerMetrics:
         self.reseeks = 0  # fetches that started past the last applied record: sought back
         self.gaps = 0  # input offsets the broker no longer had (accepted after a re-seek)
         self.verdicts: Counter[tuple[str, str, str]] = Counter()
+        self.spend_usd: dict[str, float] = {}  # agent -> USD
+        self.tokens: Counter[tuple[str, str]] = Counter()  # (agent, "input" | "output") -> tokens
+        self.loop_spend_usd: dict[tuple[str, str], float] = {}  # (agent, first detector) -> USD
         self._buckets = [0] * len(BUCKETS)
         self._count = 0
         self._sum = 0.0
@@ -52,6 +62,15 @@ class WorkerMetrics:
         else:
             assert isinstance(output, Abort)
             self.verdicts[("critical", output.reason, "abort")] += 1
+
+    def spend(self, agent: str, usage: Usage, loop_usd: float, detector: str | None) -> None:
+        """One call's usage; ``loop_usd`` of it counted as loop spend (run first flagged by ``detector``)."""
+        self.spend_usd[agent] = self.spend_usd.get(agent, 0.0) + usage.cost_usd
+        self.tokens[(agent, "input")] += usage.input_tokens
+        self.tokens[(agent, "output")] += usage.output_tokens
+        if loop_usd and detector is not None:
+            key = (agent, detector)
+            self.loop_spend_usd[key] = self.loop_spend_usd.get(key, 0.0) + loop_usd
 
     def render(self, active_runs: int, ended_runs: int, state_bytes: int, lag: dict[int, int]) -> str:
         lines = [
@@ -81,6 +100,30 @@ class WorkerMetrics:
         lines += [
             f"loopwatch_verdicts_total{_labels(level=level, detector=detector, action=action)} {count}"
             for (level, detector, action), count in sorted(self.verdicts.items())
+        ]
+        lines += [
+            "# HELP loopwatch_spend_usd_total What the model turns behind the tool calls cost (usage).",
+            "# TYPE loopwatch_spend_usd_total counter",
+        ]
+        lines += [
+            f"loopwatch_spend_usd_total{_labels(agent_id=a)} {v:.6f}"
+            for a, v in sorted(self.spend_usd.items())
+        ]
+        lines += [
+            "# HELP loopwatch_tokens_total Tokens of the model turns behind the tool calls (usage).",
+            "# TYPE loopwatch_tokens_total counter",
+        ]
+        lines += [
+            f"loopwatch_tokens_total{_labels(agent_id=a, kind=k)} {v}"
+            for (a, k), v in sorted(self.tokens.items())
+        ]
+        lines += [
+            "# HELP loopwatch_loop_spend_usd_total Spend of runs from their first verdict on, by detector.",
+            "# TYPE loopwatch_loop_spend_usd_total counter",
+        ]
+        lines += [
+            f"loopwatch_loop_spend_usd_total{_labels(agent_id=a, detector=d)} {v:.6f}"
+            for (a, d), v in sorted(self.loop_spend_usd.items())
         ]
         lines += [
             "# HELP loopwatch_processing_seconds Time to process one event.",

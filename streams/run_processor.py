@@ -30,7 +30,15 @@ import structlog
 
 from config.fleet import FleetConfig
 from detectors.decoding import decode_event
-from detectors.events import EXPIRY_EVENT_PREFIX, Event, InvalidEvent, RunEnd, encode_output, run_scope
+from detectors.events import (
+    EXPIRY_EVENT_PREFIX,
+    Event,
+    InvalidEvent,
+    RunEnd,
+    ToolCall,
+    encode_output,
+    run_scope,
+)
 from detectors.state import OUTBOX_LIMIT, RunState
 from detectors.step import apply, new_state
 from streams.dead_letter import dead_letter
@@ -260,7 +268,13 @@ class RunProcessor:
         state = run.state
         if state is None:
             state = run.state = new_state(event, self._config())
+        loop_before = state.loop_spend_usd
         outputs = apply(state, event, self._config())
+        usage = event.usage if isinstance(event, ToolCall) else None
+        if usage is not None:
+            self.metrics.spend(
+                event.agent_id, usage, state.loop_spend_usd - loop_before, state.first_detector
+            )
         if not outputs:
             return
         encoded = [encode_output(out) for out in outputs]

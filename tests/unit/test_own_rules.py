@@ -257,8 +257,10 @@ def test_the_in_process_api_takes_usage_and_refuses_bad_usage() -> None:
 
     detector = LoopDetector(config({"loopBudget": {"usd": 0.5}}))
     actions = []
-    for n in range(14):
-        actions.append(detector.before_tool_call("r", "read", {"path": "/x"}, usage={"cost_usd": 0.125}).action)
+    for _ in range(14):
+        actions.append(
+            detector.before_tool_call("r", "read", {"path": "/x"}, usage={"cost_usd": 0.125}).action
+        )
         detector.after_tool_call("r", "read", {"path": "/x"}, error="ENOENT")
     assert actions[10:14] == ["warn", "allow", "allow", "block"]  # 0.125 x 4 = 0.50 at call 14
     with pytest.raises(InvalidEvent, match=r"usage: .*cost_usd"):
