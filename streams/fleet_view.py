@@ -11,6 +11,7 @@ from typing import Any
 from detectors.events import Event, Output
 from streams.fleet_stats import FleetStats
 from streams.run_activity import RunActivity
+from streams.spend_ledger import SpendLedger
 
 __all__ = ["FleetView"]
 
@@ -29,6 +30,7 @@ class FleetView:
         self.enabled = enabled
         self.stats = FleetStats(window_s=window_s, horizon_s=horizon_s, failing_runs=failing_runs)
         self.activity = RunActivity(previews=previews)
+        self.spend = SpendLedger()
         self.events = 0
         self.outputs = 0
 
@@ -40,11 +42,13 @@ class FleetView:
         self.events += 1
         self.stats.event(event, ts_ms)
         self.activity.event(event, ts_ms)
+        self.spend.event(event)
 
     def output(self, output: Output, ts_ms: int) -> None:
         self.outputs += 1
         self.stats.output(output, ts_ms)
         self.activity.output(output, ts_ms)
+        self.spend.output(output)
 
     def summary(self, now_ms: int, minutes: int = 5) -> dict[str, Any]:
         """The windowed fleet numbers of the last ``minutes`` minutes (``/fleet``)."""
@@ -68,6 +72,7 @@ class FleetView:
             "timeline": self.stats.timeline(now_ms, 30),
             "feed": self.activity.latest(50),
             "runs": self.activity.flagged(25),
+            "spend": self.spend.summary(10),
         }
 
     def run(self, scope: str) -> dict[str, Any] | None:

@@ -140,7 +140,35 @@
             data.top_looping_tools.length ? data.top_looping_tools.map(([tool, n]) => h("span", { "data-name": tool }, `${tool} × ${n}`)) : h("div", { class: "empty" }, "none"))),
         panel("Tools failing across runs",
           h("div", { class: "chips", id: "failing-tools" },
-            data.failing_tools.length ? data.failing_tools.map((tool) => h("span", { "data-name": tool }, tool)) : h("div", { class: "empty" }, "none")))));
+            data.failing_tools.length ? data.failing_tools.map((tool) => h("span", { "data-name": tool }, tool)) : h("div", { class: "empty" }, "none")))),
+      spendPanels(data.spend));
+  }
+
+  function usd(value) {
+    return `$${(value || 0).toFixed(2)}`;
+  }
+
+  function spendTable(id, rows, empty) {
+    return table(id, [["name"], ["spend", "num"], ["in loops", "num"]],
+      rows.map((r) => h("tr", { "data-name": r.name },
+        h("td", { class: "run" }, r.name), h("td", { class: "num" }, usd(r.spend_usd)),
+        h("td", { class: "num", "data-loop-usd": r.loop_spend_usd }, usd(r.loop_spend_usd)))),
+      empty);
+  }
+
+  // "$ burned in loops": what the model turns behind the calls cost (usage) since the view started
+  function spendPanels(spend) {
+    if (!spend) return "";
+    const empty = "no usage reported (tool_call.usage)";
+    return h("div", { class: "grid3", id: "spend" },
+      panel(`$ burned in loops: ${usd(spend.loop_spend_usd)} of ${usd(spend.spend_usd)}`,
+        h("div", { class: "scroll" }, table("spend-runs", [["run"], ["agent"], ["first detector"], ["in loop", "num"]],
+          spend.runs.map((r) => h("tr", { "data-run": r.run },
+            h("td", { class: "run" }, runLink(r.run)), h("td", {}, r.agent), h("td", {}, r.detector || ""),
+            h("td", { class: "num" }, usd(r.loop_spend_usd)))),
+          "no loop has cost anything yet"))),
+      panel("Spend by agent", spendTable("spend-agents", spend.per_agent, empty)),
+      panel("Spend by tool", spendTable("spend-tools", spend.per_tool, empty)));
   }
 
   function activityRow(e) {

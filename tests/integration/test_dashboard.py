@@ -16,9 +16,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from detectors.events import Event, ToolCall, run_scope
+from detectors.events import Event, ToolCall, Usage, run_scope
 from streams.run_activity import RunActivity
 from tests.helpers import FIXTURES, ROOT, Trace
 from tests.integration.browser import Chromium
@@ -55,6 +56,7 @@ READ_PAGE = """(() => {
     feed: rows("feed").map((row) => row.dataset.verdictId),
     run: document.getElementById("run-id")?.textContent ?? null,
     verdicts: rows("verdicts").map((row) => [row.dataset.verdictId, row.dataset.action]),
+    spend: rows("spend-runs").map((row) => [row.dataset.run, row.cells[3].textContent]),
     fired: rows("run-detectors").reduce((out, row) => {
       out[row.dataset.name] = (out[row.dataset.name] || 0) + number(row.cells[2]);
       return out;
@@ -144,10 +146,13 @@ async def check_run_page(
     return str(scope)
 
 
-def loop_run(run_id: str, agent: str, calls: int) -> list[Event]:
+def loop_run(run_id: str, agent: str, calls: int, cost_usd: float = 0.0) -> list[Event]:
     trace = Trace(run_id, agent_id=agent)
     for _ in range(calls):
         trace.both("read", {"path": "/missing"}, error="ENOENT")
+        if cost_usd:
+            call = trace.events[-2]
+            trace.events[-2] = msgspec.structs.replace(call, usage=Usage(cost_usd=cost_usd))
     return trace.events
 
 
@@ -160,7 +165,8 @@ def test_worker_dashboard_shows_the_stream_and_updates_live(
     run(produce(kafka_bootstrap, names.events, event_records(events)))
     run(consume(kafka_bootstrap, names.verdicts, until=len(outputs), timeout=120))
     url = f"http://127.0.0.1:{worker.env['LOOPWATCH_WEB_PORT']}/dashboard"
-    extra = loop_run("live-loop", "late-agent", 12)  # 12 identical failing reads: one warning
+    # 12 identical failing reads, $0.05 a turn: one warning at call 11, so $0.10 spent in the loop
+    extra = loop_run("live-loop", "late-agent", 12, cost_usd=0.05)
     extra_outputs = expected_outputs(extra)
     assert [action_of(o) for o in extra_outputs] == ["warn"]
 
@@ -179,6 +185,8 @@ def test_worker_dashboard_shows_the_stream_and_updates_live(
             assert shown_kpis(page) == want["kpis"]
             assert page["agents"]["late-agent"] == {"warn": 1, "block": 0, "abort": 0}
             assert page["feed"][0] == extra_outputs[0]["verdict_id"]  # newest first
+            page = await wait_for_page(browser, lambda p: p["spend"])
+            assert page["spend"] == [["live-loop", "$0.10"]]
 
             await check_run_page(browser, events, outputs, "dashboard-worker-run.png")
 

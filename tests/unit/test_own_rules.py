@@ -265,3 +265,53 @@ def test_the_in_process_api_takes_usage_and_refuses_bad_usage() -> None:
     assert actions[10:14] == ["warn", "allow", "allow", "block"]  # 0.125 x 4 = 0.50 at call 14
     with pytest.raises(InvalidEvent, match=r"usage: .*cost_usd"):
         detector.before_tool_call("r", "read", {}, usage={"cost_usd": "a lot"})
+
+
+def test_the_ledger_agrees_with_the_run_states() -> None:
+    from streams.spend_ledger import SpendLedger
+
+    engine = Engine(FleetConfig.enabled_default())
+    ledger = SpendLedger()
+    trace = costly_loop(25, 0.1)
+    healthy = Trace("run-2")
+    for n in range(5):
+        healthy.both("read", {"path": f"/f{n}"}, text_result(str(n)))
+    call = healthy.events[0]
+    assert isinstance(call, ToolCall)
+    healthy.events[0] = msgspec.structs.replace(call, usage=Usage(cost_usd=0.3))
+    for event in [*trace.events, *healthy.events]:
+        ledger.event(event)
+        for output in engine.process(event):
+            ledger.output(output)
+    summary = ledger.summary()
+    looped = engine.states["run-1"]
+    assert summary["loop_spend_usd"] == pytest.approx(looped.loop_spend_usd)
+    assert summary["spend_usd"] == pytest.approx(looped.spend_usd + 0.3)
+    assert [row["name"] for row in summary["per_tool"]] == ["read"]
+    assert summary["per_detector"][0]["name"] == "generic_repeat"
+    # the run was aborted at call 22 (second critical): the 3 calls after it are what stopping saves
+    assert summary["saved_usd"] == pytest.approx(0.3)
+    assert [r["run"] for r in summary["runs"]] == ["run-1"]
+
+
+def test_the_ledger_does_not_depend_on_which_topic_is_read_first() -> None:
+    from streams.spend_ledger import SpendLedger
+
+    engine = Engine(FleetConfig.enabled_default())
+    trace = costly_loop(25, 0.1)
+    outputs = [out for event in trace.events for out in engine.process(event)]
+    in_order, verdicts_first, events_first = SpendLedger(), SpendLedger(), SpendLedger()
+    engine = Engine(FleetConfig.enabled_default())
+    for event in trace.events:
+        in_order.event(event)
+        for output in engine.process(event):
+            in_order.output(output)
+    for output in outputs:
+        verdicts_first.output(output)
+    for event in trace.events:
+        verdicts_first.event(event)
+        events_first.event(event)
+    for output in outputs:
+        events_first.output(output)
+    assert in_order.summary() == verdicts_first.summary() == events_first.summary()
+    assert in_order.summary()["loop_spend_usd"] == pytest.approx(1.5)  # calls 11-25
