@@ -4,7 +4,9 @@ Reports, per run, the call at which it was first warned, blocked and aborted; pe
 and per agent, how often each fired. ``--compare OTHER`` replays the same history through a
 second config and lists the runs whose outcome differs: the call of the first warning, block
 or abort, or how often each detector fired (what-if tuning before a rollout, or what moving
-to another ``openclawRevision`` would change on recorded history).
+to another ``openclawRevision`` would change on recorded history). Where calls carry
+``usage``, it reports per agent what the runs spent, how much of it in loops, and what
+stopping them at their abort saves, under each config.
 Sources: an events file, a folder of them, or a Kafka topic (``kafka:TOPIC`` with
 ``--since``/``--until``).
 """
@@ -31,6 +33,7 @@ from detectors.events import Abort, Event, ToolCall, Verdict, run_scope
 from streams.config_files import load_config
 from streams.event_lines import BadLine, read_sourced_events
 from streams.inputs import InputError, input_lines, source_files
+from streams.spend_ledger import SpendLedger
 
 __all__ = ["RunSummary", "replay", "run_replay"]
 
@@ -50,11 +53,15 @@ class RunSummary:
         return self.first_warning, self.first_block, self.first_abort
 
 
-def replay(events: list[Event], config: FleetConfig) -> dict[str, RunSummary]:
-    """Every run's summary under ``config`` (pure: fresh in-memory state)."""
+def replay(
+    events: list[Event], config: FleetConfig, ledger: SpendLedger | None = None
+) -> dict[str, RunSummary]:
+    """Every run's summary under ``config`` (pure: fresh in-memory state); spend into ``ledger``."""
     engine = Engine(config)
     runs: dict[str, RunSummary] = {}
     for event in events:
+        if ledger is not None:
+            ledger.event(event)
         scope = run_scope(event)
         summary = runs.get(scope)
         if summary is None:
@@ -62,6 +69,8 @@ def replay(events: list[Event], config: FleetConfig) -> dict[str, RunSummary]:
         if isinstance(event, ToolCall):
             summary.calls += 1
         for output in engine.process(event):
+            if ledger is not None:
+                ledger.output(output)
             summary.verdicts += 1
             name = output.detector if isinstance(output, Verdict) else output.reason
             summary.detectors[name] = summary.detectors.get(name, 0) + 1
@@ -168,13 +177,13 @@ def _event_files_and_transcripts(
 
 
 def _table(
-    title: str, rows: Sequence[tuple[str, ...]], headers: tuple[str, ...], text_columns: int = 1
+    title: str, rows: Sequence[tuple[str, ...]], headers: tuple[str, ...], text: tuple[str, ...] = ()
 ) -> Table:
-    """A table whose first ``text_columns`` and last columns named "fired …" are left-aligned."""
+    """A table: the first column and the columns named in ``text`` left-aligned, the rest right."""
     table = Table(title=title)
     for index, header in enumerate(headers):
-        text = index < text_columns or header.startswith("fired")
-        table.add_column(header, justify="left" if text else "right", overflow="fold" if text else "ellipsis")
+        left = index == 0 or header in text
+        table.add_column(header, justify="left" if left else "right", overflow="fold" if left else "ellipsis")
     for row in rows:
         table.add_row(*row)
     return table
@@ -182,6 +191,48 @@ def _table(
 
 def _fmt(value: int | None) -> str:
     return "-" if value is None else str(value)
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.2f}"
+
+
+def _print_spend(console: Console, now: dict[str, Any], other: dict[str, Any] | None) -> None:
+    """Per agent: spend, loop spend, what stopping saved (and the same under ``--compare``)."""
+    if not now["spend_usd"] and not (other and other["spend_usd"]):
+        return  # no usage in this history
+    headers: tuple[str, ...] = ("agent", "spend", "in loops", "saved by stopping")
+    rows: list[tuple[str, ...]]
+    if other is None:
+        rows = [
+            (r["name"], _usd(r["spend_usd"]), _usd(r["loop_spend_usd"]), _usd(r["saved_usd"]))
+            for r in now["per_agent"]
+        ]
+    else:
+        headers += ("in loops, --compare", "saved, --compare")
+        theirs = {r["name"]: r for r in other["per_agent"]}
+        empty = {"loop_spend_usd": 0.0, "saved_usd": 0.0}
+        rows = [
+            (
+                r["name"],
+                _usd(r["spend_usd"]),
+                _usd(r["loop_spend_usd"]),
+                _usd(r["saved_usd"]),
+                _usd(theirs.get(r["name"], empty)["loop_spend_usd"]),
+                _usd(theirs.get(r["name"], empty)["saved_usd"]),
+            )
+            for r in now["per_agent"]
+        ]
+    console.print(_table("what loops cost (usage of the calls)", rows, headers))
+    line = (
+        f"spent {_usd(now['spend_usd'])}, {_usd(now['loop_spend_usd'])} of it in loops; "
+        f"stopping the runs when aborted saves {_usd(now['saved_usd'])}"
+    )
+    if other is not None:
+        gain = other["saved_usd"] - now["saved_usd"]
+        sign = "+" if gain >= 0 else "-"
+        line += f"; with --compare it saves {_usd(other['saved_usd'])} ({sign}{_usd(abs(gain))})"
+    console.print(line, soft_wrap=True)
 
 
 def _fired(detectors: dict[str, int]) -> str:
@@ -192,8 +243,10 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     config = load_config(args.config)
     other = load_config(args.compare) if args.compare else None
     events = _load(args.source, args, config.settings.max_event_bytes, err)
-    runs = replay(events, config)
-    compared = replay(events, other) if other is not None else None
+    spend = SpendLedger(runs_kept=len(events) + 1)
+    runs = replay(events, config, spend)
+    other_spend = SpendLedger(runs_kept=len(events) + 1)
+    compared = replay(events, other, other_spend) if other is not None else None
     changed: list[tuple[RunSummary, RunSummary]] = []
     if compared is not None:
         changed = [
@@ -221,8 +274,10 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
             "agents": {name: dict(counts) for name, counts in agents.items()},
             "runs": [asdict(s) for s in runs.values()],
         }
+        document["spend"] = spend.summary()
         if compared is not None:
             document["differences"] = differences
+            document["compare_spend"] = other_spend.summary()
         out.write(json.dumps(document, indent=1).encode() + b"\n")
         return 0
     console = Console(file=None, width=max(110, Console().width))
@@ -253,6 +308,7 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
             ("agent", "runs", "warned", "blocked", "aborted"),
         )
     )
+    _print_spend(console, spend.summary(), other_spend.summary() if compared is not None else None)
     flagged = [s for s in runs.values() if s.verdicts]
     console.print(
         _table(
@@ -284,6 +340,7 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
             for now, alt in changed
         ]
         headers = ("run", "agent", "first w/b/a", "--compare", "fired", "fired with --compare")
-        console.print(_table(f"what {args.compare} would have done differently", rows, headers))
+        title = f"what {args.compare} would have done differently"
+        console.print(_table(title, rows, headers, text=("agent", "fired", "fired with --compare")))
         console.print(f"{len(differences)} of {len(runs)} runs differ")
     return 0

@@ -239,3 +239,34 @@ def test_run_processes_the_valid_lines_around_invalid_ones(tmp_path: Path) -> No
     assert done.stdout == whole.stdout
     assert whole.stdout.count(b"\n") > 10
     assert "2 of 261 lines were not valid events (skipped)" in done.stderr.decode()
+
+
+def test_replay_reports_loop_spend_and_what_a_stricter_config_saves(tmp_path: Path) -> None:
+    import msgspec
+
+    from detectors.events import ToolCall, Usage, encode_event
+    from tests.helpers import Trace
+
+    trace = Trace("costly", agent_id="coder")
+    for _ in range(30):
+        trace.both("read", {"path": "/missing"}, error="ENOENT")
+        call = trace.events[-2]
+        assert isinstance(call, ToolCall)
+        trace.events[-2] = msgspec.structs.replace(call, usage=Usage(cost_usd=0.5))
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"\n".join(encode_event(e) for e in trace.events) + b"\n")
+    stricter = tmp_path / "stricter.json5"
+    stricter.write_text(LOWERED)
+    done = loopwatch("replay", str(events), "--compare", str(stricter), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    # defaults: first warning at call 11, abort at call 22 (the second critical)
+    assert (report["spend"]["spend_usd"], report["spend"]["loop_spend_usd"]) == (15.0, 10.0)
+    assert report["spend"]["saved_usd"] == 4.0  # calls 23-30
+    # warning at call 4, abort at call 7: loop spend from call 4, calls 8-30 saved
+    assert report["compare_spend"]["loop_spend_usd"] == 13.5
+    assert report["compare_spend"]["saved_usd"] == 11.5
+    assert report["spend"]["per_agent"][0]["name"] == "coder"
+    text = loopwatch("replay", str(events), "--compare", str(stricter)).stdout.decode()
+    assert "what loops cost" in text
+    assert "with --compare it saves $11.50 (+$7.50)" in text
