@@ -71,9 +71,37 @@ def _notes(agent: str, config: FleetConfig) -> list[str]:
     return notes
 
 
+def _rules_notes(agent: str, config: FleetConfig) -> list[str]:
+    """What loopwatch's own rules do for this agent, in words."""
+    rules = config.for_agent(agent).rules
+    notes: list[str] = []
+    if rules.run_no_progress:
+        notes.append(
+            f"runNoProgress on: warns after {rules.run_no_progress_warning} repeated results across tools, "
+            f"blocks after {rules.run_no_progress_window}"
+        )
+    if rules.edit_undo:
+        notes.append(
+            f"editUndo on: warns when a file returns to an earlier version {rules.edit_undo_warning} times, "
+            f"blocks at {rules.edit_undo_critical}"
+        )
+    if rules.loop_budget_usd is not None:
+        budget = rules.loop_budget_usd
+        notes.append(
+            f"loopBudget ${budget:.2f}: a run's spend from its first verdict on is blocked at ${budget:.2f} "
+            f"and aborted at ${2 * budget:.2f}"
+        )
+    if agent in config.agent_rules:
+        notes.append("loopwatch.detectors: this agent's own settings merged over the global ones")
+    return notes
+
+
 def explain(config: FleetConfig) -> list[AgentReport]:
-    """The default agent's effective config, then every agent with its own block."""
-    agents = ["default", *sorted(a for a in config.agent_blocks if a != "default")]
-    return [
-        AgentReport(agent, config.for_agent(agent).as_openclaw(), _notes(agent, config)) for agent in agents
-    ]
+    """The default agent's effective config, then every agent with its own block or rules."""
+    named = (set(config.agent_blocks) | set(config.agent_rules)) - {"default"}
+    reports = []
+    for agent in ["default", *sorted(named)]:
+        effective = config.for_agent(agent).as_openclaw()
+        effective["loopwatch"] = {"detectors": config.for_agent(agent).rules.as_dict()}
+        reports.append(AgentReport(agent, effective, _notes(agent, config) + _rules_notes(agent, config)))
+    return reports

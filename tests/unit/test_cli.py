@@ -270,3 +270,18 @@ def test_replay_reports_loop_spend_and_what_a_stricter_config_saves(tmp_path: Pa
     text = loopwatch("replay", str(events), "--compare", str(stricter)).stdout.decode()
     assert "what loops cost" in text
     assert "with --compare it saves $11.50 (+$7.50)" in text
+
+
+def test_check_config_explains_the_own_rules_per_agent(tmp_path: Path) -> None:
+    path = tmp_path / "openclaw.json5"
+    path.write_text(
+        "{tools: {loopDetection: {enabled: true}}, loopwatch: {detectors: {loopBudget: {usd: 2}}},"
+        " agents: {list: [{id: 'coder', loopwatch: {detectors: {editUndo: {enabled: true}}}}]}}"
+    )
+    done = loopwatch("check-config", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    agents = json.loads(done.stdout)["agents"]
+    assert agents["coder"]["effective"]["loopwatch"]["detectors"]["editUndo"]["enabled"] is True
+    assert agents["default"]["effective"]["loopwatch"]["detectors"]["editUndo"]["enabled"] is False
+    assert any("blocked at $2.00 and aborted at $4.00" in note for note in agents["coder"]["notes"])
+    assert any(note.startswith("editUndo on") for note in agents["coder"]["notes"])
