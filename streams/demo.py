@@ -5,6 +5,11 @@ random (seeded), through :class:`streams.embedded.EmbeddedRuntime` — the same 
 by run scope as the Kafka path. Agents honour verdicts. Then every bundled real OpenClaw
 trace is replayed. The summary table says, per scenario, how many runs were warned,
 blocked and aborted, after how many calls, and how many healthy runs were flagged.
+
+Every simulated call carries ``usage`` (a model turn of $0.01-0.04): the summary also says
+what the loops cost (spend from a run's first verdict on) and what stopping them saved (the
+calls the aborted runs' scripts had left). Without ``--config`` the demo switches on
+loopwatch's own rules too (:data:`DEMO_CONFIG`), so every scenario has its detector.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from config.fleet import FleetConfig
+from config.fleet import FleetConfig, parse_config_text
 from detectors.events import (
     Abort,
     CompactionRetry,
@@ -35,10 +40,12 @@ from detectors.events import (
     RunEnd,
     ToolCall,
     ToolResult,
+    Usage,
     Verdict,
     run_scope,
 )
 from streams.config_files import load_config
+from streams.console import report_console
 from streams.dashboard import serve_until_interrupted, serving
 from streams.demo_fleet import SCENARIOS, Scenario, Step
 from streams.embedded import EmbeddedRuntime
@@ -50,6 +57,13 @@ __all__ = ["Pace", "RunOutcome", "ScenarioReport", "run_demo", "simulate"]
 FIXTURES = Path(__file__).parent / "data" / "fixtures"
 
 
+#: the demo's config when none is given: OpenClaw's defaults plus loopwatch's own rules
+DEMO_CONFIG = (
+    "{tools: {loopDetection: {enabled: true}}, loopwatch: {detectors: {"
+    "runNoProgress: {enabled: true}, editUndo: {enabled: true}, loopBudget: {usd: 1}}}}"
+)
+
+
 @dataclass
 class RunOutcome:
     calls: int = 0
@@ -57,6 +71,9 @@ class RunOutcome:
     first_block: int | None = None
     aborted_at: int | None = None
     verdicts: int = 0
+    spent_usd: float = 0.0
+    loop_usd: float = 0.0
+    saved_usd: float = 0.0
 
 
 @dataclass
@@ -72,6 +89,9 @@ class ScenarioReport:
     flagged_healthy: int = 0
     stopped: int = 0  # runs with a block or an abort
     detectors: dict[str, int] = field(default_factory=dict)
+    spent_usd: float = 0.0
+    loop_usd: float = 0.0  # spend of the runs from their first verdict on
+    saved_usd: float = 0.0  # what the aborted runs would still have spent
 
 
 def _summarise(
@@ -91,6 +111,9 @@ def _summarise(
         flagged_healthy=sum(1 for o in outcomes if o.verdicts) if healthy else 0,
         stopped=sum(1 for o in outcomes if o.first_block is not None or o.aborted_at is not None),
         detectors=dict(detectors),
+        spent_usd=round(sum(o.spent_usd for o in outcomes), 4),
+        loop_usd=round(sum(o.loop_usd for o in outcomes), 4),
+        saved_usd=round(sum(o.saved_usd for o in outcomes), 4),
     )
 
 
@@ -145,10 +168,14 @@ async def simulate(
     pace = pace or Pace(None)
     rnd = random.Random(seed)
     agents: list[tuple[Scenario, str, list[Step], RunOutcome]] = []
+    costs: dict[str, list[float]] = {}  # run id -> the cost of each step's model turn
     for index, scenario in enumerate(SCENARIOS):
         for n in range(runs_per_scenario):
-            steps = scenario.script(random.Random(rnd.random()))
-            agents.append((scenario, f"{prefix}-{index}-{n:03d}", steps, RunOutcome()))
+            script = random.Random(rnd.random())
+            steps = scenario.script(script)
+            run_id = f"{prefix}-{index}-{n:03d}"
+            costs[run_id] = [round(script.uniform(0.01, 0.04), 4) for _ in steps]
+            agents.append((scenario, run_id, steps, RunOutcome()))
     total = sum(len(steps) for _, _, steps, _ in agents)
     task = progress.add_task("simulated fleet", total=total) if progress else None
     detectors: dict[str, Counter[str]] = {s.name: Counter() for s in SCENARIOS}
@@ -179,6 +206,8 @@ async def simulate(
             else:
                 outcome.calls += 1
                 call_id = f"{run_id}-c{outcome.calls}"
+                cost = costs[run_id][cursor[run_id] - 1]
+                tokens = int(cost * 60_000)
                 outputs = await process(
                     ToolCall(
                         event_id=f"e{serial}c",
@@ -188,9 +217,13 @@ async def simulate(
                         run_id=run_id,
                         agent_id=agent,
                         ts=clock[run_id],
+                        usage=Usage(input_tokens=tokens, output_tokens=tokens // 20, cost_usd=cost),
                     )
                 )
                 aborted = _note(outcome, outputs, detectors[scenario.name])
+                outcome.spent_usd += cost
+                if outcome.verdicts:
+                    outcome.loop_usd += cost
                 blocked = any(isinstance(o, Verdict) and o.action == "block" for o in outputs)
                 if not blocked and not aborted:
                     clock[run_id] += rnd.randint(200, 3000)
@@ -208,6 +241,8 @@ async def simulate(
                     aborted = _note(outcome, await process(result), detectors[scenario.name])
             if progress is not None and task is not None:
                 progress.advance(task)
+            if aborted:
+                outcome.saved_usd = sum(costs[run_id][cursor[run_id] :])
             if aborted or cursor[run_id] >= len(steps):
                 if progress is not None and task is not None:
                     progress.advance(task, len(steps) - cursor[run_id])
@@ -262,6 +297,8 @@ def render(reports: list[ScenarioReport], console: Console, seconds: float, runs
         "1st warning at call",
         "1st block at call",
         "healthy flagged",
+        "$ in loops",
+        "$ saved",
     ):
         table.add_column(column, justify="left" if column == "scenario" else "right")
     for report in reports:
@@ -274,8 +311,17 @@ def render(reports: list[ScenarioReport], console: Console, seconds: float, runs
             _fmt(report.median_calls_to_warning),
             _fmt(report.median_calls_to_block),
             str(report.flagged_healthy) if report.healthy else "",
+            f"{report.loop_usd:.2f}" if report.spent_usd else "",
+            f"{report.saved_usd:.2f}" if report.spent_usd else "",
         )
     console.print(table)
+    spent = sum(r.spent_usd for r in reports)
+    looped, saved = sum(r.loop_usd for r in reports), sum(r.saved_usd for r in reports)
+    console.print(
+        f"simulated model turns cost ${spent:.2f}; ${looped:.2f} of it went into loops after their first "
+        f"verdict; stopping the aborted runs saved ${saved:.2f}",
+        soft_wrap=True,
+    )
     flagged = sum(r.flagged_healthy for r in reports)
     missed = [r.name for r in reports if not r.healthy and r.warned + r.blocked + r.aborted == 0]
     console.print(
@@ -292,12 +338,13 @@ def run_demo(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
 
 
 async def _demo(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
-    config = load_config(getattr(args, "config", None))
+    given = getattr(args, "config", None)
+    config = load_config(given) if given else parse_config_text(DEMO_CONFIG, "the demo's default config")
     serve: str | None = getattr(args, "serve", None)
     rate = getattr(args, "rate", None)
     pace = Pace(rate if rate is not None else (400.0 if serve else None))
     view = FleetView("loopwatch demo (embedded)") if serve else None
-    console = Console(file=err if args.json else None, width=max(118, Console().width))
+    console = report_console(err if args.json else None)
     async with AsyncExitStack() as stack:
         if view is not None and serve is not None:
             await stack.enter_async_context(serving(view, serve, err))

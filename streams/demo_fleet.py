@@ -206,6 +206,37 @@ def drifting_build_failure(rnd: random.Random) -> list[Step]:
     return steps
 
 
+def tool_rotator(rnd: random.Random) -> list[Step]:
+    """Rotates search tools over a dozen phrasings of one question; every answer is the same
+    "nothing found" (no per-tool streak: caught by loopwatch's run_no_progress)."""
+    tools = ("grep", "web_search", "read")
+    steps = []
+    for n in range(rnd.randint(40, 50)):
+        tool = tools[n % 3]
+        steps.append(
+            Step(
+                tool,
+                {"query": f"where is the retry budget configured ({n % 12})"},
+                _text(f"{tool}: no matches"),
+            )
+        )
+    return steps
+
+
+def edit_undo(rnd: random.Random) -> list[Step]:
+    """Switches a config value back and forth between two versions, each write succeeding
+    (caught by loopwatch's edit_undo before OpenClaw's rules)."""
+    versions = ["timeout: 30\nretries: 3\n", "timeout: 60\nretries: 5\n"]
+    return [
+        Step(
+            "write",
+            {"path": "deploy/config.yaml", "content": versions[n % 2]},
+            _text("written", changed=True),
+        )
+        for n in range(rnd.randint(16, 24))
+    ]
+
+
 def post_compaction(rnd: random.Random) -> list[Step]:
     """Reads a missing file; the context overflows and is compacted; the loop goes on."""
     missing = Step("read", {"path": "docs/PLAN…md"}, error="ENOENT: no such file")
@@ -230,4 +261,6 @@ SCENARIOS = [
         drifting_build_failure,
         "same failure, new timestamps and pids",
     ),
+    Scenario("tool rotator", "researcher", False, tool_rotator, "three tools, one answer, round and round"),
+    Scenario("edit-undo", "coder", False, edit_undo, "a change applied and reverted again and again"),
 ]

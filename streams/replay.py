@@ -31,6 +31,7 @@ from config.fleet import FleetConfig
 from detectors.engine import Engine
 from detectors.events import Abort, Event, ToolCall, Verdict, run_scope
 from streams.config_files import load_config
+from streams.console import report_console
 from streams.event_lines import BadLine, read_sourced_events
 from streams.inputs import InputError, input_lines, source_files
 from streams.spend_ledger import SpendLedger
@@ -280,7 +281,7 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
             document["compare_spend"] = other_spend.summary()
         out.write(json.dumps(document, indent=1).encode() + b"\n")
         return 0
-    console = Console(file=None, width=max(110, Console().width))
+    console = report_console()
     console.print(f"{len(events)} events, {len(runs)} runs")
     if compared is None:
         console.print(

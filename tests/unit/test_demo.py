@@ -3,29 +3,45 @@ import asyncio
 import io
 import json
 
-from config import FleetConfig
-from streams.demo import replay_traces, run_demo, simulate
+from config import FleetConfig, parse_config_text
+from streams.demo import DEMO_CONFIG, replay_traces, run_demo, simulate
+
+DEMO = parse_config_text(DEMO_CONFIG)
 
 
 def test_every_stuck_scenario_is_caught_and_no_healthy_run_flagged() -> None:
-    reports = asyncio.run(simulate(FleetConfig.enabled_default(), seed=11, runs_per_scenario=8))
-    assert len(reports) == 11
+    reports = asyncio.run(simulate(DEMO, seed=11, runs_per_scenario=8))
+    assert len(reports) == 13
     for report in reports:
         assert report.runs == 8
         if report.healthy:
             assert report.flagged_healthy == 0, report.name
             assert report.warned == report.blocked == report.aborted == 0, report.name
+            assert report.loop_usd == report.saved_usd == 0, report.name
         else:
             assert report.stopped == 8, report.name  # every stuck run is blocked or aborted
+            assert 0 < report.loop_usd < report.spent_usd, report.name
     by_name = {r.name: r for r in reports}
     assert by_name["stuck poll"].detectors.get("known_poll_no_progress")
     assert by_name["ping-pong"].detectors.get("ping_pong")
     assert by_name["unknown tool"].detectors.get("unknown_tool_repeat")
     assert by_name["loop after compaction"].detectors.get("compaction_loop_persisted") == 8
-    # the 2026-08 rules: churn warns, then its stale abort stops the run; a drifting failure blocks
     assert by_name["argument churn"].detectors.get("argument_churn")
-    assert by_name["argument churn"].detectors.get("argument_churn_stale") == 8
     assert by_name["drifting build failure"].detectors.get("generic_repeat")
+    assert by_name["tool rotator"].detectors.get("run_no_progress")
+    assert by_name["edit-undo"].detectors.get("edit_undo")
+    assert sum(r.saved_usd for r in reports) > 0
+
+
+def test_openclaws_rules_alone_miss_only_the_loops_of_loopwatchs_own_rules() -> None:
+    reports = {
+        r.name: r for r in asyncio.run(simulate(FleetConfig.enabled_default(), seed=11, runs_per_scenario=8))
+    }
+    missed = {name for name, r in reports.items() if not r.healthy and r.stopped < r.runs}
+    assert missed == {"tool rotator", "edit-undo"}
+    assert not any(r.flagged_healthy for r in reports.values())
+    # the 2026-08 rules: churn warns, then its stale abort stops the run
+    assert reports["argument churn"].detectors.get("argument_churn_stale") == 8
 
 
 def test_the_2026_08_scenarios_are_missed_by_the_2026_05_rules() -> None:
@@ -57,3 +73,21 @@ def test_demo_json_output() -> None:
     assert run_demo(args, out, io.StringIO()) == 0
     rows = json.loads(out.getvalue())
     assert {row["name"] for row in rows} >= {"stuck poll", "trace: heartbeat-runs"}
+
+
+def test_piped_output_keeps_names_whole_and_has_no_colour_codes() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "demo", "--runs", "2"],
+        capture_output=True,
+        env={**__import__("os").environ, "COLUMNS": "80"},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    text = done.stdout.decode()
+    assert "│ healthy: polling with progress │" in text
+    assert "│ trace: post-compaction-abort   │" in text
+    assert "\x1b[" not in text
+    assert "stopping the aborted runs saved $" in text
