@@ -207,7 +207,11 @@ def _on_call(
     found, budget = _spend(state, event.usage, found, rules.loop_budget_usd)
     outputs: list[Output] = []
     blocked = _emit(state, event, found, resolved, settings, outputs)
-    if budget is not None and not state.budget_aborted and state.loop_spend_usd >= 2 * budget:
+    if (
+        budget is not None
+        and not state.budget_aborted
+        and loop_budget.reached(state.loop_spend_usd, 2 * budget)
+    ):
         state.budget_aborted = True
         cents = round(state.loop_spend_usd * 100)
         message = loop_budget.abort_message(state.loop_spend_usd, budget)
@@ -289,7 +293,7 @@ def _spend(
         state.output_tokens += usage.output_tokens
         if in_loop:
             state.loop_spend_usd += cost
-    if budget is None or not in_loop or state.loop_spend_usd < budget:
+    if budget is None or not in_loop or not loop_budget.reached(state.loop_spend_usd, budget):
         return found, None
     if not state.budget_fired and (found is None or not found.critical):
         state.budget_fired = True
@@ -389,6 +393,15 @@ def _on_result(
     return outputs
 
 
+def _abort_kind(reason: str) -> str:
+    """The id kind of an abort: one call can abort a run for several reasons at once (a
+    stale churn or a spent budget besides the recovery), each needs its own id; the ids of
+    the first two reasons are as they always were."""
+    if reason == escalation.REASON or reason == GUARD_REASON:
+        return "abort"
+    return f"abort:{reason}"
+
+
 def _abort(
     state: RunState,
     event: ToolCall | ToolResult,
@@ -398,7 +411,7 @@ def _abort(
     observe_only: bool,
 ) -> Abort:
     return Abort(
-        verdict_id=verdict_id(state.scope, event.event_id, "abort"),
+        verdict_id=verdict_id(state.scope, event.event_id, _abort_kind(reason)),
         run_id=state.run_id,
         agent_id=event.agent_id,
         session_id=event.session_id,

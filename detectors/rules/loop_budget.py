@@ -13,10 +13,15 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["ABORT_REASON", "DETECTOR", "abort_message", "critical_message", "warning_key"]
+__all__ = ["ABORT_REASON", "DETECTOR", "abort_message", "critical_message", "reached", "warning_key"]
 
 DETECTOR: Final = "loop_budget"
 ABORT_REASON: Final = "loop_budget_exhausted"
+
+
+def reached(spend: float, limit: float) -> bool:
+    """``spend >= limit`` up to a millionth of a dollar (ten $0.10 turns reach $1.00)."""
+    return spend >= limit - 1e-6
 
 
 def critical_message(loop_spend: float, budget: float) -> str:

@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,27 @@ def compiled_vs_pure(rounds: int = 3) -> None:
     )
 
 
+OWN_RULES_ON = {"runNoProgress": {"enabled": True}, "editUndo": {"enabled": True}, "loopBudget": {"usd": 5}}
+
+
+def own_rules_cost(repeats: int) -> None:
+    """The healthy workload with loopwatch's own rules (F3-F5) on and off, side by side."""
+    lines = to_wire(ensure(BENCH_DIR, "healthy").read_bytes())
+    events = [decode_event(line) for line in lines]
+    off = config_for("xxh3", 30)
+    on = replace(off, global_rules=OWN_RULES_ON)
+    calls = len(lines) // 2
+    with_json = median_times([with_decoding(lines, off), with_decoding(lines, on)], repeats)
+    bare = median_times([without_decoding(events, off), without_decoding(events, on)], repeats)
+    print(
+        f"healthy, xxh3, own rules (runNoProgress, editUndo, loopBudget) on / off per call: "
+        f"{with_json[1] / calls * 1e6:.2f} / {with_json[0] / calls * 1e6:.2f} µs = "
+        f"{with_json[1] / with_json[0]:.3f}× (decoding included), "
+        f"{bare[1] / bare[0]:.3f}× (pre-decoded)",
+        flush=True,
+    )
+
+
 def census(events: list[Event], history: int, newest: bool = False) -> tuple[int, int, str, str]:
     """Observe-only replay in SHA-256 mode: every detection counted, every call recorded."""
     resolved = resolve({"enabled": True, "historySize": history}, newest)
@@ -282,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"long workload, {digest}, {revision}: cost at historySize 300 / 30 = {ratio:.2f}× "
                     "(OpenClaw: 1.63×)"
                 )
+    if "healthy" in names:
+        own_rules_cost(args.repeats)
     if core != "pure Python" and "healthy" in names:
         compiled_vs_pure()
     BENCH_DIR.mkdir(exist_ok=True)

@@ -6,7 +6,8 @@ failing commands, loops after compaction), every call gets its result, and every
 with ``run_end``. Runs are interleaved at random, as many agents publishing at once are.
 About 3 % of events are published a second time a few records later, as a runtime that
 retries a publish does (some after the run's ``run_end``). Thresholds are random per agent;
-the OpenClaw rule revision and the stale-churn limit are random per fleet. Events carry the
+the OpenClaw rule revision, the stale-churn limit and loopwatch's own rules (on or off) are
+random per fleet; every call carries usage. Events carry the
 run's own event time (4-12 s a step), so stale churn aborts happen too.
 """
 
@@ -18,10 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from config.fleet import FleetConfig, parse_config_text
-from detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult
+from detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult, Usage
 from streams.demo_fleet import SCENARIOS
 
 __all__ = ["ChaosFleet", "chaos_fleet"]
+
+#: loopwatch's own rules, on in half of the fleets (a budget a loop of ~25 calls reaches)
+OWN_RULES = {"runNoProgress": {"enabled": True}, "editUndo": {"enabled": True}, "loopBudget": {"usd": 0.3}}
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,9 @@ def _run_events(tag: str, number: int, rnd: random.Random) -> list[Event]:
                 params=step.params,
                 tool_call_id=call_id,
                 ts=clock,
+                usage=Usage(
+                    input_tokens=rnd.randint(500, 4000), output_tokens=rnd.randint(20, 400), cost_usd=0.02
+                ),
             )
         )
         outcome: dict[str, Any] = {"error": step.error} if step.error is not None else {"result": step.result}
@@ -115,6 +122,7 @@ def chaos_fleet(seed: int, runs: int = 150, duplicate_pct: float = 3.0) -> Chaos
         "loopwatch": {
             "openclawRevision": rnd.choice(["2026-08", "2026-08", "2026-05"]),
             "churnStaleAfterS": rnd.choice([0, 60, 300]),
+            "detectors": rnd.choice([{}, OWN_RULES]),
         },
     }
     text = json.dumps(document, indent=1)

@@ -315,3 +315,16 @@ def test_the_ledger_does_not_depend_on_which_topic_is_read_first() -> None:
         events_first.output(output)
     assert in_order.summary() == verdicts_first.summary() == events_first.summary()
     assert in_order.summary()["loop_spend_usd"] == pytest.approx(1.5)  # calls 11-25
+
+
+def test_two_aborts_of_one_call_have_their_own_ids() -> None:
+    # budget $0.50 at $0.10 a turn from call 11: the budget blocks call 15 (the first critical);
+    # call 20 is the second critical (recovery abort) and reaches twice the budget (abort)
+    outputs = run(costly_loop(25, 0.1), config({"loopBudget": {"usd": 0.5}}))
+    ids = [o.verdict_id for o in outputs]
+    assert len(ids) == len(set(ids))
+    by_trigger: dict[str, list[str]] = {}
+    for o in outputs:
+        if isinstance(o, Abort):
+            by_trigger.setdefault(o.trigger_event_id, []).append(o.reason)
+    assert ["tool_loop_recovery_exhausted", "loop_budget_exhausted"] in by_trigger.values()
