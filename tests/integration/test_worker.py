@@ -86,6 +86,10 @@ def test_bad_input_is_dead_lettered_and_nothing_else_changes(
         (b"r", b'{"type":"tool_result","event_id":"y","run_id":"r","tool":"read","params":{}}'),
         (
             b"r",
+            b'{"type":"tool_call","event_id":"u","run_id":"r","tool":"read","params":{},"usage":{"usd":1}}',
+        ),
+        (
+            b"r",
             b'{"type":"tool_call","event_id":"z","run_id":"r","tool":"read","params":"'
             + b"x" * 200_000
             + b'"}',
@@ -108,6 +112,7 @@ def test_bad_input_is_dead_lettered_and_nothing_else_changes(
     assert any("missing required field `event_id`" in r for r in reasons)
     assert any("exactly one of them is required" in r for r in reasons)
     assert any("exceeds the limit" in r for r in reasons)
+    assert any("unknown field `usd` - at `$.usage`" in r for r in reasons)
     assert all(letter["topic"] == names.events and letter["offset"] >= 0 for letter in letters)
     metrics = scrape(worker)
     kinds = Counter(type(event).__name__ for event in events)
