@@ -25,7 +25,13 @@ class ConfigProblem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
+        if not self.path:
+            return self.message
+        # OpenClaw's ordering messages name the key themselves ("tools.loopDetection.warningThreshold
+        # must be lower than ..."): after the path, the key is not repeated
+        prefix = f"tools.loopDetection.{self.path.rsplit('.', 1)[-1]} "
+        message = self.message.removeprefix(prefix) if self.message.startswith(prefix) else self.message
+        return f"{self.path}: {message}"
 
 
 class ConfigError(LoopwatchError):

@@ -44,22 +44,27 @@ def cmd_conformance(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int
         except OSError as exc:
             print(f"loopwatch: cannot read {path}: {exc.strerror}", file=err)
             return 2
-        for number, line in enumerate(data.splitlines(), start=1):
+        in_file = 0
+        for number, line in enumerate(data.split(b"\n"), start=1):  # lines as `run` counts them
             if not line.strip():
                 continue
+            in_file += 1
             try:
                 vector = WIRE_DECODER.decode(line)
             except Exception as exc:  # noqa: BLE001 - a malformed line is a failed vector
                 failed += 1
                 lines_out.append(f"FAIL {path}:{number}: not valid JSON: {exc}")
                 continue
-            name = vector.get("name", f"line {number}") if isinstance(vector, dict) else f"line {number}"
+            name = vector.get("name") if isinstance(vector, dict) else None
             failure = run_vector(vector)
             if failure is None:
                 passed += 1
             else:
                 failed += 1
-                lines_out.append(f"FAIL {name} ({path}:{number}): {failure}")
+                label = f" {name}" if isinstance(name, str) else ""
+                lines_out.append(f"FAIL {path}:{number}{label}: {failure}")
+        if not in_file:
+            print(f"loopwatch: {path}: no conformance vectors in it (empty file)", file=err)
     text = "\n".join([*lines_out, f"{passed} passed, {failed} failed"]) + "\n"
     out.write(text.encode())
     out.flush()
@@ -210,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     conf = sub.add_parser(
         "conformance",
         help="run conformance vector files (spec §0 step vocabulary)",
+        description="Runs every vector of the given JSONL files against the detector core and "
+        "prints one line per failing vector (file, line, step and reason) and a total. A vector's "
+        "profile picks its rules: loopwatch = OpenClaw 2026-05, loopwatch-newest = 2026-08. "
+        "Exits 1 if any vector failed or a file held no vector.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  loopwatch conformance tests/data/openclaw-public.jsonl",
     )
@@ -219,6 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo",
         help="a simulated fleet and real OpenClaw traces through the embedded runtime (no broker)",
+        description="Runs a seeded fleet of scripted agents (healthy ones and every kind of loop) "
+        "all at once through the embedded runtime, agents honouring verdicts, then the bundled "
+        "real OpenClaw traces, and prints per scenario what was warned, blocked and aborted, "
+        "after how many calls, what the loops cost and what stopping them saved. Without --config "
+        "it uses OpenClaw's defaults plus loopwatch's own rules (runNoProgress, editUndo, a $1 loop "
+        "budget).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  loopwatch demo\n  loopwatch demo --seed 3 --runs 40\n  loopwatch demo --json\n"
         "  loopwatch demo --serve      # then open http://127.0.0.1:6066/dashboard",

@@ -70,13 +70,19 @@ def test_validation_lists_every_problem_with_its_path() -> None:
     assert "tools.loopDetection.historySize: must be a positive integer" in text
     assert "tools.loopDetection.detectors.pingPong: must be a boolean" in text
     assert "tools.loopDetection.detectors.x: unknown key" in text
-    assert any("warningThreshold must be lower than criticalThreshold." in t for t in text)
+    assert "tools.loopDetection.warningThreshold: must be lower than criticalThreshold." in text
 
 
 def test_ordering_message_for_global() -> None:
     problems = validate_block({"criticalThreshold": 30, "globalCircuitBreakerThreshold": 30}, "p")
-    assert [p.message for p in problems] == [
+    assert [p.message for p in problems] == [  # OpenClaw's own sentence
         "tools.loopDetection.criticalThreshold must be lower than globalCircuitBreakerThreshold."
+    ]
+    agent = validate_block(
+        {"warningThreshold": 9, "criticalThreshold": 9}, "agents.list[0].tools.loopDetection"
+    )
+    assert [str(p) for p in agent] == [
+        "agents.list[0].tools.loopDetection.warningThreshold: must be lower than criticalThreshold."
     ]
 
 

@@ -88,7 +88,18 @@ def test_cli_reports_failures_and_exit_status(tmp_path: Path) -> None:
     lines = done.stdout.decode().splitlines()
     assert done.returncode == 1
     assert lines[-1] == "1 passed, 2 failed"
-    assert any(line.startswith("FAIL broken") and "step 1" in line for line in lines)
+    assert any(line.startswith(f"FAIL {vectors}:2 broken: step 1") for line in lines)
+    assert any(line.startswith(f"FAIL {vectors}:3: not valid JSON") for line in lines)  # one format
+
+
+def test_cli_says_why_an_empty_file_fails(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "conformance", str(empty)], capture_output=True
+    )
+    assert done.returncode == 1
+    assert f"{empty}: no conformance vectors in it" in done.stderr.decode()
 
 
 def test_cli_passes_on_the_public_file() -> None:
