@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $(STAMP) $(BUILT)
 
+# rebuilt only when a core source is newer than the last build: a fresh .venv was built just now
 $(BUILT): $(STAMP) $(CORE)
-	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	@if [ -f $(BUILT) ] && [ -z "$$(find $(CORE) setup.py -newer $(BUILT) 2>/dev/null)" ]; then :; \
+	else $(BIN)/pip install -q --no-deps --no-build-isolation -e . ; fi
 	@touch $(BUILT)
 
 setup: $(BUILT)  ## create .venv and install loopwatch (core compiled) with its dev tools

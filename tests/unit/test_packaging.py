@@ -46,3 +46,14 @@ def test_the_suite_runs_the_compiled_core_unless_asked_not_to() -> None:
     else:  # make setup builds it with mypyc; the benchmarks measure what the tests checked
         assert not detectors.step.__file__.endswith(".py"), detectors.step.__file__
         assert not detectors.history.__file__.endswith(".py"), detectors.history.__file__
+
+
+def test_docker_compose_runs_the_kafka_version_of_the_local_broker() -> None:
+    import re
+
+    from tests.helpers import ROOT
+
+    pom = (ROOT / "docker" / "kafka" / "pom.xml").read_text()
+    local = re.search(r"<kafka.version>([^<]+)</kafka.version>", pom)
+    assert local is not None
+    assert f"image: apache/kafka:{local.group(1)}" in (ROOT / "docker-compose.yml").read_text()
