@@ -76,6 +76,14 @@ class WorkerProcess:
             time.sleep(0.2)
         raise AssertionError(f"worker not ready after {timeout}s:\n{self.tail()}")
 
+    def wait_for_log(self, text: bytes, timeout: float = 60.0) -> None:
+        """Until the worker's log holds ``text`` (fails with the log's tail after ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log.read_bytes():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not logged in {timeout}s:\n{self.tail()}")
+            time.sleep(0.1)
+
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 

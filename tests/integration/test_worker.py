@@ -234,12 +234,10 @@ def test_config_override_changes_one_agent_only(
             trace.both("read", {"path": "/missing"}, error="ENOENT")
         return trace.events
 
-    start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
+    worker = start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
     override = {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}
     run(produce(kafka_bootstrap, names.config, [(b"tuned", json.dumps(override).encode())]))
-    import time
-
-    time.sleep(3)  # the follower polls the config topic every second
+    worker.wait_for_log(b"config override applied")
     events = loop("tuned") + loop("plain")
     run(produce(kafka_bootstrap, names.events, event_records(events)))
     config = FleetConfig.enabled_default().with_agent_block("tuned", override)

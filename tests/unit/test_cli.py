@@ -191,8 +191,29 @@ def test_config_comes_from_the_environment_and_the_flag_wins(tmp_path: Path) -> 
     assert flag_wins.returncode == 0
 
 
-def test_run_follows_a_growing_file(tmp_path: Path) -> None:
+def wait_until_read_to(pid: int, path: Path, size: int, timeout: float = 60) -> None:
+    """Until process ``pid`` has ``path`` open and has read it up to ``size`` (Linux /proc)."""
+    import os
     import time
+
+    deadline = time.monotonic() + timeout
+    target = str(path.resolve())
+    while time.monotonic() < deadline:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") != target:
+                    continue
+                fields = Path(f"/proc/{pid}/fdinfo/{fd}").read_text().split()
+            except OSError:
+                continue
+            if int(fields[fields.index("pos:") + 1]) >= size:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} was not read to {size} bytes in {timeout}s")
+
+
+def test_run_follows_a_growing_file(tmp_path: Path) -> None:
+    import select
 
     events = tmp_path / "events.jsonl"
     lines = (FIXTURES / "openclaw-post-compaction-abort.events.jsonl").read_bytes().splitlines(keepends=True)
@@ -203,11 +224,13 @@ def test_run_follows_a_growing_file(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(1.5)
+        wait_until_read_to(proc.pid, events, events.stat().st_size)  # it follows the end now
         with events.open("ab") as stream:
             stream.write(b"".join(lines[10:]))
         assert proc.stdout is not None
-        first = proc.stdout.readline()  # blocks until the abort is written
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "no verdict within 60 s of the file growing"
+        first = proc.stdout.readline()
         assert json.loads(first)["reason"] == "compaction_loop_persisted"
     finally:
         proc.kill()
