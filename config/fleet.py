@@ -16,6 +16,7 @@ import json5
 
 from config.errors import ConfigError, ConfigProblem
 from config.loop_detection import RawBlock, ResolvedLoopDetection, merge_agent, resolve, validate_block
+from config.near_misses import near_misses
 from config.own_rules import RawRules, merge_rules, resolve_rules, validate_rules
 from config.settings import DetectorSettings, parse_settings
 
@@ -31,6 +32,7 @@ class FleetConfig:
     settings: DetectorSettings = field(default_factory=DetectorSettings)
     global_rules: RawRules | None = None  # loopwatch.detectors
     agent_rules: dict[str, RawRules] = field(default_factory=dict)  # agents' loopwatch.detectors
+    warnings: tuple[str, ...] = field(default=(), compare=False)  # keys that look like typos
     _cache: dict[str, ResolvedLoopDetection] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -108,7 +110,9 @@ def parse_config_value(
             problems.extend(validate_rules(merged, where))
     if problems:
         raise ConfigError(problems, source)
-    return FleetConfig(global_block, agents, parsed_settings, global_rules, agent_rules)
+    return FleetConfig(
+        global_block, agents, parsed_settings, global_rules, agent_rules, tuple(near_misses(value))
+    )
 
 
 def _agent_rules(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from config.errors import ConfigError, ConfigProblem
@@ -22,4 +23,7 @@ def load_config(path: str | None, settings: DetectorSettings | None = None) -> F
     except UnicodeDecodeError as exc:
         problem = f"not a text file (UTF-8): byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
         raise ConfigError([ConfigProblem("", problem)], path) from exc
-    return parse_config_text(text, source=path, settings=settings)
+    config = parse_config_text(text, source=path, settings=settings)
+    for warning in config.warnings:
+        print(f"loopwatch: {path}: warning: {warning}", file=sys.stderr)
+    return config

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from config import ConfigError, FleetConfig, merge_agent, parse_config_text, resolve, validate_block
@@ -141,3 +143,43 @@ def test_agent_override_is_validated() -> None:
     assert base.with_agent_block("a", {"warningThreshold": 3}).for_agent("a").warning_threshold == 3
     with pytest.raises(ConfigError):
         base.with_agent_block("a", {"warningThreshold": 0})
+
+
+def test_keys_one_letter_or_a_case_away_get_a_did_you_mean() -> None:
+    from config.near_misses import near_misses
+
+    document = {
+        "tool": {"loopDetection": {}},
+        "Agents": {"list": [{"id": "a", "tools": {"loopdetection": {}, "exec": {}}}]},
+        "agent": {"model": "x"},  # a real (legacy) OpenClaw key
+        "gateway": {},
+        "tools": {"loopDetectio": {}, "elevated": {}},
+        "loopwatch": {},
+    }
+    assert near_misses(document) == [
+        "tool: did you mean `tools`? (ignored: loopwatch reads `tools`)",
+        "Agents: did you mean `agents`? (ignored: loopwatch reads `agents`)",
+        "tools.loopDetectio: did you mean `tools.loopDetection`? "
+        "(ignored: loopwatch reads `tools.loopDetection`)",
+    ]
+    fleet = parse_config_text(
+        '{tools: {loopDetection: {enabled: true}}, agents: {list: [{id: "a", tools: {LoopDetection: {}}}]}}'
+    )
+    assert fleet.warnings == (
+        "agents.list[0].tools.LoopDetection: did you mean `agents.list[0].tools.loopDetection`? "
+        "(ignored: loopwatch reads `agents.list[0].tools.loopDetection`)",
+    )
+
+
+def test_the_command_line_prints_the_warnings_and_goes_on(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "openclaw.json5"
+    path.write_text("{tools: {loopdetection: {enabled: true}}}")
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "check-config", str(path)], capture_output=True
+    )
+    assert done.returncode == 0
+    assert "warning: tools.loopdetection: did you mean `tools.loopDetection`?" in done.stderr.decode()
+    assert "enabled is not set: rolling detection is off" in done.stdout.decode()
