@@ -128,7 +128,7 @@ def cmd_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
 def cmd_import(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     from detectors.events import encode_event
     from streams.inputs import source_files
-    from streams.transcripts import agent_from_path, is_transcript, transcript_events
+    from streams.transcripts import agent_from_path, is_transcript, read_transcript
 
     imported = 0
     for source in args.paths:
@@ -142,7 +142,7 @@ def cmd_import(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
                 )
                 continue
             agent = args.agent_id or agent_from_path(str(path)) or "main"
-            for event in transcript_events(path.read_bytes().splitlines(), agent, path.stem):
+            for event in read_transcript(path, agent, err):
                 out.write(encode_event(event) + b"\n")
             imported += 1
     out.flush()

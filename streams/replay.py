@@ -140,7 +140,7 @@ def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) ->
             source.removeprefix("kafka:"), args.since, args.until
         )
     else:
-        lines, transcripts = _event_files_and_transcripts(source, getattr(args, "agent_id", None))
+        lines, transcripts = _event_files_and_transcripts(source, getattr(args, "agent_id", None), err)
         events.extend(transcripts)
     with Progress(console=Console(file=err), transient=True) as progress:
         task = progress.add_task("reading history", total=None)
@@ -155,10 +155,10 @@ def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) ->
 
 
 def _event_files_and_transcripts(
-    source: str, agent_id: str | None
+    source: str, agent_id: str | None, err: TextIO
 ) -> tuple[Iterator[tuple[str, bytes]], list[Event]]:
     """Lines of the event files of a source, and the events of its OpenClaw transcripts."""
-    from streams.transcripts import agent_from_path, is_transcript, transcript_events
+    from streams.transcripts import agent_from_path, is_transcript, read_transcript
 
     event_files, imported = [], []
     for path in source_files(source):
@@ -166,7 +166,7 @@ def _event_files_and_transcripts(
             first = stream.readline()
         if is_transcript(first):
             agent = agent_id or agent_from_path(str(path)) or "main"
-            imported.extend(transcript_events(path.read_bytes().splitlines(), agent, path.stem))
+            imported.extend(read_transcript(path, agent, err))
         else:
             event_files.append(path)
 

@@ -24,7 +24,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 import msgspec
 from msgspec import UNSET
@@ -32,7 +33,7 @@ from msgspec import UNSET
 from detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult
 from detectors.stable_json import WIRE_DECODER
 
-__all__ = ["agent_from_path", "is_transcript", "transcript_events"]
+__all__ = ["agent_from_path", "is_transcript", "read_transcript", "transcript_events"]
 
 _OVERFLOW = re.compile(
     r"prompt too long|context length|context window|context_window|maximum context|"
@@ -100,15 +101,21 @@ def _injected(message: dict[str, Any]) -> bool:
     return message.get("provider") == "openclaw"
 
 
-def _entries(lines: Iterable[bytes]) -> list[dict[str, Any]]:
+def _entries(lines: Iterable[bytes], skipped: list[tuple[int, str]] | None) -> list[dict[str, Any]]:
     entries = []
-    for raw in lines:
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
         try:
             entry = _DECODER.decode(raw)
-        except msgspec.DecodeError:
-            continue  # OpenClaw itself skips malformed lines
+        except msgspec.DecodeError as exc:  # OpenClaw itself skips malformed lines
+            if skipped is not None:
+                skipped.append((number, f"not valid JSON: {exc}"))
+            continue
         if isinstance(entry, dict):
             entries.append(entry)
+        elif skipped is not None:
+            skipped.append((number, f"not a JSON object but {type(entry).__name__}"))
     return entries
 
 
@@ -159,9 +166,15 @@ class _Segmenter:
             run.overflowed = bool(_OVERFLOW.search(str(data.get("error") or "")))
 
 
-def transcript_events(lines: Iterable[bytes], agent_id: str, id_prefix: str) -> list[Event]:
-    """The events of one transcript file (see the module rules)."""
-    entries = _entries(lines)
+def transcript_events(
+    lines: Iterable[bytes], agent_id: str, id_prefix: str, skipped: list[tuple[int, str]] | None = None
+) -> list[Event]:
+    """The events of one transcript file (see the module rules).
+
+    Lines that are not JSON objects are skipped, as OpenClaw does; ``skipped`` receives their
+    line numbers (from 1) and why.
+    """
+    entries = _entries(lines, skipped)
     if not entries or entries[0].get("type") != "session":
         return []
     segmenter = _Segmenter()
@@ -263,3 +276,12 @@ def _finish(runs: list[_Run], session: str, agent_id: str, id_prefix: str) -> li
             )
         )
     return out
+
+
+def read_transcript(path: Path, agent_id: str, err: TextIO) -> list[Event]:
+    """The events of a transcript file; each skipped line is reported on ``err`` with its number."""
+    skipped: list[tuple[int, str]] = []
+    events = transcript_events(path.read_bytes().split(b"\n"), agent_id, path.stem, skipped)
+    for number, reason in skipped:
+        print(f"loopwatch: {path}:{number}: skipped: {reason}", file=err)
+    return events

@@ -75,3 +75,30 @@ def test_import_command_and_skips(tmp_path: Path) -> None:
     assert len(lines) == 26
     assert all(json.loads(line)["agent_id"] == "s1" for line in lines)
     assert "not an OpenClaw session transcript" in done.stderr.decode()
+
+
+def test_import_and_replay_name_every_line_they_skip(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    source = (DATA / "transcripts" / "openclaw-healthy-many-tools.session.jsonl").read_bytes().split(b"\n")
+    broken = [source[0], b"{not json", b"\xff\xfe invalid utf-8", b"[1, 2]", *source[1:]]
+    path = tmp_path / "broken.session.jsonl"
+    path.write_bytes(b"\n".join(broken))
+    clean = tmp_path / "clean.session.jsonl"
+    clean.write_bytes(b"\n".join(source))
+    for command in ("import", "replay"):
+        done = subprocess.run(
+            [sys.executable, "-m", "streams.cli", command, str(path)], capture_output=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        errors = done.stderr.decode()
+        for number, why in ((2, "not valid JSON"), (3, "not valid JSON"), (4, "not a JSON object")):
+            assert f"{path}:{number}: skipped: {why}" in errors, (command, errors)
+    imported = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "import", str(path)], capture_output=True, timeout=120
+    ).stdout
+    reference = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "import", str(clean)], capture_output=True, timeout=120
+    ).stdout
+    assert imported.replace(b"broken", b"clean") == reference  # nothing else is lost
