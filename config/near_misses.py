@@ -65,6 +65,11 @@ def near_misses(document: object) -> list[str]:
     if not isinstance(document, dict):
         return []
     warnings = []
+    if not any(key in document for key in ("tools", "agents", "loopwatch")):
+        warnings.append(
+            "sets nothing loopwatch reads (tools.loopDetection, agents, loopwatch): with this file "
+            "loop detection is off"
+        )
     for path, known in _READ:
         for where, obj in _objects(document, path):
             for key in obj:

@@ -135,6 +135,7 @@ def _kafka_lines(topic: str, since: str | None, until: str | None) -> Iterator[t
 
 def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) -> list[Event]:
     events: list[Event] = []
+    transcripts: list[Event] = []
     if source.startswith("kafka:"):
         lines: Iterator[tuple[str, bytes]] = _kafka_lines(
             source.removeprefix("kafka:"), args.since, args.until
@@ -142,15 +143,21 @@ def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) ->
     else:
         lines, transcripts = _event_files_and_transcripts(source, getattr(args, "agent_id", None), err)
         events.extend(transcripts)
-    with Progress(console=Console(file=err), transient=True) as progress:
+    skipped = 0
+    on_terminal = Console(file=err).is_terminal
+    with Progress(console=Console(file=err), transient=True, disable=not on_terminal) as progress:
         task = progress.add_task("reading history", total=None)
         for item in read_sourced_events(lines, max_bytes):
             if isinstance(item, BadLine):
+                skipped += 1
                 print(f"loopwatch: skipped invalid event at {item}", file=err)
                 continue
             events.append(item)
             if len(events) % 5000 == 0:
                 progress.advance(task, 5000)
+    if skipped:
+        total = skipped + len(events) - len(transcripts)
+        print(f"loopwatch: {skipped} of {total} lines were not valid events (skipped)", file=err)
     return events
 
 
@@ -244,6 +251,13 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     config = load_config(args.config)
     other = load_config(args.compare) if args.compare else None
     events = _load(args.source, args, config.settings.max_event_bytes, err)
+    if not events:
+        print(
+            f"loopwatch: no event to replay in {args.source}. Event lines are described by "
+            "`loopwatch run --help`; OpenClaw session transcripts are read as they are.",
+            file=err,
+        )
+        return 1
     spend = SpendLedger(runs_kept=len(events) + 1)
     runs = replay(events, config, spend)
     other_spend = SpendLedger(runs_kept=len(events) + 1)

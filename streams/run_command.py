@@ -36,14 +36,16 @@ async def _followed(path: str, max_bytes: int, err: TextIO, tally: dict[str, int
             yield event
 
 
-def _verdict_on_input(tally: dict[str, int], err: TextIO) -> int:
+def _verdict_on_input(tally: dict[str, int], source: str, err: TextIO) -> int:
     """The exit status once the input is read: 1 when no line of it was a valid event."""
     invalid, valid = tally["invalid"], tally["valid"]
     if invalid:
         print(f"loopwatch: {invalid} of {invalid + valid} lines were not valid events (skipped)", file=err)
-    if invalid and not valid:
+    if not valid:
         print(
-            "loopwatch: no valid event, nothing was run. Event lines are described by "
+            f"loopwatch: {'stdin' if source == '-' else source}: "
+            + ("no valid event, " if invalid else "no events (empty), ")
+            + "nothing was run. Event lines are described by "
             "`loopwatch run --help`; OpenClaw session transcripts are read by `loopwatch replay` "
             "and converted by `loopwatch import`.",
             file=err,
@@ -87,4 +89,4 @@ def run_embedded(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         sink.flush()
         if sink is not out:
             sink.close()
-    return _verdict_on_input(tally, err)
+    return _verdict_on_input(tally, args.events, err)

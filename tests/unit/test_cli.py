@@ -185,10 +185,11 @@ def test_config_comes_from_the_environment_and_the_flag_wins(tmp_path: Path) -> 
     from_env = subprocess.run([*command, "-"], input=b"", env=env, capture_output=True)
     assert from_env.returncode == 2
     assert b"historySize" in from_env.stderr
+    one_event = (FIXTURES / "openclaw-post-compaction-abort.events.jsonl").read_bytes().splitlines()[0]
     flag_wins = subprocess.run(
-        [*command, "--config", str(good), "-"], input=b"", env=env, capture_output=True
+        [*command, "--config", str(good), "-"], input=one_event, env=env, capture_output=True
     )
-    assert flag_wins.returncode == 0
+    assert flag_wins.returncode == 0, flag_wins.stderr
 
 
 def wait_until_read_to(pid: int, path: Path, size: int, timeout: float = 60) -> None:
