@@ -10,6 +10,8 @@ Routes (GET):
 * ``/fleet/overview?minutes=N`` — the above plus the timeline, the verdict feed and the runs
   with verdicts: everything the fleet page draws, in one request.
 * ``/fleet/run?id=RUN`` — one run: summary, its verdicts, its recent calls, results and verdicts.
+* ``/metrics``, ``/health`` — in the embedded runtime only (a worker serves its own): the same
+  Prometheus series as a worker's, for what this process has processed.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class Response:
     body: bytes
 
 
+_PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
+
+
 def _json(status: int, value: Any) -> Response:
     return Response(status, _JSON, msgspec.json.encode(value))
 
@@ -64,8 +69,13 @@ def _json(status: int, value: Any) -> Response:
 class Dashboard:
     """Answers the dashboard's routes from a :class:`FleetView`."""
 
-    def __init__(self, view: FleetView, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, view: FleetView, clock: Callable[[], float] = time.time, serve_metrics: bool = False
+    ) -> None:
         self.view = view
+        self.serve_metrics = (
+            serve_metrics  # the embedded runtime's /metrics and /health (a worker has its own)
+        )
         self.clock = clock
         self.static = {path: (WEB / name).read_bytes() for path, (name, _) in _STATIC.items()}
 
@@ -74,6 +84,12 @@ class Dashboard:
         if path in _STATIC:
             return Response(200, _STATIC[path][1], self.static[path])
         now_ms = int(self.clock() * 1000)
+        if path == "/metrics" and self.serve_metrics:
+            active, ended, size = self.view.gauges()
+            return Response(200, _PROMETHEUS, self.view.metrics.render(active, ended, size, {}).encode())
+        if path == "/health" and self.serve_metrics:
+            events = sum(self.view.metrics.events.values())
+            return _json(200, {"status": "ok", "source": self.view.source, "events": events})
         if path == "/fleet/run":
             scope = query.get("id", "")
             if not scope:
@@ -143,7 +159,7 @@ async def serving(view: FleetView, address: str, err: TextIO) -> AsyncIterator[s
     """The dashboard served while the block runs; yields its URL (also printed on ``err``)."""
     host, port = parse_address(address)
     try:
-        runner = await start_server(Dashboard(view), host, port)
+        runner = await start_server(Dashboard(view, serve_metrics=True), host, port)
     except OSError as exc:
         raise LoopwatchError(f"--serve {address}: cannot listen there: {exc.strerror or exc}") from exc
     bound = runner.addresses[0][1] if runner.addresses else port

@@ -17,7 +17,7 @@ from aiokafka.partitioner import murmur2
 
 from config.fleet import FleetConfig
 from detectors.engine import Engine
-from detectors.events import Event, Output, run_scope
+from detectors.events import Event, Output, ToolCall, run_scope
 from streams.fleet_view import FleetView
 
 __all__ = ["EmbeddedRuntime", "partition_for"]
@@ -51,6 +51,8 @@ class EmbeddedRuntime:
             engine.config = config
 
     async def __aenter__(self) -> EmbeddedRuntime:
+        if self.view is not None:
+            self.view.gauges = self.gauges
         self._queues = [asyncio.Queue(maxsize=10_000) for _ in range(self.workers)]
         self._tasks = [asyncio.create_task(self._work(index)) for index in range(self.workers)]
         return self
@@ -67,16 +69,43 @@ class EmbeddedRuntime:
             if item is _STOP:
                 return
             event, future = item
+            view = self.view
+            started = time.perf_counter()
             try:
-                outputs = engine.process(event)
+                if view is not None and isinstance(event, ToolCall) and event.usage is not None:
+                    outputs = self._process_counting_spend(engine, event, view)
+                else:
+                    outputs = engine.process(event)
             except Exception as exc:  # noqa: BLE001 - handed to the caller awaiting this event
                 if not future.done():
                     future.set_exception(exc)
                 continue
-            if self.view is not None:
+            if view is not None:
+                view.metrics.event(str(event.__struct_config__.tag), time.perf_counter() - started)
+                for output in outputs:
+                    view.metrics.output(output)
                 self._observe(event, outputs)
             if not future.done():  # the caller may have been cancelled meanwhile
                 future.set_result(outputs)
+
+    @staticmethod
+    def _process_counting_spend(engine: Engine, event: ToolCall, view: FleetView) -> list[Output]:
+        state = engine.states.get(run_scope(event))
+        before = state.loop_spend_usd if state is not None else 0.0
+        outputs = engine.process(event)
+        state = engine.states.get(run_scope(event))
+        if state is not None and event.usage is not None:
+            view.metrics.spend(
+                event.agent_id, event.usage, state.loop_spend_usd - before, state.first_detector
+            )
+        return outputs
+
+    def gauges(self) -> tuple[int, int, int]:
+        """Active runs, ended runs remembered, and the bytes of the active runs' state."""
+        active = sum(len(engine.states) for engine in self.engines)
+        ended = sum(len(engine.ended) for engine in self.engines)
+        size = sum(len(state.to_bytes()) for engine in self.engines for state in list(engine.states.values()))
+        return active, ended, size
 
     def _observe(self, event: Event, outputs: list[Output]) -> None:
         assert self.view is not None

@@ -6,10 +6,12 @@ the embedded runtime's own stream) with each record's time; asked with the time 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from detectors.events import Event, Output
 from streams.fleet_stats import FleetStats
+from streams.metrics import WorkerMetrics
 from streams.run_activity import RunActivity
 from streams.spend_ledger import SpendLedger
 
@@ -31,6 +33,10 @@ class FleetView:
         self.stats = FleetStats(window_s=window_s, horizon_s=horizon_s, failing_runs=failing_runs)
         self.activity = RunActivity(previews=previews)
         self.spend = SpendLedger()
+        # the embedded runtime's Prometheus metrics (a worker keeps its own): what it processed,
+        # and its gauges (active runs, ended runs, state bytes) from the runtime serving now
+        self.metrics = WorkerMetrics()
+        self.gauges: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 0)
         self.events = 0
         self.outputs = 0
 

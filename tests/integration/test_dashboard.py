@@ -238,6 +238,20 @@ def test_run_serve_dashboard_matches_the_verdicts_it_wrote(tmp_path: Path) -> No
         url = served.wait_done()
         outputs = [json.loads(line) for line in served.out.read_bytes().splitlines()]
         assert outputs == expected_outputs(events)  # the folder is read in name order
+        with urllib.request.urlopen(url.replace("/dashboard", "/metrics"), timeout=10) as answer:
+            assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            series = dict(
+                line.rsplit(" ", 1)
+                for line in answer.read().decode().splitlines()
+                if not line.startswith("#")
+            )
+        verdicts = sum(float(v) for k, v in series.items() if k.startswith("loopwatch_verdicts_total"))
+        assert verdicts == len(outputs)
+        assert sum(float(v) for k, v in series.items() if k.startswith("loopwatch_events_total")) == len(
+            events
+        )
+        with urllib.request.urlopen(url.replace("/dashboard", "/health"), timeout=10) as answer:
+            assert json.loads(answer.read())["status"] == "ok"
 
         async def scenario() -> None:
             async with Chromium() as browser:
