@@ -57,3 +57,23 @@ def test_docker_compose_runs_the_kafka_version_of_the_local_broker() -> None:
     local = re.search(r"<kafka.version>([^<]+)</kafka.version>", pom)
     assert local is not None
     assert f"image: apache/kafka:{local.group(1)}" in (ROOT / "docker-compose.yml").read_text()
+
+
+def test_the_documents_code_comments_cite_are_in_the_repository() -> None:
+    import re
+
+    from tests.helpers import ROOT
+
+    sources = [p for folder in ("config", "detectors", "streams") for p in (ROOT / folder).rglob("*.py")]
+    text = "\n".join(p.read_text() for p in sources)
+    for cited in set(re.findall(r"docs/[\w.-]+\.md", text)):
+        assert (ROOT / cited).is_file(), cited
+    rules = (ROOT / "docs" / "openclaw-rules.md").read_text()
+    for section in set(re.findall(r"spec §(\d+(?:\.\d+)?)", text)):
+        top = section.split(".")[0]
+        assert f"§{section}" in rules or f"## §{top}" in rules, f"spec §{section}"
+    for code in ("D1", "D2", "E1", "E2", "E3", "E4", "E5"):
+        assert f"**{code}**" in rules
+    design = (ROOT / "docs" / "design.md").read_text()
+    for section in set(re.findall(r"DESIGN §(\d+)", text)):
+        assert f"## §{section}" in design, f"DESIGN §{section}"
