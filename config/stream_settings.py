@@ -9,9 +9,12 @@ them and reports every problem at once. Secrets never appear in :meth:`StreamSet
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+import msgspec
 
 from config.errors import ConfigError, ConfigProblem
 
@@ -89,25 +92,21 @@ def env_name(field_name: str) -> str:
     return f"LOOPWATCH_{field_name.upper()}"
 
 
-def _convert(kind: str, optional: bool, raw: Any) -> Any:
-    if raw is None or (optional and raw == ""):
+_BOOL_WORDS = {"yes": "true", "on": "true", "no": "false", "off": "false"}
+
+
+def _type_name(hint: Any) -> str:
+    base = [arg for arg in typing.get_args(hint) if arg is not type(None)] or [hint]
+    return str(getattr(base[0], "__name__", base[0]))
+
+
+def _convert(hint: Any, raw: Any) -> Any:
+    """``raw`` (an environment string or a flag's value) as the field's type, by msgspec."""
+    if raw is None or (type(None) in typing.get_args(hint) and raw == ""):
         return None
-    if kind == "int":
-        if isinstance(raw, bool):
-            raise ValueError("must be an integer")
-        return int(raw)
-    if kind == "float":
-        return float(raw)
-    if kind == "bool":
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise ValueError("must be true or false")
-    return str(raw)
+    if hint is bool and isinstance(raw, str):
+        raw = _BOOL_WORDS.get(raw.strip().lower(), raw.strip().lower())
+    return msgspec.convert(raw, hint, strict=False)
 
 
 def _check_kafka(settings: StreamSettings, bad: Callable[[str, str], None]) -> None:
@@ -183,21 +182,19 @@ def parse_stream_settings(
     overrides = {key: value for key, value in (overrides or {}).items() if value is not None}
     values: dict[str, Any] = {}
     problems: list[ConfigProblem] = []
-    known = {spec.name: spec for spec in fields(StreamSettings)}
+    hints = typing.get_type_hints(StreamSettings)
     for key in overrides:
-        if key not in known:
+        if key not in hints:
             problems.append(ConfigProblem(key, "unknown setting"))
-    for name, spec in known.items():
+    for name, hint in hints.items():
         raw = overrides.get(name, env.get(env_name(name)))
         if raw is None:
             continue
-        annotation = str(spec.type)
-        kind = annotation.split(" ")[0]
         try:
-            values[name] = _convert(kind, "None" in annotation, raw)
-        except ValueError:
+            values[name] = _convert(hint, raw)
+        except msgspec.ValidationError:  # every field is tried: all problems are reported at once
             where = "flag --" + name.replace("_", "-") if name in overrides else env_name(name)
-            problems.append(ConfigProblem(where, f"cannot read {raw!r} as {kind}"))
+            problems.append(ConfigProblem(where, f"cannot read {raw!r} as {_type_name(hint)}"))
     settings = StreamSettings(**values)  # unreadable values keep their defaults for the checks
     problems.extend(_check(settings))
     if problems:
