@@ -1,4 +1,4 @@
-"""Prometheus metrics of a worker, rendered in the text exposition format (no extra dependency).
+"""Prometheus metrics of a worker (and of the embedded runtime), exposed with prometheus-client.
 
 Counters: events processed by type, invalid events, verdicts by level / detector / action,
 redelivered records, records of ended runs, re-seeks and skipped offsets of the input, and
@@ -12,22 +12,17 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from detectors.events import Abort, Output, Usage, Verdict
 
 __all__ = ["WorkerMetrics"]
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
-
-
-def _escape(value: str) -> str:
-    """A label value in the text exposition format: backslash, quote and newline escaped."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(**labels: str) -> str:
-    inner = ",".join(f'{key}="{_escape(value)}"' for key, value in labels.items())
-    return "{" + inner + "}" if inner else ""
 
 
 class WorkerMetrics:
@@ -73,81 +68,96 @@ class WorkerMetrics:
             self.loop_spend_usd[key] = self.loop_spend_usd.get(key, 0.0) + loop_usd
 
     def render(self, active_runs: int, ended_runs: int, state_bytes: int, lag: dict[int, int]) -> str:
-        lines = [
-            "# HELP loopwatch_events_total Events processed, by type.",
-            "# TYPE loopwatch_events_total counter",
-        ]
-        lines += [f"loopwatch_events_total{_labels(type=k)} {v}" for k, v in sorted(self.events.items())]
-        lines += [
-            "# HELP loopwatch_invalid_events_total Records sent to the dead-letter topic.",
-            "# TYPE loopwatch_invalid_events_total counter",
-            f"loopwatch_invalid_events_total {self.invalid}",
-            "# HELP loopwatch_redelivered_events_total Records applied before and seen again.",
-            "# TYPE loopwatch_redelivered_events_total counter",
-            f"loopwatch_redelivered_events_total {self.redelivered}",
-            "# HELP loopwatch_ended_run_events_total Records of runs that had ended (ignored).",
-            "# TYPE loopwatch_ended_run_events_total counter",
-            f"loopwatch_ended_run_events_total {self.ended_run_events}",
-            "# HELP loopwatch_input_reseeks_total Fetches past the last applied record, sought back.",
-            "# TYPE loopwatch_input_reseeks_total counter",
-            f"loopwatch_input_reseeks_total {self.reseeks}",
-            "# HELP loopwatch_input_gap_records_total Input offsets missing on the broker (skipped).",
-            "# TYPE loopwatch_input_gap_records_total counter",
-            f"loopwatch_input_gap_records_total {self.gaps}",
-            "# HELP loopwatch_verdicts_total Verdicts and aborts published.",
-            "# TYPE loopwatch_verdicts_total counter",
-        ]
-        lines += [
-            f"loopwatch_verdicts_total{_labels(level=level, detector=detector, action=action)} {count}"
-            for (level, detector, action), count in sorted(self.verdicts.items())
-        ]
-        lines += [
-            "# HELP loopwatch_spend_usd_total What the model turns behind the tool calls cost (usage).",
-            "# TYPE loopwatch_spend_usd_total counter",
-        ]
-        lines += [
-            f"loopwatch_spend_usd_total{_labels(agent_id=a)} {v:.6f}"
-            for a, v in sorted(self.spend_usd.items())
-        ]
-        lines += [
-            "# HELP loopwatch_tokens_total Tokens of the model turns behind the tool calls (usage).",
-            "# TYPE loopwatch_tokens_total counter",
-        ]
-        lines += [
-            f"loopwatch_tokens_total{_labels(agent_id=a, kind=k)} {v}"
-            for (a, k), v in sorted(self.tokens.items())
-        ]
-        lines += [
-            "# HELP loopwatch_loop_spend_usd_total Spend of runs from their first verdict on, by detector.",
-            "# TYPE loopwatch_loop_spend_usd_total counter",
-        ]
-        lines += [
-            f"loopwatch_loop_spend_usd_total{_labels(agent_id=a, detector=d)} {v:.6f}"
-            for (a, d), v in sorted(self.loop_spend_usd.items())
-        ]
-        lines += [
-            "# HELP loopwatch_processing_seconds Time to process one event.",
-            "# TYPE loopwatch_processing_seconds histogram",
-        ]
-        cumulative = 0
-        for bound, count in zip(BUCKETS, self._buckets, strict=True):
+        """The text exposition format, written by prometheus-client from the current values."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Snapshot(self, (active_runs, ended_runs, state_bytes), lag))
+        return generate_latest(registry).decode()
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+class _Snapshot(Collector):
+    """The worker's counts as metric families (collected once per scrape)."""
+
+    def __init__(self, metrics: WorkerMetrics, gauges: tuple[int, int, int], lag: dict[int, int]) -> None:
+        self.metrics = metrics
+        self.gauges = gauges
+        self.lag = lag
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        events = CounterMetricFamily("loopwatch_events", "Events processed, by type.", labels=["type"])
+        for kind, count in sorted(m.events.items()):
+            events.add_metric([kind], count)
+        yield events
+        yield _counter("loopwatch_invalid_events", "Records sent to the dead-letter topic.", m.invalid)
+        yield _counter(
+            "loopwatch_redelivered_events", "Records applied before and seen again.", m.redelivered
+        )
+        yield _counter(
+            "loopwatch_ended_run_events", "Records of runs that had ended (ignored).", m.ended_run_events
+        )
+        yield _counter(
+            "loopwatch_input_reseeks", "Fetches past the last applied record, sought back.", m.reseeks
+        )
+        yield _counter(
+            "loopwatch_input_gap_records", "Input offsets missing on the broker (skipped).", m.gaps
+        )
+        verdicts = CounterMetricFamily(
+            "loopwatch_verdicts", "Verdicts and aborts published.", labels=["level", "detector", "action"]
+        )
+        for (level, detector, action), count in sorted(m.verdicts.items()):
+            verdicts.add_metric([level, detector, action], count)
+        yield verdicts
+        spend = CounterMetricFamily(
+            "loopwatch_spend_usd",
+            "What the model turns behind the tool calls cost (usage).",
+            labels=["agent_id"],
+        )
+        for agent, usd in sorted(m.spend_usd.items()):
+            spend.add_metric([agent], usd)
+        yield spend
+        tokens = CounterMetricFamily(
+            "loopwatch_tokens",
+            "Tokens of the model turns behind the tool calls (usage).",
+            labels=["agent_id", "kind"],
+        )
+        for (agent, kind), count in sorted(m.tokens.items()):
+            tokens.add_metric([agent, kind], count)
+        yield tokens
+        loop = CounterMetricFamily(
+            "loopwatch_loop_spend_usd",
+            "Spend of runs from their first verdict on, by detector.",
+            labels=["agent_id", "detector"],
+        )
+        for (agent, detector), usd in sorted(m.loop_spend_usd.items()):
+            loop.add_metric([agent, detector], usd)
+        yield loop
+        cumulative, buckets = 0, []
+        for bound, count in zip(BUCKETS, m._buckets, strict=True):
             cumulative += count
-            lines.append(f'loopwatch_processing_seconds_bucket{{le="{bound}"}} {cumulative}')
-        lines += [
-            f'loopwatch_processing_seconds_bucket{{le="+Inf"}} {self._count}',
-            f"loopwatch_processing_seconds_sum {self._sum:.6f}",
-            f"loopwatch_processing_seconds_count {self._count}",
-            "# HELP loopwatch_active_runs Runs with state on this worker.",
-            "# TYPE loopwatch_active_runs gauge",
-            f"loopwatch_active_runs {active_runs}",
-            "# HELP loopwatch_ended_runs Ended runs whose tombstone still turns away their late events.",
-            "# TYPE loopwatch_ended_runs gauge",
-            f"loopwatch_ended_runs {ended_runs}",
-            "# HELP loopwatch_state_bytes Serialised state of those runs.",
-            "# TYPE loopwatch_state_bytes gauge",
-            f"loopwatch_state_bytes {state_bytes}",
-            "# HELP loopwatch_consumer_lag Records of the input topic not yet processed, by partition.",
-            "# TYPE loopwatch_consumer_lag gauge",
-        ]
-        lines += [f"loopwatch_consumer_lag{_labels(partition=str(p))} {n}" for p, n in sorted(lag.items())]
-        return "\n".join(lines) + "\n"
+            buckets.append((str(bound), cumulative))
+        buckets.append(("+Inf", m._count))
+        yield HistogramMetricFamily(
+            "loopwatch_processing_seconds", "Time to process one event.", buckets=buckets, sum_value=m._sum
+        )
+        active, ended, size = self.gauges
+        yield _gauge("loopwatch_active_runs", "Runs with state on this worker.", active)
+        yield _gauge(
+            "loopwatch_ended_runs", "Ended runs whose tombstone still turns away their late events.", ended
+        )
+        yield _gauge("loopwatch_state_bytes", "Serialised state of those runs.", size)
+        lag = GaugeMetricFamily(
+            "loopwatch_consumer_lag",
+            "Records of the input topic not yet processed, by partition.",
+            labels=["partition"],
+        )
+        for partition, behind in sorted(self.lag.items()):
+            lag.add_metric([str(partition)], behind)
+        yield lag

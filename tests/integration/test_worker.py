@@ -123,7 +123,7 @@ def test_bad_input_is_dead_lettered_and_nothing_else_changes(
     assert published == len(expected)
     assert (
         metrics[
-            'loopwatch_verdicts_total{level="critical",detector="compaction_loop_persisted",action="abort"}'
+            'loopwatch_verdicts_total{action="abort",detector="compaction_loop_persisted",level="critical"}'
         ]
         == 1
     )
