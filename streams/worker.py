@@ -158,7 +158,7 @@ class LoopwatchWorker:
         worker = self
 
         async def metrics(view: Any, request: Any) -> Any:  # faust binds pages to its views
-            return view.text(worker.metrics_text(), content_type="text/plain; version=0.0.4; charset=utf-8")
+            return view.text(worker.metrics_text(), content_type="text/plain; version=0.0.4")
 
         async def health(view: Any, request: Any) -> Any:
             return view.json({"status": "ok", "events": sum(worker.metrics.events.values())})
