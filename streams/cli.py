@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from config.errors import ConfigError, LoopwatchError
+from config.errors import LoopwatchError
 from config.settings import DetectorSettings
 from detectors.conformance import run_vector
 from detectors.stable_json import WIRE_DECODER
@@ -350,10 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args, sys.stdout.buffer, sys.stderr)
-    except ConfigError as exc:
-        print(f"loopwatch: {exc}", file=sys.stderr)
-        return 2
-    except LoopwatchError as exc:
+    except LoopwatchError as exc:  # invalid config, input or broker: what and where, no traceback
         print(f"loopwatch: {exc}", file=sys.stderr)
         return 2
     except FileNotFoundError as exc:

@@ -279,9 +279,7 @@ class LoopwatchClient:
         if self._redis is not None:
             try:
                 fields = await self._redis.hgetall(f"loopwatch:run:{run_id}")
-            except OSError:
-                fields = None
-            except Exception:  # noqa: BLE001 - Redis trouble falls back to the stream
+            except Exception:  # noqa: BLE001 - Redis trouble (any) falls back to the stream
                 fields = None
             if fields:
                 data = {key.decode(): value.decode() for key, value in fields.items()}
