@@ -36,7 +36,7 @@ from detectors.events import (
 from detectors.outcomes import MISSING
 from detectors.stable_json import from_python
 
-__all__ = ["Decision", "LoopDetector"]
+__all__ = ["Decision", "LoopDetector", "decision_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,8 @@ class Decision:
         return self.action in ("allow", "warn")
 
 
-def _decision(outputs: list[Output]) -> Decision:
+def decision_of(outputs: list[Output]) -> Decision:
+    """What to do with a call, given the outputs its tool_call gave."""
     if not outputs:
         return Decision("allow")
     aborts = [out for out in outputs if isinstance(out, Abort) and out.enforced]
@@ -113,7 +114,7 @@ class LoopDetector:
             tool_call_id=tool_call_id,
             usage=as_usage(usage),
         )
-        return _decision(self._engine.process(event))
+        return decision_of(self._engine.process(event))
 
     def after_tool_call(
         self,
@@ -151,7 +152,7 @@ class LoopDetector:
             error=error_value,
             tool_call_id=tool_call_id,
         )
-        return _decision(self._engine.process(event))
+        return decision_of(self._engine.process(event))
 
     def on_compaction_retry(self, run_id: str, *, agent_id: str | None = None) -> None:
         """A compaction after context overflow succeeded: arm the run's guard."""

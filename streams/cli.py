@@ -35,6 +35,12 @@ def cmd_run(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     return run_embedded(args, out, err)
 
 
+def cmd_gateway(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    from streams.gateway import run_gateway
+
+    return run_gateway(args, err)
+
+
 def cmd_conformance(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     passed = failed = 0
     lines_out: list[str] = []
@@ -321,6 +327,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     from config.stream_settings import env_name
     from streams.worker_cli import SETTING_FLAGS
+
+    gateway = sub.add_parser(
+        "gateway",
+        help="loop detection over HTTP (POST /v1/events, /v1/decide) on the embedded runtime",
+        description="Serves the detector core over HTTP for runtimes that do not speak Kafka: "
+        "POST /v1/events (one event, a JSON array or NDJSON) answers with the outputs they "
+        "caused; POST /v1/decide (a proposed tool call) answers allow, warn, block or abort; "
+        "GET /health, /metrics and the dashboard. With LOOPWATCH_GATEWAY_TOKENS (comma-"
+        "separated) every route but /health needs a bearer token.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  loopwatch gateway\n  LOOPWATCH_GATEWAY_TOKENS=s3cret loopwatch gateway "
+        "--listen 0.0.0.0:6070 --config openclaw.json\n  curl -s localhost:6070/v1/decide -d "
+        '\'{"run_id": "r1", "tool": "read", "params": {"path": "a"}}\'',
+    )
+    gateway.add_argument(
+        "--listen", default="127.0.0.1:6070", metavar="HOST:PORT", help="default 127.0.0.1:6070"
+    )
+    gateway.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get("LOOPWATCH_CONFIG"),
+        help="OpenClaw-style config file (JSON5) (env LOOPWATCH_CONFIG)",
+    )
+    gateway.set_defaults(func=cmd_gateway)
 
     worker = sub.add_parser(
         "worker",

@@ -1,0 +1,183 @@
+"""``loopwatch gateway``: loop detection over HTTP, for runtimes that do not speak Kafka.
+
+Backend: the embedded runtime (the same core in-process, no broker). Routes:
+
+* ``POST /v1/events``: one event, a JSON array of events, or NDJSON, in the wire format.
+  Every event is validated first. One invalid event answers 400 with its index and reason,
+  and nothing is applied. Otherwise the events are applied in order and the answer is the
+  outputs they caused, ``{"outputs": [...]}``.
+* ``POST /v1/decide``: a proposed tool call (``run_id`` or ``session_id``, ``agent_id``,
+  ``tool``, ``params``, ``tool_call_id``, optional ``usage`` and ``event_id``). It is recorded
+  like a ``tool_call`` and answered with ``{"decision": "allow" | "warn" | "block" | "abort",
+  "message", "verdicts"}``.
+* ``GET /health``, ``GET /metrics`` (Prometheus), and the dashboard routes.
+
+With tokens configured (``LOOPWATCH_GATEWAY_TOKENS``, comma-separated), every route but
+``/health`` needs ``Authorization: Bearer <token>`` (401 without one). A body over
+``maxEventBytes`` is refused with 413, bad JSON and invalid events with 400 and the reason.
+Bad input never gives a 500.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import json
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TextIO
+
+import msgspec
+from aiohttp import web
+
+from config.errors import LoopwatchError
+from detectors.decoding import decode_event
+from detectors.events import Event, InvalidEvent, Output, ToolCall, encode_output
+from detectors.facade import decision_of
+from streams.dashboard import Dashboard
+from streams.embedded import EmbeddedRuntime
+from streams.fleet_view import FleetView
+
+__all__ = ["gateway_app", "run_gateway"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, reason: str) -> web.Response:
+    return web.json_response({"error": reason}, status=status)
+
+
+def _outputs_json(outputs: list[Output]) -> list[Any]:
+    return [json.loads(encode_output(output)) for output in outputs]
+
+
+def _split_body(body: bytes) -> list[bytes]:
+    """The events of a body: a JSON array, one JSON object, or NDJSON lines."""
+    stripped = body.strip()
+    if stripped.startswith(b"["):
+        try:
+            items = msgspec.json.decode(stripped)
+        except msgspec.DecodeError as exc:
+            raise InvalidEvent(f"not valid JSON: {exc}") from exc
+        if not isinstance(items, list):
+            raise InvalidEvent("not valid JSON: expected an array")
+        return [msgspec.json.encode(item) for item in items]
+    return [line for line in stripped.split(b"\n") if line.strip()]
+
+
+def _decode_all(body: bytes) -> list[Event]:
+    parts = _split_body(body)
+    if not parts:
+        raise InvalidEvent("the body holds no event")
+    events = []
+    for index, part in enumerate(parts):
+        try:
+            events.append(decode_event(part))
+        except InvalidEvent as exc:
+            raise InvalidEvent(f"event {index}: {exc.reason}") from exc
+    return events
+
+
+def _proposed_call(body: bytes) -> ToolCall:
+    try:
+        value = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise InvalidEvent(f"not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise InvalidEvent("the body must be a JSON object (a proposed tool call)")
+    call = {"type": "tool_call", "event_id": f"gateway-{uuid.uuid4().hex}", **value}
+    event = decode_event(msgspec.json.encode(call))
+    if not isinstance(event, ToolCall):
+        raise InvalidEvent("type: a decision is asked for a tool_call")
+    return event
+
+
+def gateway_app(
+    runtime: EmbeddedRuntime, view: FleetView, tokens: frozenset[str], max_bytes: int
+) -> web.Application:
+    """The gateway's routes over a started embedded runtime."""
+    dashboard = Dashboard(view, serve_metrics=True)
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if tokens and request.path != "/health":
+            given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+            if not any(hmac.compare_digest(given, token) for token in tokens):
+                return _error(401, "a bearer token is required (Authorization: Bearer <token>)")
+        try:
+            return await handler(request)
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"the body exceeds maxEventBytes ({max_bytes} bytes)")
+        except InvalidEvent as exc:
+            view.metrics.invalid += 1
+            return _error(400, exc.reason)
+
+    async def events(request: web.Request) -> web.Response:
+        parsed = _decode_all(await request.read())
+        outputs: list[Output] = []
+        for event in parsed:
+            outputs.extend(await runtime.process(event))
+        return web.json_response({"outputs": _outputs_json(outputs)})
+
+    async def decide(request: web.Request) -> web.Response:
+        call = _proposed_call(await request.read())
+        outputs = await runtime.process(call)
+        decision = decision_of(outputs)
+        return web.json_response(
+            {
+                "decision": decision.action,
+                "message": decision.message,
+                "event_id": call.event_id,
+                "verdicts": _outputs_json(outputs),
+            }
+        )
+
+    async def other(request: web.Request) -> web.StreamResponse:
+        if request.path == "/":
+            raise web.HTTPFound("/dashboard")
+        answer = dashboard.respond(request.path, request.query)
+        headers = {"Content-Type": answer.content_type, "Cache-Control": "no-store"}
+        return web.Response(body=answer.body, status=answer.status, headers=headers)
+
+    app = web.Application(middlewares=[guard], client_max_size=max_bytes)
+    app.router.add_post("/v1/events", events)
+    app.router.add_post("/v1/decide", decide)
+    app.router.add_get("/{tail:.*}", other)
+    return app
+
+
+async def _serve(config_path: str | None, listen: str, tokens: frozenset[str], err: TextIO) -> None:
+    from streams.config_files import load_config
+    from streams.dashboard import parse_address, serve_until_interrupted
+
+    config = load_config(config_path)
+    host, port = parse_address(listen)
+    view = FleetView("loopwatch gateway (embedded)")
+    async with EmbeddedRuntime(config, view=view) as runtime:
+        app = gateway_app(runtime, view, tokens, config.settings.max_event_bytes)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise LoopwatchError(f"--listen {listen}: cannot listen there: {exc.strerror or exc}") from exc
+        bound = runner.addresses[0][1] if runner.addresses else port
+        auth = f"{len(tokens)} bearer token(s)" if tokens else "no token (set LOOPWATCH_GATEWAY_TOKENS)"
+        print(f"loopwatch: gateway at http://{host}:{bound} ({auth})", file=err, flush=True)
+        try:
+            await serve_until_interrupted(err, "serving")
+        finally:
+            await runner.cleanup()
+
+
+def run_gateway(args: argparse.Namespace, err: TextIO) -> int:
+    raw = os.environ.get("LOOPWATCH_GATEWAY_TOKENS", "")
+    tokens = frozenset(token.strip() for token in raw.split(",") if token.strip())
+    try:
+        asyncio.run(_serve(args.config, args.listen, tokens, err))
+    except KeyboardInterrupt:
+        return 130
+    return 0

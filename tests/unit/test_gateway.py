@@ -1,0 +1,171 @@
+"""``loopwatch gateway`` on the embedded runtime: the same verdicts as the core, clear refusals."""
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from config import FleetConfig
+from detectors.engine import Engine
+from detectors.events import encode_event
+from streams.embedded import EmbeddedRuntime
+from streams.fleet_view import FleetView
+from streams.gateway import gateway_app
+from tests.helpers import FIXTURES, ROOT, Trace
+
+Client = TestClient[Any, Any]
+
+
+@asynccontextmanager
+async def gateway(tokens: frozenset[str] = frozenset(), max_bytes: int = 1_048_576) -> AsyncIterator[Client]:
+    view = FleetView("test gateway")
+    async with EmbeddedRuntime(FleetConfig.enabled_default(), view=view) as runtime:
+        client = TestClient(TestServer(gateway_app(runtime, view, tokens, max_bytes)))
+        await client.start_server()
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(scenario())
+
+
+def test_events_give_the_cores_outputs_in_every_body_form() -> None:
+    trace = Trace("r1")
+    for _ in range(22):
+        trace.both("read", {"path": "/missing"}, error="ENOENT")
+    events = trace.events
+    engine = Engine(FleetConfig.enabled_default())
+    expected = [o for e in events for o in engine.process(e)]
+    wire = [json.loads(encode_event(e)) for e in events]
+
+    async def scenario() -> None:
+        async with gateway() as client:
+            half = len(wire) // 2
+            first = await client.post("/v1/events", data=json.dumps(wire[:half]))
+            assert first.status == 200
+            lines = "\n".join(json.dumps(e) for e in wire[half:-1]) + "\n"
+            second = await client.post("/v1/events", data=lines)
+            third = await client.post("/v1/events", data=json.dumps(wire[-1]))
+            got = [
+                *(await first.json())["outputs"],
+                *(await second.json())["outputs"],
+                *(await third.json())["outputs"],
+            ]
+            assert [o["verdict_id"] for o in got] == [o.verdict_id for o in expected]
+            assert [o["type"] for o in got] == ["verdict", "verdict", "verdict", "abort"]
+
+    run(scenario)
+
+
+def test_decide_answers_allow_warn_block_and_abort() -> None:
+    async def scenario() -> None:
+        async with gateway() as client:
+            decisions = []
+            for n in range(22):
+                call = {"run_id": "r", "tool": "read", "params": {"path": "/x"}, "tool_call_id": f"c{n}"}
+                answer = await client.post("/v1/decide", json=call)
+                assert answer.status == 200
+                body = await answer.json()
+                decisions.append(body["decision"])
+                result = {
+                    "type": "tool_result",
+                    "event_id": f"res-{n}",
+                    "run_id": "r",
+                    "tool": "read",
+                    "params": {"path": "/x"},
+                    "tool_call_id": f"c{n}",
+                    "error": "ENOENT",
+                }
+                await client.post("/v1/events", json=result)
+            assert decisions[:10] == ["allow"] * 10
+            assert decisions[10] == "warn"
+            assert decisions[19] == "allow"  # 19 identical outcomes so far
+            assert decisions[20] == "block"
+            assert decisions[21] == "abort"  # the second critical of the run (recovery exhausted)
+            metrics = await (await client.get("/metrics")).text()
+            assert 'loopwatch_events_total{type="tool_call"} 22.0' in metrics
+
+    run(scenario)
+
+
+def test_bad_input_gets_400_401_413_and_never_a_500() -> None:
+    async def scenario() -> None:
+        async with gateway(tokens=frozenset({"s3cret"}), max_bytes=2000) as client:
+            ok = {"Authorization": "Bearer s3cret"}
+            assert (await client.get("/health")).status == 200  # open
+            assert (await client.post("/v1/decide", json={})).status == 401
+            wrong = await client.post("/v1/decide", json={}, headers={"Authorization": "Bearer nope"})
+            assert wrong.status == 401
+            cases = [
+                ("/v1/events", b"{not json", "not valid JSON"),
+                ("/v1/events", b"[1, {", "not valid JSON"),
+                ("/v1/events", b"", "no event"),
+                (
+                    "/v1/events",
+                    b'{"type":"tool_call","event_id":"e","run_id":"r","tool":5,"params":{}}',
+                    "event 0",
+                ),
+                ("/v1/decide", b"[]", "must be a JSON object"),
+                ("/v1/decide", b'{"run_id":"r","tool":"read"}', "params / args_digest"),
+                ("/v1/decide", b'{"run_id":"r","tool":"read","params":{},"usage":{"usd":1}}', "$.usage"),
+            ]
+            for path, body, reason in cases:
+                answer = await client.post(path, data=body, headers=ok)
+                assert answer.status == 400, (path, body)
+                assert reason in (await answer.json())["error"], (path, body)
+            big = await client.post("/v1/events", data=b"x" * 5000, headers=ok)
+            assert big.status == 413
+            assert "maxEventBytes" in (await big.json())["error"]
+            assert (await client.get("/metrics", headers=ok)).status == 200
+
+    run(scenario)
+
+
+def test_the_command_serves_until_sigterm() -> None:
+    env = {**os.environ, "LOOPWATCH_GATEWAY_TOKENS": "t1,t2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "gateway", "--listen", "127.0.0.1:0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        found = re.search(r"gateway at (http://\S+) \(2 bearer token", line)
+        assert found, line
+        url = found.group(1)
+        event = (FIXTURES / "openclaw-post-compaction-abort.events.jsonl").read_bytes().splitlines()[0]
+        request = urllib.request.Request(
+            url + "/v1/events", data=event, headers={"Authorization": "Bearer t2"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert json.loads(answer.read()) == {"outputs": []}
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "/v1/events", data=event, timeout=10)
+        assert refused.value.code == 401
+        refused.value.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.wait(5) == 0
+        if proc.stderr is not None:
+            proc.stderr.close()
