@@ -41,6 +41,12 @@ def cmd_gateway(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     return run_gateway(args, err)
 
 
+def cmd_hook(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    from streams.claude_code_hook import run_hook
+
+    return run_hook(args, sys.stdin.buffer, out, err)
+
+
 def cmd_conformance(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     passed = failed = 0
     lines_out: list[str] = []
@@ -351,6 +357,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="OpenClaw-style config file (JSON5) (env LOOPWATCH_CONFIG)",
     )
     gateway.set_defaults(func=cmd_gateway)
+
+    hook = sub.add_parser(
+        "hook",
+        help="an agent runtime's hook that asks a loopwatch gateway (claude-code)",
+        description="Run by Claude Code for each hook call (PreToolUse, PostToolUse, "
+        "UserPromptSubmit, SessionStart, SessionEnd) with the hook's JSON on stdin: records the "
+        "call or result with a loopwatch gateway and answers Claude Code (a block denies the tool "
+        "call, an abort stops Claude, a warning reaches the model). Fails open when the gateway "
+        "is unreachable or slow, unless --fail-closed. Each user prompt is a run.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example (~/.claude/settings.json): see the README, section Claude Code",
+    )
+    hook.add_argument("runtime", choices=["claude-code"], help="the runtime calling the hook")
+    hook.add_argument(
+        "--gateway",
+        default=os.environ.get("LOOPWATCH_GATEWAY_URL", "http://127.0.0.1:6070"),
+        help="gateway URL (env LOOPWATCH_GATEWAY_URL; token: env LOOPWATCH_GATEWAY_TOKEN)",
+    )
+    hook.add_argument("--agent-id", default="claude-code", help="agent id of the runs (default claude-code)")
+    hook.add_argument(
+        "--timeout-ms", type=_positive_int, default=2000, help="how long to wait for the gateway"
+    )
+    hook.add_argument(
+        "--fail-closed", action="store_true", help="refuse tool calls when the gateway is unreachable"
+    )
+    hook.set_defaults(func=cmd_hook)
 
     worker = sub.add_parser(
         "worker",
