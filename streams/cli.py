@@ -137,7 +137,56 @@ def cmd_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     return run_replay(args, out, err)
 
 
+def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
+    import asyncio
+    import signal
+
+    from streams.transcript_follower import Follower, publish_to_gateway, publish_to_kafka
+
+    if bool(args.gateway) == bool(args.kafka):
+        print("loopwatch: import --follow needs one of --gateway URL or --kafka BOOTSTRAP", file=err)
+        return 2
+    folder = Path(args.follow)
+    if not folder.is_dir():
+        print(f"loopwatch: {folder}: not a folder", file=err)
+        return 2
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        producer = None
+        if args.kafka:
+            from aiokafka import AIOKafkaProducer
+
+            from config.stream_settings import parse_stream_settings
+            from streams.kafka_connect import aiokafka_auth
+
+            settings = parse_stream_settings(os.environ, {"kafka_bootstrap": args.kafka})
+            producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, **aiokafka_auth(settings))
+            await producer.start()
+            publish = publish_to_kafka(producer, settings.topic_events)
+        else:
+            publish = publish_to_gateway(args.gateway, os.environ.get("LOOPWATCH_GATEWAY_TOKEN"))
+        follower = Follower(folder, publish, Path(args.offsets), args.agent_id, err)
+        print(f"loopwatch: following {folder} (offsets in {args.offsets})", file=err, flush=True)
+        try:
+            await follower.run(args.interval, stop)
+        finally:
+            if producer is not None:
+                await producer.stop()
+
+    asyncio.run(main())
+    return 0
+
+
 def cmd_import(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    if args.follow:
+        return _follow_transcripts(args, err)
+    if not args.paths:
+        print("loopwatch: import needs transcript paths, or --follow DIR", file=err)
+        return 2
     from detectors.events import encode_event
     from streams.inputs import source_files
     from streams.transcripts import agent_from_path, is_transcript, read_transcript
@@ -312,8 +361,27 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  loopwatch import ~/.openclaw/agents/main/sessions/ > events.jsonl\n"
         "  loopwatch import --agent-id coder session.jsonl | loopwatch run -",
     )
-    imp.add_argument("paths", nargs="+", metavar="PATH")
+    imp.add_argument("paths", nargs="*", metavar="PATH")
     imp.add_argument("--agent-id", help="agent id for files outside OpenClaw's directory layout")
+    imp.add_argument(
+        "--follow",
+        metavar="DIR",
+        help="sidecar: follow the transcripts under DIR as they grow and publish their events "
+        "(to --gateway or --kafka), resuming from --offsets after a restart",
+    )
+    imp.add_argument(
+        "--gateway", metavar="URL", help="with --follow: a loopwatch gateway (token: LOOPWATCH_GATEWAY_TOKEN)"
+    )
+    imp.add_argument(
+        "--kafka", metavar="BOOTSTRAP", help="with --follow: publish to the input topic on Kafka"
+    )
+    imp.add_argument(
+        "--offsets",
+        metavar="FILE",
+        default=".loopwatch-import-offsets.json",
+        help="with --follow: where the published count per file is kept",
+    )
+    imp.add_argument("--interval", type=float, default=0.5, help="with --follow: seconds between scans")
     imp.set_defaults(func=cmd_import)
 
     check = sub.add_parser(
