@@ -32,7 +32,7 @@ PYTHON="${PYTHON:-python3}"
 
 fetch() {
   mkdir -p "$LIB"
-  mvn -B -q -f "$HERE/pom.xml" dependency:copy-dependencies \
+  mvn -B -q -Dstyle.color=never -f "$HERE/pom.xml" dependency:copy-dependencies \
       -DincludeScope=runtime -DoutputDirectory="$LIB"
   compgen -G "$LIB/kafka_2.13-*.jar" >/dev/null || { echo "broker.sh: no kafka_2.13 jar in $LIB" >&2; exit 1; }
   compgen -G "$LIB/log4j-slf4j-impl-*.jar" >/dev/null || { echo "broker.sh: no SLF4J binding in $LIB" >&2; exit 1; }
