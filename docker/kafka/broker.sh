@@ -32,8 +32,12 @@ PYTHON="${PYTHON:-python3}"
 
 fetch() {
   mkdir -p "$LIB"
-  mvn -B -q -Dstyle.color=never -f "$HERE/pom.xml" dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$LIB"
+  # maven prints colour resets even in batch mode; logs get plain text
+  if ! mvn -B -q -Dstyle.color=never -f "$HERE/pom.xml" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$LIB" 2>&1 | sed -e 's/\x1b\[[0-9;]*m//g'; then
+    echo "broker.sh: fetching the Kafka jars from Maven Central failed" >&2
+    exit 1
+  fi
   compgen -G "$LIB/kafka_2.13-*.jar" >/dev/null || { echo "broker.sh: no kafka_2.13 jar in $LIB" >&2; exit 1; }
   compgen -G "$LIB/log4j-slf4j-impl-*.jar" >/dev/null || { echo "broker.sh: no SLF4J binding in $LIB" >&2; exit 1; }
 }
