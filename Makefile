@@ -8,7 +8,7 @@ CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py)
 BUILT  := $(VENV)/.compiled-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint typecheck conformance unit unit-pure services-up services-down bench bench-stream soak chaos clean
+.PHONY: help setup demo test lint typecheck conformance unit unit-pure services-up services-down bench bench-gateway bench-stream soak chaos clean
 
 KAFKA_TEST := 127.0.0.1:19092
 REDIS_TEST := redis://127.0.0.1:16379/0
@@ -62,6 +62,9 @@ test: lint typecheck conformance unit unit-pure  ## everything CI runs
 
 bench: $(BUILT)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench
+
+bench-gateway: $(BUILT)  ## /v1/decide round trips and latency on loopwatch gateway (embedded)
+	$(BIN)/python -m tests.bench.gateway_bench
 
 bench-stream: $(BUILT)  ## worker throughput and latency on the local broker (vs. raw aiokafka)
 	docker/services.sh up

@@ -1,0 +1,126 @@
+"""``make bench-gateway``: ``POST /v1/decide`` on ``loopwatch gateway`` (embedded backend).
+
+A real gateway process and a concurrent aiohttp client on this machine: the round trips per
+second at full speed (16 requests in flight), then the latency at a fixed 500 decisions per
+second (p50 / p99). Each decision is a proposed call of one of 500 runs, half of them
+looping (the same failing call again and again: warnings, blocks, aborts), the rest healthy;
+results are reported in between, as an agent runtime does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+import aiohttp
+
+RUNS = 500
+
+
+def _call(n: int) -> tuple[dict[str, object], dict[str, object]]:
+    run = f"bench-{n % RUNS}"
+    looping = n % RUNS < RUNS // 2
+    params = {"path": "/missing"} if looping else {"path": f"/f{n}"}
+    call: dict[str, object] = {
+        "run_id": run,
+        "agent_id": "bench",
+        "tool": "read",
+        "params": params,
+        "tool_call_id": f"c{n}",
+    }
+    result: dict[str, object] = {
+        "type": "tool_result",
+        "event_id": f"r{n}",
+        "run_id": run,
+        "agent_id": "bench",
+        "tool": "read",
+        "params": params,
+        "tool_call_id": f"c{n}",
+    }
+    if looping:
+        result["error"] = "ENOENT"
+    else:
+        result["result"] = {"content": [{"type": "text", "text": f"line {n}"}]}
+    return call, result
+
+
+async def _one(session: aiohttp.ClientSession, url: str, n: int) -> float:
+    call, result = _call(n)
+    started = time.perf_counter()
+    async with session.post(url + "/v1/decide", json=call) as answer:
+        body = await answer.json()
+    spent = time.perf_counter() - started
+    if body["decision"] in ("allow", "warn"):
+        async with session.post(url + "/v1/events", json=result) as answer:
+            await answer.read()
+    return spent
+
+
+async def full_speed(url: str, total: int, in_flight: int = 16) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    counter = iter(range(total))
+    async with aiohttp.ClientSession() as session:
+
+        async def worker() -> None:
+            for n in counter:
+                latencies.append(await _one(session, url, n))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+        return total / (time.perf_counter() - started), latencies
+
+
+async def fixed_rate(url: str, rate: float, seconds: float, offset: int) -> list[float]:
+    latencies: list[float] = []
+    tasks = []
+    async with aiohttp.ClientSession() as session:
+        started = time.perf_counter()
+        for k in range(int(rate * seconds)):
+            delay = started + k / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(_one(session, url, offset + k)))
+        latencies = list(await asyncio.gather(*tasks))
+    return latencies
+
+
+def _ms(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] * 1000
+
+
+def main() -> int:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "gateway", "--listen", "127.0.0.1:0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        found = re.search(r"gateway at (http://\S+)", proc.stderr.readline())
+        assert found, "the gateway did not start"
+        url = found.group(1)
+        rps, latencies = asyncio.run(full_speed(url, 10_000))
+        print(
+            f"gateway (embedded), /v1/decide at full speed, 16 in flight: {rps:,.0f} decisions/s, "
+            f"p50 {_ms(latencies, 50):.2f} ms, p99 {_ms(latencies, 99):.2f} ms",
+            flush=True,
+        )
+        paced = asyncio.run(fixed_rate(url, 500, 10, 100_000))
+        print(
+            f"gateway (embedded), /v1/decide at 500/s for 10 s: p50 {_ms(paced, 50):.2f} ms, "
+            f"p99 {_ms(paced, 99):.2f} ms (target: p99 <= 5 ms)",
+            flush=True,
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
