@@ -136,7 +136,7 @@ def detect(
             generic_repeat.critical_message(tool, no_progress),
             generic_repeat.critical_key(tool, args_hash, latest),
         )
-    if newest and recent >= argument_churn.MIN_STABLE_CALLS:
+    if newest:
         churn, variants = argument_churn.evaluate(history, tool, args_hash)
         if churn >= config.warning_threshold:
             return Detection(

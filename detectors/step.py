@@ -216,14 +216,12 @@ def _on_call(
         cents = round(state.loop_spend_usd * 100)
         message = loop_budget.abort_message(state.loop_spend_usd, budget)
         outputs.append(_abort(state, event, loop_budget.ABORT_REASON, cents, message, settings.observe_only))
-    stale_limit = settings.churn_stale_after_s if resolved.newest and resolved.enabled else 0
+    stale_limit = _stale_limit(settings, resolved)
     if stale_limit and not blocked:
         if found is not None and found.detector == argument_churn.DETECTOR:
             churn = found.count
-        elif history.recent(args_hash) >= argument_churn.MIN_STABLE_CALLS:
-            churn = argument_churn.evaluate(history, tool, args_hash)[0]
         else:
-            churn = 0
+            churn = argument_churn.evaluate(history, tool, args_hash)[0]
         churn_liveness.after_call(state, churn, resolved.warning_threshold, event.ts)
     if blocked:
         if resolved.newest:  # the blocked call leaves a veto record (2026-08)
@@ -385,12 +383,17 @@ def _on_result(
         outputs.append(_abort(state, event, GUARD_REASON, verdict.count, verdict.message or "", observe_only))
     if state.churn_since is None:  # no churn lease running (always so under 2026-05)
         return outputs
-    stale_limit = settings.churn_stale_after_s if resolved.newest and resolved.enabled else 0
+    stale_limit = _stale_limit(settings, resolved)
     if stale_limit:
         if prepared.result_hash is not None:
             churn_liveness.after_outcome(state, state.history, event.tool, prepared.args_hash)
         _stale_churn_abort(state, event, stale_limit, observe_only, outputs)
     return outputs
+
+
+def _stale_limit(settings: DetectorSettings, resolved: ResolvedLoopDetection) -> int:
+    """Seconds of churn that abort a run; 0 when the stale-churn abort does not apply."""
+    return settings.churn_stale_after_s if resolved.newest and resolved.enabled else 0
 
 
 def _abort_kind(reason: str) -> str:

@@ -33,6 +33,8 @@ MIN_STABLE_CALLS: Final = 3
 
 def evaluate(history: History, tool: str, args_hash: str) -> tuple[int, int]:
     """``(count, variant_count)`` of the churn for the proposed call, ``(0, 0)`` if none."""
+    if history.recent(args_hash) < MIN_STABLE_CALLS:  # cheap: the proposal cannot be stable
+        return 0, 0
     outcomes: dict[str, str] = {}  # variant -> result hash of its newest occurrence
     calls: dict[str, int] = {}
     total = 0
