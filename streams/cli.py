@@ -230,6 +230,16 @@ def _serve_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _config_flag(parser: argparse.ArgumentParser, text: str = "") -> None:
+    """``--config FILE``, defaulting to ``LOOPWATCH_CONFIG``."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get("LOOPWATCH_CONFIG"),
+        help=text or "OpenClaw-style config file (JSON5) (env LOOPWATCH_CONFIG)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loopwatch",
@@ -251,11 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
         "  loopwatch run --follow /var/log/agents/events.jsonl -o verdicts.jsonl\n"
         "  loopwatch run --serve 127.0.0.1:8080 --follow events.jsonl -o verdicts.jsonl",
     )
-    run.add_argument(
-        "--config",
-        default=os.environ.get("LOOPWATCH_CONFIG"),
-        metavar="FILE",
-        help="OpenClaw-style config file (JSON5); default: detection enabled with OpenClaw's defaults "
+    _config_flag(
+        run,
+        "OpenClaw-style config file (JSON5); default: detection enabled with OpenClaw's defaults "
         "(env LOOPWATCH_CONFIG)",
     )
     run.add_argument(
@@ -301,12 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--seed", type=int, default=7, help="seed of the simulated fleet (reproducible)")
     demo.add_argument("--runs", type=_positive_int, default=24, help="runs per scenario, all at once")
-    demo.add_argument(
-        "--config",
-        metavar="FILE",
-        default=os.environ.get("LOOPWATCH_CONFIG"),
-        help="OpenClaw-style config file (JSON5) (env LOOPWATCH_CONFIG)",
-    )
+    _config_flag(demo)
     demo.add_argument("--json", action="store_true", help="the summary as JSON on stdout")
     _serve_flag(demo)
     demo.add_argument(
@@ -338,11 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
         "  loopwatch replay kafka:loopwatch.tool-events --since 2026-12-01T00:00 --json",
     )
     rep.add_argument("source", metavar="SOURCE")
-    rep.add_argument(
-        "--config",
-        metavar="FILE",
-        default=os.environ.get("LOOPWATCH_CONFIG"),
-        help="config to replay through (default: enabled; env LOOPWATCH_CONFIG)",
+    _config_flag(
+        rep,
+        "config to replay through (default: enabled; env LOOPWATCH_CONFIG)",
     )
     rep.add_argument("--compare", metavar="FILE", help="a second config: list the runs it changes")
     rep.add_argument("--since", metavar="ISO_TIME", help="Kafka source: first record time")
@@ -418,12 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway.add_argument(
         "--listen", default="127.0.0.1:6070", metavar="HOST:PORT", help="default 127.0.0.1:6070"
     )
-    gateway.add_argument(
-        "--config",
-        metavar="FILE",
-        default=os.environ.get("LOOPWATCH_CONFIG"),
-        help="OpenClaw-style config file (JSON5) (env LOOPWATCH_CONFIG)",
-    )
+    _config_flag(gateway)
     gateway.set_defaults(func=cmd_gateway)
 
     hook = sub.add_parser(
@@ -461,12 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  loopwatch worker --kafka 127.0.0.1:9092 --config openclaw.json\n"
         "  LOOPWATCH_REDIS_URL=redis://127.0.0.1:6379/0 loopwatch worker",
     )
-    worker.add_argument(
-        "--config",
-        metavar="FILE",
-        default=os.environ.get("LOOPWATCH_CONFIG"),
-        help="OpenClaw-style config file (JSON5) (env LOOPWATCH_CONFIG)",
-    )
+    _config_flag(worker)
     for flag, (field, text) in SETTING_FLAGS.items():
         worker.add_argument(
             flag, dest=field, metavar=field.split("_")[-1].upper(), help=f"{text} (env {env_name(field)})"
