@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hmac
-import json
 import os
 import uuid
 from collections.abc import Awaitable, Callable
@@ -49,8 +48,16 @@ def _error(status: int, reason: str) -> web.Response:
     return web.json_response({"error": reason}, status=status)
 
 
-def _outputs_json(outputs: list[Output]) -> list[Any]:
-    return [json.loads(encode_output(output)) for output in outputs]
+def _outputs_json(outputs: list[Output]) -> bytes:
+    """The outputs as a JSON array, each in its wire encoding (no decode and re-encode)."""
+    return b"[" + b",".join(encode_output(output) for output in outputs) + b"]"
+
+
+def _answer(fields: dict[str, Any], outputs: list[Output], key: str) -> web.Response:
+    """``fields`` plus ``key``: the outputs, as one JSON object."""
+    head = msgspec.json.encode(fields)[:-1] + (b"," if fields else b"")  # the object, still open
+    body = head + msgspec.json.encode(key) + b":" + _outputs_json(outputs) + b"}"
+    return web.Response(body=body, content_type="application/json")
 
 
 def _split_body(body: bytes) -> list[bytes]:
@@ -119,20 +126,14 @@ def gateway_app(
         outputs: list[Output] = []
         for event in parsed:
             outputs.extend(await runtime.process(event))
-        return web.json_response({"outputs": _outputs_json(outputs)})
+        return _answer({}, outputs, "outputs")
 
     async def decide(request: web.Request) -> web.Response:
         call = _proposed_call(await request.read())
         outputs = await runtime.process(call)
         decision = decision_of(outputs)
-        return web.json_response(
-            {
-                "decision": decision.action,
-                "message": decision.message,
-                "event_id": call.event_id,
-                "verdicts": _outputs_json(outputs),
-            }
-        )
+        fields = {"decision": decision.action, "message": decision.message, "event_id": call.event_id}
+        return _answer(fields, outputs, "verdicts")
 
     async def other(request: web.Request) -> web.StreamResponse:
         if request.path == "/":
