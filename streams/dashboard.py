@@ -73,9 +73,8 @@ class Dashboard:
         self, view: FleetView, clock: Callable[[], float] = time.time, serve_metrics: bool = False
     ) -> None:
         self.view = view
-        self.serve_metrics = (
-            serve_metrics  # the embedded runtime's /metrics and /health (a worker has its own)
-        )
+        # /metrics and /health of the embedded runtime (a worker serves its own)
+        self.serve_metrics = serve_metrics
         self.clock = clock
         self.static = {path: (WEB / name).read_bytes() for path, (name, _) in _STATIC.items()}
 
