@@ -1,0 +1,71 @@
+"""The ``fleet_alert`` record of the ``loopwatch.alerts`` topic (spec BEYOND-OPENCLAW F0).
+
+Its Kafka key is the subject (``tool:{tool}`` or ``agent:{agent}:tool:{tool}:{detector}``);
+``alert_id`` is deterministic, so replaying the same events gives the same ids and a
+re-published alert is recognisable as the same one.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Final, Literal
+
+import msgspec
+
+__all__ = [
+    "ALERT_KINDS",
+    "FleetAlert",
+    "alert_id",
+    "decode_alert",
+    "encode_alert",
+    "format_since",
+]
+
+AlertKind = Literal["tool_outage", "tool_recovered", "systemic_loop"]
+ALERT_KINDS: Final = ("tool_outage", "tool_recovered", "systemic_loop")
+
+
+class FleetAlert(msgspec.Struct, kw_only=True, frozen=True, tag="fleet_alert", tag_field="type"):
+    """One alert; fields a kind does not use are null."""
+
+    alert_id: str
+    kind: AlertKind
+    subject: str
+    tool: str
+    agent_id: str | None = None
+    runs: int
+    agents: int | None = None
+    distinct_args: int | None = None
+    active_runs: int | None = None
+    share: float | None = None
+    error_class: str | None = None
+    detector: str | None = None
+    sample_run_ids: list[str]
+    since_ts: int
+    ts: int
+    message: str
+
+
+_ENCODER: Final = msgspec.json.Encoder()
+_DECODER: Final[Any] = msgspec.json.Decoder(FleetAlert)
+
+
+def alert_id(kind: str, subject: str, bucket: int, runs: int | None = None) -> str:
+    """``{kind}:{subject}:{bucket}`` (systemic loops, which may re-alert in one bucket, add the count)."""
+    suffix = "" if runs is None else f":{runs}"
+    return f"{kind}:{subject}:{bucket}{suffix}"
+
+
+def encode_alert(alert: FleetAlert) -> bytes:
+    return _ENCODER.encode(alert)
+
+
+def decode_alert(data: bytes) -> FleetAlert:
+    """An alert from its wire form (``msgspec.DecodeError``/``ValidationError`` if it is not one)."""
+    alert: FleetAlert = _DECODER.decode(data)
+    return alert
+
+
+def format_since(ts_ms: int) -> str:
+    """An event time as ``YYYY-MM-DD HH:MM:SS UTC`` (the outage message's ``{since}``)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts_ms / 1000))

@@ -1,0 +1,139 @@
+"""What an event or a verdict tells the fleet-wide rules (spec BEYOND-OPENCLAW F1, F2).
+
+A *fact* is the small part of an event the fleet rules need, with its event time:
+
+* :class:`ResultFact` — a ``tool_result`` of a tool that failed (with its error class and
+  argument hash) or succeeded (any other result with a result hash); subject ``tool:{tool}``.
+* :class:`CallFact` — a run of an agent made a ``tool_call`` (F2's active runs); subject
+  ``agent:{agent}``.
+* :class:`LoopFact` — a run of an agent got a verdict of a detector on a tool (F2's loop
+  runs); aborts count under the detector of the verdict they follow; subject ``agent:{agent}``.
+
+Every rule over facts counts distinct runs and argument sets, so a fact seen twice (a
+redelivery) changes nothing. The Kafka worker sends facts to the subject's partition; the
+embedded runtime applies them where they arise.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET
+
+from detectors.compaction_guard import DETECTOR as GUARD_DETECTOR
+from detectors.events import Abort, Event, Output, ToolCall, ToolResult, Verdict
+from detectors.hashing import Digester
+from detectors.outcomes import error_text
+from detectors.step import Prepared
+
+__all__ = [
+    "CallFact",
+    "Fact",
+    "LoopFact",
+    "ResultFact",
+    "decode_facts",
+    "encode_facts",
+    "error_class",
+    "facts_of_event",
+    "facts_of_outputs",
+    "subject_of",
+]
+
+#: Fail-fast blocks are the outage's, not a loop of the agent: F2 does not count them.
+OUTAGE_DETECTOR: Final = "tool_outage"
+#: Aborts whose reason names no verdict's detector, and the detector they count under.
+_ABORT_DETECTORS: Final = {
+    GUARD_DETECTOR: GUARD_DETECTOR,
+    "argument_churn_stale": "argument_churn",
+    "loop_budget_exhausted": "loop_budget",
+}
+_DIGITS: Final = re.compile(r"[0-9]+")
+_HEX_RUN: Final = re.compile(r"[0-9a-f]{8,}")
+
+
+class CallFact(msgspec.Struct, array_like=True, frozen=True, tag=1):
+    agent: str
+    run: str
+    ts: int
+
+
+class ResultFact(msgspec.Struct, array_like=True, frozen=True, tag=2):
+    tool: str
+    agent: str
+    run: str
+    ts: int
+    error_class: str | None = None  # None: a success
+    args: str | None = None  # the failing call's argument hash
+
+
+class LoopFact(msgspec.Struct, array_like=True, frozen=True, tag=3):
+    agent: str
+    tool: str
+    detector: str
+    run: str
+    ts: int
+
+
+Fact = CallFact | ResultFact | LoopFact
+
+_ENCODER: Final = msgspec.msgpack.Encoder()
+_DECODER: Final[Any] = msgspec.msgpack.Decoder(list[Fact])
+
+
+def encode_facts(facts: list[Fact]) -> bytes:
+    return _ENCODER.encode(facts)
+
+
+def decode_facts(data: bytes) -> list[Fact]:
+    facts: list[Fact] = _DECODER.decode(data)
+    return facts
+
+
+def subject_of(fact: Fact) -> str:
+    """The key that aggregates a fact: ``tool:{tool}`` (F1) or ``agent:{agent}`` (F2)."""
+    if type(fact) is ResultFact:
+        return f"tool:{fact.tool}"
+    return f"agent:{fact.agent}"
+
+
+def error_class(text: str, digester: Digester) -> str:
+    """F1's error class: the error text lower-cased, digit runs → ``0``, then runs of 8 or more
+    hex characters → ``x``, hashed as a result hash is (``error:`` + digest)."""
+    normalised = _HEX_RUN.sub("x", _DIGITS.sub("0", text.lower()))
+    return "error:" + digester.digest_text(normalised)
+
+
+def facts_of_event(
+    event: Event, scope: str, ts: int, prepared: Prepared | None, digester: Digester
+) -> list[Fact]:
+    """The facts of one event (``prepared``: its hashes, needed for a result)."""
+    if type(event) is ToolCall:
+        return [CallFact(event.agent_id, scope, ts)]
+    if type(event) is not ToolResult or prepared is None:
+        return []
+    result_hash = prepared.result_hash
+    if result_hash is None:
+        return []  # no outcome (no result, or the detector's own veto)
+    if not result_hash.startswith("error:"):
+        return [ResultFact(event.tool, event.agent_id, scope, ts)]
+    digest_only = event.result_digest is not UNSET  # then the digest is the class
+    cls = result_hash if digest_only else error_class(error_text(event.error), digester)
+    return [ResultFact(event.tool, event.agent_id, scope, ts, cls, prepared.args_hash)]
+
+
+def facts_of_outputs(outputs: list[Output], scope: str, ts: int) -> list[Fact]:
+    """The loop facts of one event's verdicts and aborts."""
+    facts: list[Fact] = []
+    last: str | None = None
+    for out in outputs:
+        if type(out) is Verdict:
+            last = out.detector
+            if last != OUTAGE_DETECTOR:
+                facts.append(LoopFact(out.agent_id, out.tool, last, scope, ts))
+        elif type(out) is Abort:
+            detector = _ABORT_DETECTORS.get(out.reason, last)
+            if detector is not None and detector != last and detector != OUTAGE_DETECTOR:
+                facts.append(LoopFact(out.agent_id, out.tool, detector, scope, ts))
+    return facts

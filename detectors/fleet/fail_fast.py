@@ -1,0 +1,50 @@
+"""F1's optional fail-fast block: a call to a tool under an open outage is refused.
+
+While an outage of the tool is open and its last failure is less than ``blockSeconds`` old
+(event time), every ``tool_call`` of it gets a critical ``verdict``, detector ``tool_outage``,
+action ``block``, count = the outage's failing runs. After ``blockSeconds`` without a new
+failure, calls pass again and act as probes. The block is the fleet's, not the run's: it is
+added to the run's outputs but never counts toward the run's escalation to abort.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from config.fleet_rules import ToolOutageRule
+from detectors.events import ToolCall, Verdict
+from detectors.step import verdict_id
+
+__all__ = ["DETECTOR", "fail_fast_verdict", "is_blocking"]
+
+DETECTOR: Final = "tool_outage"
+
+
+def is_blocking(last_failure_ts: int, ts: int, rule: ToolOutageRule) -> bool:
+    """Whether a call at event time ``ts`` is refused, the outage's last failure at ``last_failure_ts``."""
+    return rule.block and ts - last_failure_ts < rule.block_s * 1000
+
+
+def fail_fast_verdict(scope: str, event: ToolCall, runs: int, observe_only: bool) -> Verdict:
+    """The block of one call of a tool under an open outage with ``runs`` failing runs."""
+    return Verdict(
+        verdict_id=verdict_id(scope, event.event_id, DETECTOR),
+        run_id=event.run_id,
+        agent_id=event.agent_id,
+        session_id=event.session_id,
+        tool_call_id=event.tool_call_id,
+        trigger_event_id=event.event_id,
+        level="critical",
+        action="block",
+        detector=DETECTOR,
+        count=runs,
+        message=(
+            f"CRITICAL: {event.tool} is failing for the whole fleet right now ({runs} runs, same error). "
+            "Do not call it again; continue without it or report that it is unavailable."
+        ),
+        warning_key=f"{DETECTOR}:{event.tool}",
+        paired_tool=None,
+        tool=event.tool,
+        ts=event.ts,
+        enforced=not observe_only,
+    )
