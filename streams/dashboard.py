@@ -85,7 +85,8 @@ class Dashboard:
         now_ms = int(self.clock() * 1000)
         if path == "/metrics" and self.serve_metrics:
             active, ended, size = self.view.gauges()
-            return Response(200, _PROMETHEUS, self.view.metrics.render(active, ended, size, {}).encode())
+            text = self.view.metrics.render(active, ended, size, {}, self.view.alerts, now_ms)
+            return Response(200, _PROMETHEUS, text.encode())
         if path == "/health" and self.serve_metrics:
             events = sum(self.view.metrics.events.values())
             return _json(200, {"status": "ok", "source": self.view.source, "events": events})

@@ -4,25 +4,51 @@ Events are partitioned by run scope across asyncio workers exactly like Kafka pa
 them across consumers (murmur2 of the key, the Kafka default partitioner), each worker
 owning the state of its runs. Outputs are released in input order, so the result equals
 the single-threaded core's, whatever the number of workers.
+
+The fleet-wide rules (:mod:`detectors.fleet`) see every event with its outputs as they are
+released, in input order, so the same input gives the same alerts; their fail-fast blocks
+apply to the calls processed after the outage opened. Alerts are kept in :attr:`alerts`,
+handed to ``on_alert`` and to the fleet view, and given with the outputs by :meth:`run`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any
 
 from aiokafka.partitioner import murmur2
 
 from config.fleet import FleetConfig
+from config.fleet_rules import fleet_rules
 from detectors.engine import Engine
 from detectors.events import Event, Output, ToolCall, run_scope
+from detectors.fleet.alerts import FleetAlert
+from detectors.fleet.engine_step import step_event
+from detectors.fleet.watch import FleetWatch
+from detectors.hashing import digester_for
+from detectors.step import Prepared
 from streams.fleet_view import FleetView
 
 __all__ = ["EmbeddedRuntime", "partition_for"]
 
 _STOP: Any = object()
+AlertHandler = Callable[[FleetAlert], None]
+
+
+class _Done:
+    """A processed event waiting for its turn (input order) to be released."""
+
+    __slots__ = ("error", "event", "future", "outputs", "prepared", "ts")
+
+    def __init__(self, event: Event, future: asyncio.Future[list[Output]], ts: int) -> None:
+        self.event = event
+        self.future = future
+        self.ts = ts
+        self.outputs: list[Output] = []
+        self.prepared: Prepared | None = None
+        self.error: BaseException | None = None
 
 
 def partition_for(scope: str, partitions: int) -> int:
@@ -33,12 +59,24 @@ def partition_for(scope: str, partitions: int) -> int:
 class EmbeddedRuntime:
     """``await runtime.process(event)`` gives that event's outputs; state stays per worker."""
 
-    def __init__(self, config: FleetConfig, workers: int = 4, view: FleetView | None = None) -> None:
+    def __init__(
+        self,
+        config: FleetConfig,
+        workers: int = 4,
+        view: FleetView | None = None,
+        on_alert: AlertHandler | None = None,
+    ) -> None:
         self.workers = workers
         self.view = view  # fed every event and output, for the dashboard
         self.engines = [Engine(config) for _ in range(workers)]
+        self.fleet = FleetWatch(fleet_rules(config.global_rules), digester_for(config.settings.digest))
+        self.on_alert = on_alert
+        self.alerts: list[FleetAlert] = []  # every alert given, in order
         self._queues: list[asyncio.Queue[Any]] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._pending: dict[int, _Done] = {}  # processed, by input position
+        self._released = 0  # the input position released next
+        self._alerts_of: dict[asyncio.Future[list[Output]], list[FleetAlert]] = {}
         self.events = 0
 
     @property
@@ -49,6 +87,7 @@ class EmbeddedRuntime:
     def config(self, config: FleetConfig) -> None:
         for engine in self.engines:
             engine.config = config
+        self.fleet.rules = fleet_rules(config.global_rules)
 
     async def __aenter__(self) -> EmbeddedRuntime:
         if self.view is not None:
@@ -68,37 +107,62 @@ class EmbeddedRuntime:
             item = await queue.get()
             if item is _STOP:
                 return
-            event, future = item
+            position, done = item
+            event = done.event
             view = self.view
             started = time.perf_counter()
             try:
                 if view is not None and isinstance(event, ToolCall) and event.usage is not None:
-                    outputs = self._process_counting_spend(engine, event, view)
+                    done.outputs, done.prepared = self._process_counting_spend(engine, event, done.ts, view)
                 else:
-                    outputs = engine.process(event)
+                    done.outputs, done.prepared = step_event(engine, event, done.ts, self.fleet)
             except Exception as exc:  # noqa: BLE001 - handed to the caller awaiting this event
-                if not future.done():
-                    future.set_exception(exc)
-                continue
-            if view is not None:
+                done.error = exc
+            if view is not None and done.error is None:
                 view.metrics.event(str(event.__struct_config__.tag), time.perf_counter() - started)
-                for output in outputs:
+                for output in done.outputs:
                     view.metrics.output(output)
-                self._observe(event, outputs)
-            if not future.done():  # the caller may have been cancelled meanwhile
-                future.set_result(outputs)
+                self._observe(event, done.outputs)
+            self._pending[position] = done
+            self._release()
 
-    @staticmethod
-    def _process_counting_spend(engine: Engine, event: ToolCall, view: FleetView) -> list[Output]:
+    def _release(self) -> None:
+        """Hand processed events on in input order: fleet rules first, then their callers."""
+        while (done := self._pending.pop(self._released, None)) is not None:
+            self._released += 1
+            alerts: list[FleetAlert] = []
+            if done.error is None:
+                event = done.event
+                scope = run_scope(event)
+                alerts = self.fleet.observe(event, scope, done.ts, done.prepared, done.outputs)
+                for alert in alerts:
+                    self.alerts.append(alert)
+                    if self.view is not None:
+                        self.view.alert(alert)
+                    if self.on_alert is not None:
+                        self.on_alert(alert)
+            future = done.future
+            if future.done():  # the caller may have been cancelled meanwhile
+                continue
+            if done.error is not None:
+                future.set_exception(done.error)
+            else:
+                if alerts:
+                    self._alerts_of[future] = alerts
+                future.set_result(done.outputs)
+
+    def _process_counting_spend(
+        self, engine: Engine, event: ToolCall, ts: int, view: FleetView
+    ) -> tuple[list[Output], Prepared | None]:
         state = engine.states.get(run_scope(event))
         before = state.loop_spend_usd if state is not None else 0.0
-        outputs = engine.process(event)
+        processed = step_event(engine, event, ts, self.fleet)
         state = engine.states.get(run_scope(event))
         if state is not None and event.usage is not None:
             view.metrics.spend(
                 event.agent_id, event.usage, state.loop_spend_usd - before, state.first_detector
             )
-        return outputs
+        return processed
 
     def gauges(self) -> tuple[int, int, int]:
         """Active runs, ended runs remembered, and the bytes of the active runs' state."""
@@ -115,19 +179,31 @@ class EmbeddedRuntime:
             self.view.output(output, now_ms)
 
     def submit(self, event: Event) -> asyncio.Future[list[Output]]:
-        """Queue an event on its run's worker; the future resolves to its outputs."""
+        """Queue an event on its run's worker; the future resolves to its outputs, in input order."""
         future: asyncio.Future[list[Output]] = asyncio.get_running_loop().create_future()
+        ts = event.ts if event.ts is not None else int(time.time() * 1000)  # event time (F0)
+        done = _Done(event, future, ts)
+        position = self.events
         self.events += 1
-        self._queues[partition_for(run_scope(event), self.workers)].put_nowait((event, future))
+        self._queues[partition_for(run_scope(event), self.workers)].put_nowait((position, done))
         return future
 
+    def alerts_of(self, future: asyncio.Future[list[Output]]) -> list[FleetAlert]:
+        """The fleet alerts the event of a resolved :meth:`submit` future gave (asked once)."""
+        return self._alerts_of.pop(future, [])
+
     async def process(self, event: Event) -> list[Output]:
-        return await self.submit(event)
+        future = self.submit(event)
+        try:
+            return await future
+        finally:
+            self._alerts_of.pop(future, None)
 
     async def run(
         self, events: Iterable[Event] | AsyncIterable[Event], window: int = 1024
-    ) -> AsyncIterator[list[Output]]:
-        """Outputs of each event, in input order (at most ``window`` events in flight)."""
+    ) -> AsyncIterator[list[Output | FleetAlert]]:
+        """Outputs of each event, then the fleet alerts it gave, in input order (at most
+        ``window`` events in flight)."""
         pending: asyncio.Queue[asyncio.Future[list[Output]] | None] = asyncio.Queue(maxsize=window)
 
         async def feed() -> None:
@@ -143,5 +219,5 @@ class EmbeddedRuntime:
 
         feeder = asyncio.create_task(feed())
         while (future := await pending.get()) is not None:
-            yield await future
+            yield [*await future, *self.alerts_of(future)]
         await feeder

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from detectors.events import Event, Output
+from detectors.fleet.alerts import FleetAlert
+from streams.alert_board import AlertBoard
 from streams.fleet_stats import FleetStats
 from streams.metrics import WorkerMetrics
 from streams.run_activity import RunActivity
@@ -33,6 +35,7 @@ class FleetView:
         self.stats = FleetStats(window_s=window_s, horizon_s=horizon_s, failing_runs=failing_runs)
         self.activity = RunActivity(previews=previews)
         self.spend = SpendLedger()
+        self.alerts = AlertBoard()
         # the embedded runtime's Prometheus metrics (a worker keeps its own): what it processed,
         # and its gauges (active runs, ended runs, state bytes) from the runtime serving now
         self.metrics = WorkerMetrics()
@@ -55,6 +58,9 @@ class FleetView:
         self.stats.output(output, ts_ms)
         self.activity.output(output, ts_ms)
         self.spend.output(output)
+
+    def alert(self, alert: FleetAlert) -> None:
+        self.alerts.add(alert)
 
     def summary(self, now_ms: int, minutes: int = 5) -> dict[str, Any]:
         """The windowed fleet numbers of the last ``minutes`` minutes (``/fleet``)."""
@@ -79,6 +85,7 @@ class FleetView:
             "feed": self.activity.latest(50),
             "runs": self.activity.flagged(25),
             "spend": self.spend.summary(10),
+            "alerts": self.alerts.summary(now_ms),
         }
 
     def run(self, scope: str) -> dict[str, Any] | None:

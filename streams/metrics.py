@@ -5,7 +5,9 @@ redelivered records, records of ended runs, re-seeks and skipped offsets of the 
 what the model turns behind the calls cost (``usage``): spend and tokens per agent, loop
 spend per agent and detector of the run's first verdict.
 Histogram: the time to process one event. Gauges (computed at scrape time by the worker):
-active runs, ended runs (tombstones), state bytes, consumer lag per partition.
+active runs, ended runs (tombstones), state bytes, consumer lag per partition. Fleet alerts
+(from an :class:`~streams.alert_board.AlertBoard`): alerts by kind, open tool outages by
+tool, systemic loops of the last hour by agent.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from detectors.events import Abort, Output, Usage, Verdict
+from streams.alert_board import AlertBoard
 
 __all__ = ["WorkerMetrics"]
 
@@ -67,10 +70,20 @@ class WorkerMetrics:
             key = (agent, detector)
             self.loop_spend_usd[key] = self.loop_spend_usd.get(key, 0.0) + loop_usd
 
-    def render(self, active_runs: int, ended_runs: int, state_bytes: int, lag: dict[int, int]) -> str:
+    def render(
+        self,
+        active_runs: int,
+        ended_runs: int,
+        state_bytes: int,
+        lag: dict[int, int],
+        alerts: AlertBoard | None = None,
+        now_ms: int = 0,
+    ) -> str:
         """The text exposition format, written by prometheus-client from the current values."""
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Snapshot(self, (active_runs, ended_runs, state_bytes), lag))
+        if alerts is not None:
+            registry.register(_Alerts(alerts, now_ms))
         return generate_latest(registry).decode()
 
 
@@ -161,3 +174,44 @@ class _Snapshot(Collector):
         for partition, behind in sorted(self.lag.items()):
             lag.add_metric([str(partition)], behind)
         yield lag
+
+
+class _Alerts(Collector):
+    """The fleet alerts' series (collected once per scrape)."""
+
+    def __init__(self, board: AlertBoard, now_ms: int) -> None:
+        self.board = board
+        self.now_ms = now_ms
+
+    def collect(self) -> Iterator[Metric]:
+        board = self.board
+        alerts = CounterMetricFamily("loopwatch_fleet_alerts", "Fleet alerts, by kind.", labels=["kind"])
+        for kind in ("tool_outage", "tool_recovered", "systemic_loop"):
+            alerts.add_metric([kind], board.counts[kind])
+        yield alerts
+        outages = GaugeMetricFamily(
+            "loopwatch_tool_outage_open",
+            "Tools failing across the fleet right now (1 while the outage is open), with its failing runs.",
+            labels=["tool"],
+        )
+        runs = GaugeMetricFamily(
+            "loopwatch_tool_outage_runs",
+            "Failing runs of an open tool outage when it opened.",
+            labels=["tool"],
+        )
+        for tool, alert in sorted(board.open_outages.items()):
+            outages.add_metric([tool], 1)
+            runs.add_metric([tool], alert.runs)
+        yield outages
+        yield runs
+        loops: Counter[str] = Counter()
+        for alert in board.systemic_loops(self.now_ms):
+            loops[alert.agent_id or ""] += 1
+        systemic = GaugeMetricFamily(
+            "loopwatch_systemic_loops",
+            "Loops seen in many runs of an agent (tool and detector pairs alerted in the last hour).",
+            labels=["agent_id"],
+        )
+        for agent, count in sorted(loops.items()):
+            systemic.add_metric([agent], count)
+        yield systemic

@@ -6,7 +6,9 @@ second config and lists the runs whose outcome differs: the call of the first wa
 or abort, or how often each detector fired (what-if tuning before a rollout, or what moving
 to another ``openclawRevision`` would change on recorded history). Where calls carry
 ``usage``, it reports per agent what the runs spent, how much of it in loops, and what
-stopping them at their abort saves, under each config.
+stopping them at their abort saves, under each config. The fleet-wide rules' alerts (tool
+outages and recoveries, systemic loops) are listed with their ids, which the same history
+always gives again.
 Sources: an events file, a folder of them, or a Kafka topic (``kafka:TOPIC`` with
 ``--since``/``--until``).
 """
@@ -17,19 +19,26 @@ import argparse
 import asyncio
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, BinaryIO, TextIO
 
+import msgspec
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from config.fleet import FleetConfig
+from config.fleet_rules import fleet_rules
 from detectors.engine import Engine
 from detectors.events import Abort, Event, ToolCall, Verdict, run_scope
+from detectors.fleet.alerts import FleetAlert
+from detectors.fleet.engine_step import step_event
+from detectors.fleet.watch import FleetWatch
+from detectors.hashing import digester_for
 from streams.config_files import load_config
 from streams.console import report_console
 from streams.event_lines import BadLine, read_sourced_events
@@ -55,10 +64,16 @@ class RunSummary:
 
 
 def replay(
-    events: list[Event], config: FleetConfig, ledger: SpendLedger | None = None
+    events: list[Event],
+    config: FleetConfig,
+    ledger: SpendLedger | None = None,
+    alerts: list[FleetAlert] | None = None,
 ) -> dict[str, RunSummary]:
-    """Every run's summary under ``config`` (pure: fresh in-memory state); spend into ``ledger``."""
+    """Every run's summary under ``config`` (pure: fresh in-memory state); spend into ``ledger``,
+    the fleet alerts into ``alerts`` (events without ``ts`` are timed when read)."""
     engine = Engine(config)
+    watch = FleetWatch(fleet_rules(config.global_rules), digester_for(config.settings.digest))
+    read_ms = int(time.time() * 1000)
     runs: dict[str, RunSummary] = {}
     for event in events:
         if ledger is not None:
@@ -69,7 +84,12 @@ def replay(
             summary = runs[scope] = RunSummary(scope, event.agent_id)
         if isinstance(event, ToolCall):
             summary.calls += 1
-        for output in engine.process(event):
+        ts = event.ts if event.ts is not None else read_ms
+        outputs, prepared = step_event(engine, event, ts, watch)
+        raised = watch.observe(event, scope, ts, prepared, outputs)
+        if alerts is not None:
+            alerts += raised
+        for output in outputs:
             if ledger is not None:
                 ledger.output(output)
             summary.verdicts += 1
@@ -259,7 +279,8 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         )
         return 1
     spend = SpendLedger(runs_kept=len(events) + 1)
-    runs = replay(events, config, spend)
+    alerts: list[FleetAlert] = []
+    runs = replay(events, config, spend, alerts)
     other_spend = SpendLedger(runs_kept=len(events) + 1)
     compared = replay(events, other, other_spend) if other is not None else None
     changed: list[tuple[RunSummary, RunSummary]] = []
@@ -290,6 +311,7 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
             "runs": [asdict(s) for s in runs.values()],
         }
         document["spend"] = spend.summary()
+        document["alerts"] = [msgspec.to_builtins(alert) for alert in alerts]
         if compared is not None:
             document["differences"] = differences
             document["compare_spend"] = other_spend.summary()
@@ -324,6 +346,11 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         )
     )
     _print_spend(console, spend.summary(), other_spend.summary() if compared is not None else None)
+    if alerts:
+        alert_rows = [(str(a.kind), a.subject, str(a.runs), a.message) for a in alerts]
+        console.print(
+            _table("fleet alerts", alert_rows, ("kind", "subject", "runs", "message"), text=("message",))
+        )
     flagged = [s for s in runs.values() if s.verdicts]
     console.print(
         _table(

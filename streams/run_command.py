@@ -1,5 +1,8 @@
 """``loopwatch run``: events in (file, folder, stdin, or a followed file), verdicts out, in
-input order, through the embedded runtime; optionally with the live dashboard."""
+input order, through the embedded runtime; optionally with the live dashboard.
+
+Fleet alerts (``fleet_alert`` lines, as the worker publishes them on ``loopwatch.alerts``)
+follow the outputs of the event that raised them."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from contextlib import AsyncExitStack
 from typing import BinaryIO, TextIO
 
 from detectors.events import Event, encode_output
+from detectors.fleet.alerts import FleetAlert, encode_alert
 from streams.config_files import load_config
 from streams.dashboard import serve_until_interrupted, serving
 from streams.embedded import EmbeddedRuntime
@@ -74,7 +78,10 @@ def run_embedded(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
             async with EmbeddedRuntime(config, workers=args.workers, view=view) as runtime:
                 async for outputs in runtime.run(source):
                     for output in outputs:
-                        sink.write(encode_output(output) + b"\n")
+                        line = (
+                            encode_alert(output) if isinstance(output, FleetAlert) else encode_output(output)
+                        )
+                        sink.write(line + b"\n")
                     if outputs and live:
                         sink.flush()
             if view is not None:
