@@ -38,6 +38,8 @@ class StreamSettings:
     topic_verdicts: str = "loopwatch.verdicts"
     topic_dead_letter: str = "loopwatch.dead-letter"
     topic_config: str = "loopwatch.config"
+    topic_alerts: str = "loopwatch.alerts"  # fleet_alert records (spec BEYOND-OPENCLAW F0)
+    topic_fleet_facts: str = "loopwatch.fleet-facts"  # internal: facts re-keyed by tool / agent
     kafka_security_protocol: str = "PLAINTEXT"
     kafka_sasl_mechanism: str = "PLAIN"
     kafka_sasl_username: str | None = None
@@ -115,17 +117,13 @@ def _check_kafka(settings: StreamSettings, bad: Callable[[str, str], None]) -> N
     for part in settings.kafka_bootstrap.split(","):
         if part.strip() and not re.match(r"^[^:\s]+:\d{1,5}$", part.strip()):
             bad("kafka_bootstrap", f"{part.strip()!r} is not host:port")
-    for name in ("topic_events", "topic_verdicts", "topic_dead_letter", "topic_config", "app_id"):
+    names = ("topic_events", "topic_verdicts", "topic_dead_letter", "topic_config", "topic_alerts")
+    for name in (*names, "topic_fleet_facts", "app_id"):
         if not _TOPIC.match(getattr(settings, name)):
             bad(name, "must be 1-249 characters of letters, digits, '.', '_' or '-'")
-    topics = [
-        settings.topic_events,
-        settings.topic_verdicts,
-        settings.topic_dead_letter,
-        settings.topic_config,
-    ]
+    topics = [getattr(settings, name) for name in (*names, "topic_fleet_facts")]
     if len(set(topics)) != len(topics):
-        bad("topic_events", "the four topics must have different names")
+        bad("topic_events", f"the {len(topics)} topics must have different names")
     if settings.kafka_security_protocol not in _PROTOCOLS:
         bad("kafka_security_protocol", f"must be one of {', '.join(_PROTOCOLS)}")
     if settings.kafka_security_protocol.startswith("SASL"):

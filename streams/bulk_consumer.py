@@ -1,4 +1,4 @@
-"""faust's Kafka consumer with a bulk path for the input topic.
+"""faust's Kafka consumer with a bulk path for the input topic (and the fleet facts topic).
 
 faust-streaming stays the framework: group membership, partition assignment, the ``runs``
 table with its changelog and recovery, timers and the web server. What changes is how input
@@ -10,9 +10,11 @@ before it seeks them, a pre-fetched batch raises ``_read_offset`` again, and eve
 record below it is dropped as "DROPPED MESSAGE ROFF" while the commit moves past it).
 
 :class:`BulkConsumer` replaces that loop. Records of changelog topics (recovery, standbys)
-still go through faust's conductor exactly as before. Records of the input topic are handed,
-a whole fetch at a time, to the app's :class:`BulkSink`, which applies them against its
-own cursors (:mod:`streams.input_cursors`) and commits only what it applied.
+still go through faust's conductor exactly as before. Records of the bulk topics (the input,
+and the fleet facts re-keyed by tool and agent) are handed, a whole fetch at a time, to the
+app's :class:`BulkSink`, which applies them against its own cursors
+(:mod:`streams.input_cursors`) and commits only what it applied. Everything below holds for
+each bulk topic alike.
 
 Why this is correct across a rebalance (aiokafka's protocol is eager: every partition is
 revoked before any is assigned):
@@ -60,15 +62,15 @@ FETCH_WAIT_S = 0.25
 
 
 class BulkSink(Protocol):
-    """Where the input topic's records go (the worker)."""
+    """Where the bulk topics' records go (the worker): its input and its fleet facts."""
 
-    topic: str
+    bulk_topics: frozenset[str]
 
-    def ready_partitions(self) -> set[int]: ...
+    def ready_partitions(self) -> set[Any]: ...
 
     async def process(self, fetched: dict[Any, list[Any]]) -> None: ...
 
-    async def on_ready(self, offsets: dict[int, int]) -> None: ...
+    async def on_ready(self, offsets: dict[Any, int]) -> None: ...
 
     async def on_stop(self) -> None: ...
 
@@ -92,22 +94,22 @@ class BulkConsumer(faust_aiokafka.Consumer):
         return sink
 
     async def perform_seek(self) -> None:
-        """faust's seek to the committed offsets; then the input partitions are ready."""
+        """faust's seek to the committed offsets; then the bulk topics' partitions are ready."""
         await super().perform_seek()
         sink = self._sink()
-        mine = [tp for tp in self.assignment() if tp.topic == sink.topic]
+        mine = [tp for tp in self.assignment() if tp.topic in sink.bulk_topics]
         committed = {tp: self._committed_offset.get(tp) for tp in mine}
         unknown = [tp for tp, offset in committed.items() if offset is None]
         earliest = await self.earliest_offsets(*unknown) if unknown else {}
-        offsets: dict[int, int] = {}
+        offsets: dict[Any, int] = {}
         for tp in mine:
             offset = committed[tp]
-            offsets[tp.partition] = int((earliest.get(tp) or 0) if offset is None else offset)
+            offsets[tp] = int((earliest.get(tp) or 0) if offset is None else offset)
         await sink.on_ready(offsets)
 
-    async def seek_input(self, partition: int, offset: int) -> None:
-        """Seek an input partition on the consumer's own thread (ordered with its fetches)."""
-        tp = faust.types.TP(self._sink().topic, partition)
+    async def seek_input(self, topic: str, partition: int, offset: int) -> None:
+        """Seek a bulk topic's partition on the consumer's own thread (ordered with its fetches)."""
+        tp = faust.types.TP(topic, partition)
         consumer = self._thread._ensure_consumer()
         await self._thread.call_thread(self._seek_on_thread, consumer, tp, offset)
 
@@ -176,9 +178,9 @@ class BulkConsumer(faust_aiokafka.Consumer):
         await super().on_stop()
 
     async def _drain_messages(self, fetcher: Any) -> None:  # noqa: C901 - faust's loop, reshaped
-        """The fetch loop: changelog records to faust's conductor, input records in bulk."""
+        """The fetch loop: changelog records to faust's conductor, bulk topics' records in bulk."""
         sink = self._sink()
-        topic = sink.topic
+        topics = sink.bulk_topics
         app = self.app
         callback = self.callback
         read_offset = self._read_offset
@@ -190,9 +192,8 @@ class BulkConsumer(faust_aiokafka.Consumer):
                     await self.wait(self.can_resume_flow)  # type: ignore[arg-type]  # as faust does
                     continue
                 generation = app.consumer_generation_id
-                ready = sink.ready_partitions()
-                partitions = {tp for tp in self._get_active_partitions() if tp.topic != topic}
-                partitions |= {faust.types.TP(topic, p) for p in ready}
+                partitions = {tp for tp in self._get_active_partitions() if tp.topic not in topics}
+                partitions |= sink.ready_partitions()
                 if not partitions:
                     await self.sleep(0.1)
                     continue
@@ -205,7 +206,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
                     continue
                 bulk: dict[Any, list[Any]] = {}
                 for tp, batch in records.items():
-                    if tp.topic == topic:
+                    if tp.topic in topics:
                         bulk[tp] = batch
                         continue
                     for record in batch:  # changelog (recovery, standby): faust's own path

@@ -100,6 +100,9 @@ async def ensure_topics(settings: StreamSettings) -> None:
             NewTopic(settings.topic_events, settings.partitions, rf),
             NewTopic(settings.topic_verdicts, settings.partitions, rf),
             NewTopic(settings.topic_dead_letter, settings.partitions, rf),
+            NewTopic(settings.topic_alerts, settings.partitions, rf),
+            # partitioned like the input: its partitions and the fleet table's go together
+            NewTopic(settings.topic_fleet_facts, settings.partitions, rf),
             NewTopic(settings.topic_config, 1, rf, topic_configs={"cleanup.policy": "compact"}),
         ]
         missing = [topic for topic in wanted if topic.name not in existing]

@@ -12,10 +12,15 @@ partition's cursor (:mod:`streams.input_cursors`), then every record is applied 
 * otherwise the core's step runs; its outputs are kept in the run's outbox, sent, and leave
   the outbox when the broker confirms them.
 
-At the end of the batch every run changed in it is written once to the table and its
+At the end of the batch the facts the fleet-wide rules need (:mod:`detectors.fleet.facts`)
+are sent to the facts topic, one record per subject (tool or agent) — those of redelivered
+events again, which changes nothing there; a verdict leaves the outbox only once its facts
+are confirmed too. Then every run changed in the batch is written once to the table and its
 changelog (on the run's input partition), and only then does the partition's cursor move
-past the batch. The committer commits cursors after flushing the producer, so a committed
-offset always has its state changes and verdicts on the broker before it.
+past the batch. A ``tool_call`` of a tool under an open outage (known from the alerts topic)
+gets F1's fail-fast block first when ``toolOutage.block`` is on. The committer commits
+cursors after flushing the producer, so a committed offset always has its state changes,
+verdicts and facts on the broker before it.
 """
 
 from __future__ import annotations
@@ -29,18 +34,27 @@ import msgspec
 import structlog
 
 from config.fleet import FleetConfig
+from config.fleet_rules import FleetRules, fleet_rules
 from detectors.decoding import decode_event
 from detectors.events import (
     EXPIRY_EVENT_PREFIX,
+    Abort,
     Event,
     InvalidEvent,
+    Output,
     RunEnd,
     ToolCall,
+    ToolResult,
+    Verdict,
     encode_output,
     run_scope,
 )
+from detectors.fleet.facts import Fact, ResultFact, encode_facts, facts_of_event, facts_of_outputs, subject_of
+from detectors.fleet.fail_fast import fail_fast_verdict, is_blocking
+from detectors.hashing import digester_for
 from detectors.state import OUTBOX_LIMIT, RunState
-from detectors.step import apply, new_state
+from detectors.step import Prepared, apply, new_state, prepare
+from streams.alert_board import AlertBoard
 from streams.dead_letter import dead_letter
 from streams.input_cursors import InputCursors
 from streams.logs import verdict_log_fields
@@ -56,6 +70,11 @@ OUTBOX_FLUSH_AT: Final = OUTBOX_LIMIT
 _GONE: Final = 0  # deleted in this batch
 
 _log = structlog.get_logger("loopwatch.worker")
+_OUTPUT: Any = msgspec.json.Decoder(Verdict | Abort)
+
+
+def _fact_time(fact: Fact) -> int:
+    return fact.ts
 
 
 class Record(Protocol):
@@ -108,6 +127,7 @@ class RunProcessor:
         topics: dict[str, str],
         cache: DecisionCache | None = None,
         fault_hook: Callable[[Event], None] | None = None,
+        alerts: AlertBoard | None = None,
     ) -> None:
         self.data = data
         self._send = send
@@ -120,6 +140,11 @@ class RunProcessor:
         self._verdicts = topics["verdicts"]
         self._dead_letter = topics["dead_letter"]
         self._changelog = topics["changelog"]
+        self._facts_topic = topics.get("facts")  # None: no fleet rules
+        self.alerts = alerts  # open outages, for fail-fast blocks
+        self._facts: dict[str, list[Fact]] = {}  # subject -> facts of this batch
+        self._fact_waiters: list[Callable[[], None]] = []  # confirmations waiting for the facts
+        self._rules: tuple[object, FleetRules] = (object(), fleet_rules(None))
         self.cursors = InputCursors()
         #: Held while a batch is applied, and by whatever must not interleave with one
         #: (revocation, shutdown, expiry).
@@ -165,9 +190,65 @@ class RunProcessor:
                     if record.offset >= start:
                         await self._record(record)
                 advanced[partition] = records[-1].offset + 1
+            await self._send_facts()
             await self._write_dirty()
             for partition, offset in advanced.items():
                 self.cursors.advance(partition, offset)
+
+    async def _send_facts(self) -> None:
+        """The batch's fleet facts, one record per subject; then the verdicts waiting for them
+        may leave their outboxes once confirmed."""
+        topic, facts, waiters = self._facts_topic, self._facts, self._fact_waiters
+        self._facts, self._fact_waiters = {}, []
+        if topic is None or not facts:
+            for waiter in waiters:
+                waiter()
+            return
+        futures = []
+        for subject, items in facts.items():
+            items.sort(key=_fact_time)  # a batch holds several partitions: event-time order
+            futures.append(await self._send(topic, subject.encode(), encode_facts(items), None))
+        if not waiters:
+            return
+
+        def confirmed(future: asyncio.Future[Any]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                return  # the verdicts stay in their outboxes: re-published, facts and all
+            for waiter in waiters:
+                waiter()
+
+        asyncio.gather(*futures).add_done_callback(confirmed)
+
+    def _note_facts(self, facts: list[Fact]) -> None:
+        board = self.alerts
+        for fact in facts:
+            self._facts.setdefault(subject_of(fact), []).append(fact)
+            if board is not None and type(fact) is ResultFact and fact.error_class is not None:
+                board.note_failure(fact.tool, fact.ts)
+
+    def _fleet_rules(self, config: FleetConfig) -> FleetRules:
+        if self._rules[0] is not config.global_rules:
+            self._rules = (config.global_rules, fleet_rules(config.global_rules))
+        return self._rules[1]
+
+    def _prepare(self, event: ToolCall | ToolResult, config: FleetConfig) -> Prepared:
+        settings = config.settings
+        newest = config.for_agent(event.agent_id).newest
+        return prepare(event, digester_for(settings.digest), settings.provider_send_tools, newest)
+
+    def _redelivered_facts(self, key: bytes, event: Event, record: Record, outbox: list[bytes]) -> None:
+        """The facts of an event applied before (sent again: they may not have reached the topic)."""
+        if self._facts_topic is None:
+            return
+        config = self._config()
+        scope = key.decode()
+        ts = event.ts if event.ts is not None else record.timestamp
+        prepared = self._prepare(event, config) if isinstance(event, (ToolCall, ToolResult)) else None
+        digester = digester_for(config.settings.digest)
+        facts = facts_of_event(event, scope, ts, prepared, digester)
+        if outbox:
+            facts += facts_of_outputs([_OUTPUT.decode(value) for value in outbox], scope, ts)
+        self._note_facts(facts)
 
     async def _write_dirty(self) -> None:
         """One table and changelog write per run changed in the batch."""
@@ -229,7 +310,10 @@ class RunProcessor:
         if record.offset <= run.offset:  # applied before: re-publish what is unconfirmed
             self.metrics.redelivered += 1
             if run.state is not None:
-                await self._publish(key, run.state, event.event_id, run.state.outbox.get(event.event_id, []))
+                outbox = run.state.outbox.get(event.event_id, [])
+                self._redelivered_facts(key, event, record, outbox)
+                with_facts = bool(outbox) and self._facts_topic is not None
+                await self._publish(key, run.state, event.event_id, outbox, with_facts)
             return kind
         try:
             if self.fault_hook is not None:
@@ -265,11 +349,12 @@ class RunProcessor:
                 await self.cache.forget(key.decode())
             return
         self.last_seen[key] = time.time()
+        config = self._config()
         state = run.state
         if state is None:
-            state = run.state = new_state(event, self._config())
+            state = run.state = new_state(event, config)
         loop_before = state.loop_spend_usd
-        outputs = apply(state, event, self._config())
+        outputs = self._apply_with_fleet(key, state, event, record, config)
         usage = event.usage if isinstance(event, ToolCall) else None
         if usage is not None:
             self.metrics.spend(
@@ -289,12 +374,39 @@ class RunProcessor:
                 offset=record.offset,
                 **verdict_log_fields(out, scope),
             )
-        await self._publish(key, state, event.event_id, encoded)
+        await self._publish(key, state, event.event_id, encoded, self._facts_topic is not None)
         if self.cache is not None:
             for out in outputs:
                 await self.cache.record(scope, out)
         if len(state.outbox) >= OUTBOX_FLUSH_AT:
+            await self._send_facts()  # the outbox waits for them too
             await self._flush()  # confirmations empty the outbox
+
+    def _apply_with_fleet(
+        self, key: bytes, state: RunState, event: Event, record: Record, config: FleetConfig
+    ) -> list[Output]:
+        """The core's step, with F1's fail-fast block first and the event's facts noted."""
+        if self._facts_topic is None or not isinstance(event, (ToolCall, ToolResult)):
+            return apply(state, event, config)
+        prepared = self._prepare(event, config)
+        scope = key.decode()
+        ts = event.ts if event.ts is not None else record.timestamp
+        block = None
+        board = self.alerts
+        if board is not None and type(event) is ToolCall and event.event_id not in state.seen_set:
+            last_failure = board.last_failure(event.tool)
+            rule = self._fleet_rules(config).tool_outage
+            if last_failure is not None and is_blocking(last_failure, ts, rule):
+                opened = board.open_outages[event.tool]
+                block = fail_fast_verdict(scope, event, opened.runs, config.settings.observe_only)
+        outputs = apply(state, event, config, prepared)
+        if block is not None:
+            outputs.insert(0, block)
+        facts = facts_of_event(event, scope, ts, prepared, digester_for(config.settings.digest))
+        if outputs:
+            facts += facts_of_outputs(outputs, scope, ts)
+        self._note_facts(facts)
+        return outputs
 
     def _load(self, key: bytes, partition: int) -> _Run:
         """The run's parsed table value (cached while the table holds the same bytes)."""
@@ -319,20 +431,28 @@ class RunProcessor:
         self._runs[key] = run
         return run
 
-    async def _publish(self, key: bytes, state: RunState, event_id: str, encoded: list[bytes]) -> None:
-        """Send outputs; once the broker confirmed all of them they leave the run's outbox."""
+    async def _publish(
+        self, key: bytes, state: RunState, event_id: str, encoded: list[bytes], with_facts: bool = False
+    ) -> None:
+        """Send outputs; once the broker confirmed all of them (and, ``with_facts``, the batch's
+        fleet facts) they leave the run's outbox."""
         if not encoded:
             return
-        pending = len(encoded)
+        pending = len(encoded) + with_facts
 
-        def confirmed(future: asyncio.Future[Any]) -> None:
+        def confirmed_one() -> None:
             nonlocal pending
-            if future.cancelled() or future.exception() is not None:
-                return  # stays in the outbox: re-published if the event comes again
             pending -= 1
             if pending == 0:
                 state.delivered(event_id)
 
+        def confirmed(future: asyncio.Future[Any]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                return  # stays in the outbox: re-published if the event comes again
+            confirmed_one()
+
+        if with_facts:
+            self._fact_waiters.append(confirmed_one)
         for value in encoded:
             future = await self._send(self._verdicts, key, value, None)
             future.add_done_callback(confirmed)

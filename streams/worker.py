@@ -16,6 +16,12 @@ written down in :mod:`streams.bulk_consumer`.
   republished events of an ended run are counted, not detected again. Runs idle longer than
   the state TTL get a synthetic ``run_end`` on their own partition, which deletes the state.
 * Config overrides are followed on the compacted config topic and apply to the next event.
+* The fleet-wide rules (spec BEYOND-OPENCLAW F1, F2): run processors send the facts of
+  their events and verdicts to the facts topic keyed by tool or agent; the fleet processor
+  (:mod:`streams.fleet_processor`), fed in bulk like the input, keeps each subject's rolling
+  window in the ``fleet`` table (changelog, recovery) and publishes ``fleet_alert`` records on
+  the alerts topic. Every worker follows the alerts topic from its start (alerts are few) for
+  F1's fail-fast blocks on its own runs, for the dashboard and for the metrics.
 """
 
 from __future__ import annotations
@@ -35,9 +41,12 @@ from config.fleet import FleetConfig
 from config.stream_settings import StreamSettings
 from detectors.decoding import decode_event
 from detectors.events import EXPIRY_EVENT_PREFIX, Abort, Event, InvalidEvent, RunEnd, Verdict, encode_event
+from detectors.fleet.alerts import decode_alert
+from streams.alert_board import AlertBoard
 from streams.bulk_consumer import LoopwatchApp
 from streams.config_topic import apply_config_record, apply_logged, read_config_overrides
 from streams.dashboard import Dashboard, register_faust_pages
+from streams.fleet_processor import FleetProcessor
 from streams.fleet_view import FleetView
 from streams.kafka_connect import aiokafka_auth, faust_credentials
 from streams.metrics import WorkerMetrics
@@ -93,7 +102,10 @@ class LoopwatchWorker:
         self._config_offset = config_offset
         self.cache = cache
         self.topic = settings.topic_events
+        self.facts_topic = settings.topic_fleet_facts
+        self.bulk_topics = frozenset({self.topic, self.facts_topic})
         self.metrics = WorkerMetrics()
+        self.alerts = AlertBoard()
         self.fleet = FleetView(
             f"worker {settings.app_id}",
             horizon_s=settings.fleet_horizon_s,
@@ -101,6 +113,7 @@ class LoopwatchWorker:
             previews=settings.dashboard_previews,
             enabled=settings.fleet_view,
         )
+        self.fleet.alerts = self.alerts
         app = LoopwatchApp(
             settings.app_id,
             broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
@@ -135,6 +148,18 @@ class LoopwatchWorker:
         self.runs = app.Table(
             "runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions
         )
+        facts_topic = app.topic(
+            settings.topic_fleet_facts,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+        # subject (tool:..., agent:...) -> its rule's rolling window, partitioned like the facts
+        self.fleet_table = app.Table(
+            "fleet", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions
+        )
         self.processor = RunProcessor(
             self.runs.data,
             self._send,
@@ -146,14 +171,25 @@ class LoopwatchWorker:
                 "verdicts": settings.topic_verdicts,
                 "dead_letter": settings.topic_dead_letter,
                 "changelog": self.runs.changelog_topic.get_topic_name(),
+                "facts": settings.topic_fleet_facts,
             },
             cache,
             _fault_hook(),
+            self.alerts,
         )
-        self._committed: dict[int, int] = {}
+        self.fleet_processor = FleetProcessor(
+            self.fleet_table.data,
+            self._send,
+            self._seek_facts,
+            lambda: self.config,
+            {"alerts": settings.topic_alerts, "changelog": self.fleet_table.changelog_topic.get_topic_name()},
+            self.alerts.add,
+        )
+        self._committed: dict[Any, int] = {}  # topic-partition -> committed offset
         self._commit_lock = asyncio.Lock()
         app.bulk_sink = self
         app.topics.add(events_topic)  # subscribed by faust's conductor; read by the bulk consumer
+        app.topics.add(facts_topic)
         app.on_partitions_revoked.connect(self._on_revoked)
         worker = self
 
@@ -171,40 +207,56 @@ class LoopwatchWorker:
         app.timer(COMMIT_INTERVAL_S)(self._commit_applied)
         app.timer(settings.expiry_interval_s)(self._expire_idle_runs)
         app.task(self._follow_config)
+        app.task(self._follow_alerts)
         if cache is not None:
             app.timer(1.0)(cache.tick)
 
     # -- the bulk sink (streams.bulk_consumer.BulkSink) ------------------------------------------
 
-    def ready_partitions(self) -> set[int]:
-        return self.processor.cursors.ready()
+    def _processors(self) -> tuple[tuple[str, Any], ...]:
+        return ((self.topic, self.processor), (self.facts_topic, self.fleet_processor))
+
+    def ready_partitions(self) -> set[Any]:
+        return {faust.types.TP(t, p) for t, proc in self._processors() for p in proc.cursors.ready()}
 
     async def process(self, fetched: dict[Any, list[Any]]) -> None:
-        await self.processor.process(fetched)
+        for topic, processor in self._processors():
+            part = {tp: records for tp, records in fetched.items() if tp.topic == topic}
+            if part:
+                await processor.process(part)
 
-    async def on_ready(self, offsets: dict[int, int]) -> None:
-        """The table is recovered for these input partitions; apply from ``offsets``."""
-        async with self.processor.lock:
-            for partition, offset in offsets.items():
-                self.processor.cursors.start(partition, offset)
-                self._committed[partition] = offset
-        _log.info("input partitions ready", positions=dict(sorted(offsets.items())))
+    async def on_ready(self, offsets: dict[Any, int]) -> None:
+        """The tables are recovered for these partitions; apply from ``offsets``."""
+        for topic, processor in self._processors():
+            async with processor.lock:
+                for tp, offset in offsets.items():
+                    if tp.topic == topic:
+                        processor.cursors.start(tp.partition, offset)
+                        self._committed[tp] = offset
+        positions = {f"{tp.topic}[{tp.partition}]": o for tp, o in sorted(offsets.items())}
+        _log.info("partitions ready", positions=positions)
 
     async def _on_revoked(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         """Finish the batch in progress, then commit everything applied (faust's signal)."""
         revoked: set[Any] = args[0] if args else kwargs.get("revoked", set())
-        partitions = {tp.partition for tp in revoked if tp.topic == self.topic}
-        async with self.processor.lock:
-            stopped = self.processor.cursors.stop(partitions)
-            self.processor.forget_partitions(partitions)
+        stopped: dict[Any, int] = {}
+        for topic, processor in self._processors():
+            partitions = {tp.partition for tp in revoked if tp.topic == topic}
+            async with processor.lock:
+                for partition, offset in processor.cursors.stop(partitions).items():
+                    stopped[faust.types.TP(topic, partition)] = offset
+                processor.forget_partitions(partitions)
         await self._commit(stopped)
-        for partition in partitions:
-            self._committed.pop(partition, None)
+        for tp in revoked:
+            self._committed.pop(faust.types.TP(tp.topic, tp.partition), None)
 
     async def on_stop(self) -> None:
         """Shutdown: finish the batch in progress, commit what was applied."""
-        async with self.processor.lock:
-            stopped = self.processor.cursors.stop_all()
+        stopped: dict[Any, int] = {}
+        for topic, processor in self._processors():
+            async with processor.lock:
+                for partition, offset in processor.cursors.stop_all().items():
+                    stopped[faust.types.TP(topic, partition)] = offset
         await self._commit(stopped)
 
     # -- producer, consumer and commits ----------------------------------------------------------
@@ -217,21 +269,29 @@ class LoopwatchWorker:
 
     async def _seek(self, partition: int, offset: int) -> None:
         consumer: Any = self.app.consumer
-        await consumer.seek_input(partition, offset)
+        await consumer.seek_input(self.topic, partition, offset)
+
+    async def _seek_facts(self, partition: int, offset: int) -> None:
+        consumer: Any = self.app.consumer
+        await consumer.seek_input(self.facts_topic, partition, offset)
 
     async def _commit_applied(self) -> None:
-        await self._commit(self.processor.cursors.positions())
+        positions = {
+            faust.types.TP(topic, p): o
+            for topic, processor in self._processors()
+            for p, o in processor.cursors.positions().items()
+        }
+        await self._commit(positions)
 
-    async def _commit(self, positions: dict[int, int]) -> None:
-        """Flush the producer, then commit ``positions`` (input partition → next offset)."""
+    async def _commit(self, positions: dict[Any, int]) -> None:
+        """Flush the producer, then commit ``positions`` (topic-partition → next offset)."""
         async with self._commit_lock:
-            todo = {p: o for p, o in positions.items() if o > self._committed.get(p, -1)}
+            todo = {tp: o for tp, o in positions.items() if o > self._committed.get(tp, -1)}
             if not todo:
                 return
-            await self._flush()  # state changes and verdicts before the offsets that imply them
-            offsets = {faust.types.TP(self.topic, p): o for p, o in todo.items()}
+            await self._flush()  # state changes, verdicts and facts before the offsets that imply them
             consumer: Any = self.app.consumer
-            if await consumer._commit(offsets):
+            if await consumer._commit(todo):
                 self._committed.update(todo)
 
     # -- monitoring ------------------------------------------------------------------------------
@@ -249,7 +309,8 @@ class LoopwatchWorker:
                 continue
             if highwater is not None:
                 lag[partition] = max(0, int(highwater) - position)
-        return self.metrics.render(len(blobs) - ended, ended, size, lag)
+        now_ms = int(time.time() * 1000)
+        return self.metrics.render(len(blobs) - ended, ended, size, lag, self.alerts, now_ms)
 
     # -- expiry ----------------------------------------------------------------------------------
 
@@ -342,6 +403,33 @@ class LoopwatchWorker:
                 self.fleet.event(decode_event(value), ts_ms)
         except (InvalidEvent, msgspec.DecodeError):
             pass  # invalid input is counted by the metrics and kept in the dead-letter topic
+
+    async def _follow_alerts(self) -> None:
+        """Every fleet alert from the start of the alerts topic: open outages (fail-fast blocks)
+        and systemic loops, for this worker's runs, dashboard and metrics."""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            **aiokafka_auth(self.settings),
+        )
+        await consumer.start()
+        try:
+            partitions = [
+                TopicPartition(self.settings.topic_alerts, p) for p in range(self.settings.partitions)
+            ]
+            consumer.assign(partitions)
+            await consumer.seek_to_beginning(*partitions)
+            while True:
+                batch = await consumer.getmany(timeout_ms=1000)
+                for messages in batch.values():
+                    for message in messages:
+                        try:
+                            self.alerts.add(decode_alert(message.value or b""))
+                        except (msgspec.DecodeError, msgspec.ValidationError):
+                            _log.warning("unreadable fleet alert ignored", offset=message.offset)
+        finally:
+            await consumer.stop()
 
     async def _follow_config(self) -> None:
         """Apply config overrides published after startup, for as long as the worker runs."""

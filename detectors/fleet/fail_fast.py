@@ -2,7 +2,8 @@
 
 While an outage of the tool is open and its last failure is less than ``blockSeconds`` old
 (event time), every ``tool_call`` of it gets a critical ``verdict``, detector ``tool_outage``,
-action ``block``, count = the outage's failing runs. After ``blockSeconds`` without a new
+action ``block``, count = the failing runs its ``tool_outage`` alert reported (what every
+worker knows of it). After ``blockSeconds`` without a new
 failure, calls pass again and act as probes. The block is the fleet's, not the run's: it is
 added to the run's outputs but never counts toward the run's escalation to abort.
 """

@@ -53,8 +53,9 @@ class OpenOutage(msgspec.Struct, array_like=True):
     since_ts: int
     opened_ts: int
     error_class: str
-    runs: dict[str, None]
+    runs: dict[str, None]  # every run that failed from the first failure on
     last_failure_ts: int
+    alert_runs: int  # the failing runs its alert reported (the fail-fast blocks' count)
 
 
 class OutageState(msgspec.Struct, array_like=True):
@@ -140,7 +141,7 @@ def _maybe_open(state: OutageState, cls: str, fact: ResultFact, rule: ToolOutage
     opening = fact.ts // (rule.bucket_s * 1000)
     agents = len(set(runs.values()))
     ident = alert_id("tool_outage", subject, opening)
-    state.open = OpenOutage(ident, opening, since, fact.ts, cls, dict.fromkeys(runs), fact.ts)
+    state.open = OpenOutage(ident, opening, since, fact.ts, cls, dict.fromkeys(runs), fact.ts, len(runs))
     return [
         FleetAlert(
             alert_id=ident,

@@ -76,4 +76,4 @@ class FleetWatch:
         opened = state.open if state is not None else None
         if opened is None or not is_blocking(opened.last_failure_ts, ts, self.rules.tool_outage):
             return None
-        return fail_fast_verdict(scope, event, len(opened.runs), observe_only)
+        return fail_fast_verdict(scope, event, opened.alert_runs, observe_only)

@@ -36,6 +36,8 @@ class Names:
         self.verdicts = f"lwt-{tag}.verdicts"
         self.dead_letter = f"lwt-{tag}.dead-letter"
         self.config = f"lwt-{tag}.config"
+        self.alerts = f"lwt-{tag}.alerts"
+        self.facts = f"lwt-{tag}.fleet-facts"
 
     def env(self, bootstrap: str, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -46,6 +48,8 @@ class Names:
             LOOPWATCH_TOPIC_VERDICTS=self.verdicts,
             LOOPWATCH_TOPIC_DEAD_LETTER=self.dead_letter,
             LOOPWATCH_TOPIC_CONFIG=self.config,
+            LOOPWATCH_TOPIC_ALERTS=self.alerts,
+            LOOPWATCH_TOPIC_FLEET_FACTS=self.facts,
             LOOPWATCH_PARTITIONS="4",
             LOOPWATCH_LOG_FORMAT="json",
             LOOPWATCH_STARTUP_TIMEOUT_S="30",

@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import pytest
 
 from config import parse_config_text
@@ -35,10 +36,8 @@ def result(
         ts=ts,
         tool=tool,
         params=from_python(args if args is not None else {"q": run}),
-        result=from_python({"content": [{"type": "text", "text": "ok"}]})
-        if error is None
-        else from_python(None),
-        error=error if error is not None else from_python(None),
+        result=from_python({"content": [{"type": "text", "text": "ok"}]}) if error is None else msgspec.UNSET,
+        error=error if error is not None else msgspec.UNSET,
     )
 
 
