@@ -8,7 +8,7 @@ CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py)
 BUILT  := $(VENV)/.compiled-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint typecheck conformance unit unit-pure services-up services-down bench bench-gateway bench-stream soak chaos clean
+.PHONY: help setup demo test lint typecheck conformance check-alerts unit unit-pure services-up services-down bench bench-gateway bench-stream soak chaos clean
 
 KAFKA_TEST := 127.0.0.1:19092
 REDIS_TEST := redis://127.0.0.1:16379/0
@@ -42,6 +42,9 @@ lint: $(STAMP)  ## ruff lint and format check
 typecheck: $(STAMP)  ## mypy strict
 	$(BIN)/mypy
 
+check-alerts:  ## promtool check and unit tests of docker/prometheus/alerts.yml (promtool from Debian)
+	docker/prometheus/check.sh
+
 conformance: $(BUILT)  ## the public OpenClaw conformance vectors
 	$(BIN)/loopwatch conformance tests/data/openclaw-public.jsonl tests/data/openclaw-newest.jsonl
 
@@ -58,7 +61,7 @@ unit: $(BUILT)  ## the pytest suite (starts Kafka and Redis for the integration 
 unit-pure: $(BUILT)  ## the unit and property tests on the pure-Python core (as installed without a compiler)
 	LOOPWATCH_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit tests/property
 
-test: lint typecheck conformance unit unit-pure  ## everything CI runs
+test: lint typecheck conformance check-alerts unit unit-pure  ## everything CI runs
 
 bench: $(BUILT)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench

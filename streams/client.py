@@ -17,6 +17,11 @@ Events are produced with an idempotent producer keyed by run scope. In digest-on
 (``digest_only=True``) arguments and results are hashed here with the same normaliser as
 the worker and only digests leave the host. Decisions come from the verdict topic (the
 client follows it from the moment it starts) or, with ``redis_url``, from the Redis cache.
+
+The client also follows the fleet alerts (``loopwatch.alerts``, from its start):
+``tool_available(tool)`` is false while the tool has an open outage, and with
+``fail_fast=True`` the gate blocks a call to such a tool at once, while the outage's last
+failure is less than ``block_seconds`` old (F1's fail-fast, as the workers apply it).
 """
 
 from __future__ import annotations
@@ -52,7 +57,11 @@ from detectors.events import (
     encode_event,
     run_scope,
 )
+from detectors.fleet.alerts import decode_alert
+from detectors.fleet.fail_fast import DETECTOR as OUTAGE_DETECTOR
+from detectors.fleet.fail_fast import block_message
 from detectors.stable_json import from_python
+from streams.alert_board import AlertBoard
 from streams.kafka_connect import aiokafka_auth
 
 __all__ = ["LoopwatchClient", "RunDecision"]
@@ -93,6 +102,9 @@ class LoopwatchClient:
         digest_only: bool = False,
         detector_settings: DetectorSettings | None = None,
         follow_verdicts: bool = True,
+        follow_alerts: bool = True,
+        fail_fast: bool = False,
+        block_seconds: int = 60,
     ) -> None:
         self.settings = settings
         self.agent_id = agent_id
@@ -108,6 +120,13 @@ class LoopwatchClient:
         self._waiters: dict[str, asyncio.Future[Output]] = {}
         self._ids = itertools.count()
         self._prefix = uuid.uuid4().hex[:12]
+        self.alerts = AlertBoard()
+        self._follow_fleet = follow_alerts
+        self.fail_fast = fail_fast
+        self.block_seconds = block_seconds
+        self._alert_consumer: AIOKafkaConsumer | None = None
+        self._alert_follower: asyncio.Task[None] | None = None
+        self._call_tools: dict[str, str] = {}  # event id of a call -> its tool (for the gate)
 
     @classmethod
     def from_env(cls, agent_id: str = "default", **kwargs: Any) -> LoopwatchClient:
@@ -153,14 +172,27 @@ class LoopwatchClient:
             for partition in self._consumer.assignment():
                 await self._consumer.position(partition)  # fix the start before publishing
             self._follower = asyncio.create_task(self._follow_verdicts())
+        if self._follow_fleet:
+            self._alert_consumer = AIOKafkaConsumer(
+                self.settings.topic_alerts,
+                bootstrap_servers=self.settings.kafka_bootstrap,
+                group_id=None,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                **auth,
+            )
+            await self._alert_consumer.start()
+            self._alert_follower = asyncio.create_task(self._follow_alerts())
 
     async def stop(self) -> None:
-        if self._follower is not None:
-            self._follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._follower
-        if self._consumer is not None:
-            await self._consumer.stop()
+        for task in (self._follower, self._alert_follower):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        for consumer in (self._consumer, self._alert_consumer):
+            if consumer is not None:
+                await consumer.stop()
         if self._producer is not None:
             await self._producer.stop()
         if self._redis is not None:
@@ -208,6 +240,9 @@ class LoopwatchClient:
             tool_call_id=tool_call_id,
             usage=as_usage(usage),
         )
+        self._call_tools[event.event_id] = tool
+        if len(self._call_tools) > 10_000:
+            del self._call_tools[next(iter(self._call_tools))]
         return await self._publish(self._digested(event) if self.digest_only else event)
 
     async def tool_result(
@@ -235,6 +270,8 @@ class LoopwatchClient:
             error=error if error is not None else UNSET,
             tool_call_id=tool_call_id,
         )
+        if error is not None:
+            self.alerts.note_failure(tool, event.ts or 0)
         return await self._publish(self._digested(event) if self.digest_only else event)
 
     async def compaction_retry(self, run_id: str) -> str:
@@ -274,6 +311,28 @@ class LoopwatchClient:
             if waiter is not None and not waiter.done():
                 waiter.set_result(output)
 
+    async def _follow_alerts(self) -> None:
+        assert self._alert_consumer is not None
+        async for message in self._alert_consumer:
+            try:
+                self.alerts.add(decode_alert(message.value or b""))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+
+    def tool_available(self, tool: str) -> bool:
+        """False while the fleet has an open outage of ``tool`` (F1), as far as the alerts say."""
+        return tool not in self.alerts.open_outages
+
+    def _outage_block(self, event_id: str) -> RunDecision | None:
+        tool = self._call_tools.get(event_id)
+        if not self.fail_fast or tool is None:
+            return None
+        last = self.alerts.last_failure(tool)
+        if last is None or time.time() * 1000 - last >= self.block_seconds * 1000:
+            return None
+        message = block_message(tool, self.alerts.open_outages[tool].runs)
+        return RunDecision("block", message, OUTAGE_DETECTOR)
+
     async def decision(self, run_id: str) -> RunDecision:
         """The run's current decision: from Redis when configured, else from the verdict stream."""
         if self._redis is not None:
@@ -294,8 +353,12 @@ class LoopwatchClient:
         """Wait up to ``timeout`` seconds for the verdict of the event just published.
 
         No verdict within the bound means the call may proceed (the worker publishes
-        verdicts only for warnings, blocks and aborts).
+        verdicts only for warnings, blocks and aborts). With ``fail_fast``, a call to a tool
+        under an open outage is blocked at once.
         """
+        blocked = self._outage_block(event_id)
+        if blocked is not None:
+            return blocked
         outputs = self._by_trigger.get(event_id)
         if outputs:
             return _strongest(outputs)

@@ -16,7 +16,7 @@ from config.fleet_rules import ToolOutageRule
 from detectors.events import ToolCall, Verdict
 from detectors.step import verdict_id
 
-__all__ = ["DETECTOR", "fail_fast_verdict", "is_blocking"]
+__all__ = ["DETECTOR", "block_message", "fail_fast_verdict", "is_blocking"]
 
 DETECTOR: Final = "tool_outage"
 
@@ -24,6 +24,13 @@ DETECTOR: Final = "tool_outage"
 def is_blocking(last_failure_ts: int, ts: int, rule: ToolOutageRule) -> bool:
     """Whether a call at event time ``ts`` is refused, the outage's last failure at ``last_failure_ts``."""
     return rule.block and ts - last_failure_ts < rule.block_s * 1000
+
+
+def block_message(tool: str, runs: int) -> str:
+    return (
+        f"CRITICAL: {tool} is failing for the whole fleet right now ({runs} runs, same error). "
+        "Do not call it again; continue without it or report that it is unavailable."
+    )
 
 
 def fail_fast_verdict(scope: str, event: ToolCall, runs: int, observe_only: bool) -> Verdict:
@@ -39,10 +46,7 @@ def fail_fast_verdict(scope: str, event: ToolCall, runs: int, observe_only: bool
         action="block",
         detector=DETECTOR,
         count=runs,
-        message=(
-            f"CRITICAL: {event.tool} is failing for the whole fleet right now ({runs} runs, same error). "
-            "Do not call it again; continue without it or report that it is unavailable."
-        ),
+        message=block_message(event.tool, runs),
         warning_key=f"{DETECTOR}:{event.tool}",
         paired_tool=None,
         tool=event.tool,
