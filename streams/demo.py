@@ -44,10 +44,19 @@ from detectors.events import (
     Verdict,
     run_scope,
 )
+from detectors.fleet.alerts import FleetAlert
 from streams.config_files import load_config
 from streams.console import report_console
 from streams.dashboard import serve_until_interrupted, serving
-from streams.demo_fleet import SCENARIOS, Scenario, Step
+from streams.demo_fleet import (
+    OUTAGE_FROM_S,
+    OUTAGE_TOOL,
+    OUTAGE_UNTIL_S,
+    SCENARIOS,
+    Scenario,
+    Step,
+    outage_error,
+)
 from streams.embedded import EmbeddedRuntime
 from streams.event_lines import BadLine, read_events
 from streams.fleet_view import FleetView
@@ -58,6 +67,9 @@ FIXTURES = Path(__file__).parent / "data" / "fixtures"
 
 
 #: the demo's config when none is given: OpenClaw's defaults plus loopwatch's own rules
+#: The simulated fleet's clock starts here (2026-01-05 09:00 UTC, a Monday morning).
+DEMO_EPOCH_MS = 1_767_603_600_000
+
 DEMO_CONFIG = (
     "{tools: {loopDetection: {enabled: true}}, loopwatch: {detectors: {"
     "runNoProgress: {enabled: true}, editUndo: {enabled: true}, loopBudget: {usd: 1}}}}"
@@ -117,6 +129,11 @@ def _summarise(
     )
 
 
+def _error(step: Step, during_outage: bool, noise: random.Random) -> str | None:
+    """The error a step's tool gives: the outage's, if it is the outage tool and down now."""
+    return outage_error(noise) if during_outage and step.tool == OUTAGE_TOOL else step.error
+
+
 def _note(outcome: RunOutcome, outputs: list[Output], detectors: Counter[str]) -> bool:
     """Record outputs of one event; True if the run was aborted."""
     aborted = False
@@ -163,10 +180,14 @@ async def simulate(
     view: FleetView | None = None,
     pace: Pace | None = None,
     prefix: str = "demo",
+    alerts: list[FleetAlert] | None = None,
 ) -> list[ScenarioReport]:
-    """Run the simulated fleet; one report per scenario (run ids ``<prefix>-<scenario>-<n>``)."""
+    """Run the simulated fleet; one report per scenario (run ids ``<prefix>-<scenario>-<n>``),
+    the fleet alerts into ``alerts``. The fleet's clock starts at :data:`DEMO_EPOCH_MS`; the
+    outage tool fails for every call between ``OUTAGE_FROM_S`` and ``OUTAGE_UNTIL_S`` on it."""
     pace = pace or Pace(None)
     rnd = random.Random(seed)
+    noise = random.Random(seed + 1)  # the outage's request ids: the fleet itself stays as it was
     agents: list[tuple[Scenario, str, list[Step], RunOutcome]] = []
     costs: dict[str, list[float]] = {}  # run id -> the cost of each step's model turn
     for index, scenario in enumerate(SCENARIOS):
@@ -181,7 +202,8 @@ async def simulate(
     detectors: dict[str, Counter[str]] = {s.name: Counter() for s in SCENARIOS}
     cursor = {run_id: 0 for _, run_id, _, _ in agents}
     # each run's own clock (event ts, ms): an agent turn takes 4-12 s, a tool 0.2-3 s
-    clock = {run_id: 0 for _, run_id, _, _ in agents}
+    clock = {run_id: DEMO_EPOCH_MS for _, run_id, _, _ in agents}
+    outage = range(DEMO_EPOCH_MS + OUTAGE_FROM_S * 1000, DEMO_EPOCH_MS + OUTAGE_UNTIL_S * 1000)
     serial = 0
     async with EmbeddedRuntime(config, view=view) as runtime:
 
@@ -227,12 +249,13 @@ async def simulate(
                 blocked = any(isinstance(o, Verdict) and o.action == "block" for o in outputs)
                 if not blocked and not aborted:
                     clock[run_id] += rnd.randint(200, 3000)
+                    error = _error(step, clock[run_id] in outage, noise)
                     result = ToolResult(
                         event_id=f"e{serial}r",
                         tool=step.tool,
                         params=step.params,
-                        result=step.result if step.error is None else UNSET,
-                        error=step.error if step.error is not None else UNSET,
+                        result=step.result if error is None else UNSET,
+                        error=error if error is not None else UNSET,
                         tool_call_id=call_id,
                         run_id=run_id,
                         agent_id=agent,
@@ -248,6 +271,8 @@ async def simulate(
                     progress.advance(task, len(steps) - cursor[run_id])
                 await process(RunEnd(event_id=f"e{serial}end", run_id=run_id, agent_id=scenario.agent_id))
                 active.pop(pick)
+        if alerts is not None:
+            alerts += runtime.alerts
     reports = []
     for scenario in SCENARIOS:
         outcomes = [o for s, _, _, o in agents if s is scenario]
@@ -283,7 +308,13 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def render(reports: list[ScenarioReport], console: Console, seconds: float, runs: int) -> None:
+def render(
+    reports: list[ScenarioReport],
+    console: Console,
+    seconds: float,
+    runs: int,
+    alerts: list[FleetAlert] | None = None,
+) -> None:
     table = Table(
         title=f"loopwatch demo — {runs} simulated runs at once, plus real OpenClaw traces "
         f"({seconds:.1f} s; median calls)"
@@ -328,6 +359,14 @@ def render(reports: list[ScenarioReport], console: Console, seconds: float, runs
         f"false positives on healthy runs: {flagged}; stuck scenarios missed: {len(missed)}"
         + (f" ({', '.join(missed)})" if missed else "")
     )
+    if alerts:
+        table = Table(title=f"fleet alerts — what no single run's detector sees ({len(alerts)})")
+        for column in ("at", "kind", "message"):
+            table.add_column(column, justify="left", overflow="fold")
+        for alert in sorted(alerts, key=lambda a: a.ts):  # runs' clocks differ: by event time
+            at = f"+{(alert.ts - DEMO_EPOCH_MS) / 60_000:.1f} min"
+            table.add_row(at, alert.kind, alert.message)
+        console.print(table)
 
 
 def run_demo(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
@@ -357,14 +396,15 @@ async def _demo(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
             console=console,
             transient=True,
         ) as progress:
-            reports = await simulate(config, args.seed, args.runs, progress, view, pace)
+            alerts: list[FleetAlert] = []
+            reports = await simulate(config, args.seed, args.runs, progress, view, pace, alerts=alerts)
             reports += await replay_traces(config, view, pace)
         seconds = time.perf_counter() - started
         if args.json:
             out.write(json.dumps([asdict(r) for r in reports], indent=1).encode() + b"\n")
             out.flush()
         else:
-            render(reports, console, seconds, args.runs * len(SCENARIOS))
+            render(reports, console, seconds, args.runs * len(SCENARIOS), alerts)
         if view is not None:
             rounds = getattr(args, "rounds", 0)
             more = asyncio.create_task(_more_rounds(config, args, view, pace, err, rounds))

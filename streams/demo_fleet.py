@@ -13,7 +13,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SCENARIOS", "Scenario", "Step"]
+__all__ = ["OUTAGE_FROM_S", "OUTAGE_TOOL", "OUTAGE_UNTIL_S", "SCENARIOS", "Scenario", "Step", "outage_error"]
+
+#: The tool that goes down for the whole fleet for a while (seconds into the demo's clock):
+#: every call of it in that time fails, whatever the run or the arguments.
+OUTAGE_TOOL = "web_search"
+OUTAGE_FROM_S = 60
+OUTAGE_UNTIL_S = 200
+
+
+def outage_error(rnd: random.Random) -> str:
+    """The outage's error: one error, with a request id and a latency that differ every time."""
+    return (
+        f"web_search: upstream returned 503 Service Unavailable after {rnd.randint(800, 3000)} ms "
+        f"(request {rnd.getrandbits(64):016x})"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +223,7 @@ def drifting_build_failure(rnd: random.Random) -> list[Step]:
 def tool_rotator(rnd: random.Random) -> list[Step]:
     """Rotates search tools over a dozen phrasings of one question; every answer is the same
     "nothing found" (no per-tool streak: caught by loopwatch's run_no_progress)."""
-    tools = ("grep", "web_search", "read")
+    tools = ("grep", "search_docs", "read")
     steps = []
     for n in range(rnd.randint(40, 50)):
         tool = tools[n % 3]
@@ -243,6 +257,37 @@ def post_compaction(rnd: random.Random) -> list[Step]:
     return [*[missing] * rnd.randint(4, 8), Step(compaction=True), *[missing] * 6]
 
 
+def research(rnd: random.Random) -> list[Step]:
+    """Searches the web and reads notes on one topic, every query new (legitimate; its searches
+    fail while the search tool is down for everybody)."""
+    topic = rnd.choice(["pricing", "latency", "churn", "onboarding", "security"])
+    steps = []
+    for n in range(rnd.randint(18, 26)):
+        if n % 3 == 0:
+            steps.append(Step(OUTAGE_TOOL, {"query": f"{topic} study {n}"}, _text(f"{3 + n} results")))
+        else:
+            steps.append(Step("read", {"path": f"notes/{topic}-{n}.md"}, _text(f"{topic} note {n}")))
+    return steps
+
+
+def support_tickets(rnd: random.Random) -> list[Step]:
+    """Answers tickets: reads each once, writes a reply now and then (legitimate)."""
+    steps = []
+    for n in range(rnd.randint(12, 20)):
+        ticket = rnd.randint(1000, 9999)
+        steps.append(Step("read", {"path": f"tickets/{ticket}.json"}, _text(f"ticket {ticket}: open")))
+        if n % 4 == 3:
+            reply = {"path": f"replies/{ticket}.md", "content": f"Hello, about ticket {ticket} ({n})"}
+            steps.append(Step("write", reply, _text("written", changed=True)))
+    return steps
+
+
+def support_rereads(rnd: random.Random) -> list[Step]:
+    """The v2 prompt's flaw: a ticket waiting for the customer is re-read until something changes."""
+    waiting = Step("read", {"path": "tickets/4711.json"}, _text("ticket 4711: waiting for customer"))
+    return [*support_tickets(rnd)[:4], *[waiting] * rnd.randint(24, 30)]
+
+
 SCENARIOS = [
     Scenario("healthy: paging", "researcher", True, paging, "paging through a long file"),
     Scenario("healthy: polling with progress", "ops", True, polling_progress, "polls that make progress"),
@@ -263,4 +308,21 @@ SCENARIOS = [
     ),
     Scenario("tool rotator", "researcher", False, tool_rotator, "three tools, one answer, round and round"),
     Scenario("edit-undo", "coder", False, edit_undo, "a change applied and reverted again and again"),
+    Scenario(
+        "healthy: research (web_search outage)",
+        "analyst",
+        True,
+        research,
+        "new queries; the search tool is down for everybody for a while",
+    ),
+    Scenario(
+        "healthy: support v2, most tickets", "support-v2", True, support_tickets, "each ticket read once"
+    ),
+    Scenario(
+        "support v2 prompt: re-reads",
+        "support-v2",
+        False,
+        support_rereads,
+        "a prompt flaw that makes many of the agent's runs loop",
+    ),
 ]

@@ -4,14 +4,16 @@ import io
 import json
 
 from config import FleetConfig, parse_config_text
-from streams.demo import DEMO_CONFIG, replay_traces, run_demo, simulate
+from detectors.fleet.alerts import FleetAlert
+from streams.demo import DEMO_CONFIG, DEMO_EPOCH_MS, replay_traces, run_demo, simulate
+from streams.demo_fleet import OUTAGE_FROM_S, OUTAGE_UNTIL_S
 
 DEMO = parse_config_text(DEMO_CONFIG)
 
 
 def test_every_stuck_scenario_is_caught_and_no_healthy_run_flagged() -> None:
     reports = asyncio.run(simulate(DEMO, seed=11, runs_per_scenario=8))
-    assert len(reports) == 13
+    assert len(reports) == 16
     for report in reports:
         assert report.runs == 8
         if report.healthy:
@@ -53,6 +55,26 @@ def test_the_2026_08_scenarios_are_missed_by_the_2026_05_rules() -> None:
     assert by_name["argument churn"].stopped == 0
 
 
+def test_demo_fleet_raises_the_outage_its_recovery_and_the_bad_prompt_s_systemic_loop() -> None:
+    alerts: list[FleetAlert] = []
+    reports = asyncio.run(simulate(DEMO, seed=7, runs_per_scenario=24, alerts=alerts))
+    by_subject: dict[str, list[FleetAlert]] = {}
+    for alert in alerts:
+        by_subject.setdefault(alert.subject, []).append(alert)
+    outage = by_subject["tool:web_search"]
+    assert [a.kind for a in outage] == ["tool_outage", "tool_recovered"]
+    assert outage[0].since_ts >= DEMO_EPOCH_MS + OUTAGE_FROM_S * 1000
+    assert outage[1].ts >= DEMO_EPOCH_MS + OUTAGE_UNTIL_S * 1000  # the first success after it
+    loops = by_subject["agent:support-v2:tool:read:generic_repeat"]
+    assert loops[0].runs == 10
+    assert loops[0].active_runs == 48  # the agent's looping and healthy runs
+    assert not any(a.agent_id == "analyst" for a in alerts)  # the outage is the tool's, not theirs
+    assert all(r.flagged_healthy == 0 for r in reports)
+    second: list[FleetAlert] = []
+    asyncio.run(simulate(DEMO, seed=7, runs_per_scenario=24, alerts=second))
+    assert [a.alert_id for a in second] == [a.alert_id for a in alerts]
+
+
 def test_demo_is_reproducible() -> None:
     first = asyncio.run(simulate(FleetConfig.enabled_default(), seed=5, runs_per_scenario=4))
     second = asyncio.run(simulate(FleetConfig.enabled_default(), seed=5, runs_per_scenario=4))
@@ -87,7 +109,8 @@ def test_piped_output_keeps_names_whole_and_has_no_colour_codes() -> None:
     )
     assert done.returncode == 0, done.stderr
     text = done.stdout.decode()
-    assert "│ healthy: polling with progress │" in text
-    assert "│ trace: post-compaction-abort   │" in text
+    width = len("healthy: research (web_search outage)")  # the longest name, whole
+    assert f"│ {'healthy: research (web_search outage)':<{width}} │" in text
+    assert f"│ {'trace: post-compaction-abort':<{width}} │" in text
     assert "\x1b[" not in text
     assert "stopping the aborted runs saved $" in text
