@@ -111,6 +111,7 @@
         kpi("warn", "warnings", verdicts.warn || 0, "warn"),
         kpi("block", "blocks", verdicts.block || 0, "block"),
         kpi("abort", "aborts", verdicts.abort || 0, "abort")),
+      alertPanels(data.alerts),
       h("div", { class: "panel", style: "margin-bottom:14px" }, timeline(data.timeline)),
       h("div", { class: "grid" },
         panel("Runs with verdicts",
@@ -142,6 +143,31 @@
           h("div", { class: "chips", id: "failing-tools" },
             data.failing_tools.length ? data.failing_tools.map((tool) => h("span", { "data-name": tool }, tool)) : h("div", { class: "empty" }, "none")))),
       spendPanels(data.spend));
+  }
+
+  // fleet-wide rules: tools down for everybody, loops shared by many runs of one agent
+  function sampleRuns(alert) {
+    return h("div", { class: "sub" }, "runs: ", ...alert.sample_run_ids.flatMap((run, i) => [i ? ", " : "", runLink(run)]));
+  }
+
+  function alertPanels(alerts) {
+    if (!alerts) return "";
+    return h("div", { class: "grid", id: "fleet-alerts" },
+      panel("Tool outages open now",
+        table("outages", [["tool"], ["since"], ["runs", "num"], ["agents", "num"], ["message"]],
+          alerts.open_outages.map((a) => h("tr", { "data-alert-id": a.alert_id, "data-tool": a.tool, class: "alert-row" },
+            h("td", { class: "run" }, a.tool), h("td", { class: "mono" }, time(a.since_ts)),
+            h("td", { class: "num" }, num(a.runs)), h("td", { class: "num" }, num(a.agents || 0)),
+            h("td", { class: "msg" }, a.message, sampleRuns(a)))),
+          "no tool is failing for the whole fleet")),
+      panel("Systemic loops (last hour)",
+        table("systemic", [["agent · tool"], ["detector"], ["runs", "num"], ["share", "num"], ["message"]],
+          alerts.systemic_loops.map((a) => h("tr", { "data-alert-id": a.alert_id, "data-agent": a.agent_id, class: "alert-row" },
+            h("td", { class: "run" }, a.agent_id, h("div", { class: "sub" }, a.tool)), h("td", { class: "det" }, a.detector),
+            h("td", { class: "num" }, `${num(a.runs)} / ${num(a.active_runs)}`),
+            h("td", { class: "num" }, `${Math.round(a.share * 100)}%`),
+            h("td", { class: "msg" }, a.message, sampleRuns(a)))),
+          "no loop is shared by many runs of one agent")));
   }
 
   function usd(value) {

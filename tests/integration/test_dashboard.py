@@ -306,3 +306,45 @@ def test_demo_serve_keeps_the_fleet_running_until_stopped(tmp_path: Path) -> Non
         assert second_round_run["calls"] > 0
     finally:
         assert served.stop() == 0
+
+
+def test_fleet_page_shows_open_outages_and_systemic_loops_with_their_runs(tmp_path: Path) -> None:
+    from tests.integration.test_fleet_alerts import SMALL_LOOPS, looping, outage
+
+    t0 = int(time.time() * 1000) - 120_000
+    events = sorted(outage("down-", range(6), t0) + looping(t0), key=lambda e: e.ts or 0)
+    source = tmp_path / "events.jsonl"
+    source.write_bytes(b"".join(msgspec.json.encode(e) + b"\n" for e in events))
+    config = tmp_path / "config.json5"
+    config.write_text(SMALL_LOOPS)
+    served = Served(["run", "--serve", "127.0.0.1:0", "--config", str(config), str(source)], tmp_path)
+    try:
+        url = served.wait_done()
+        lines = [json.loads(line) for line in served.out.read_bytes().splitlines()]
+        alerts = {a["kind"]: a for a in lines if a["type"] == "fleet_alert"}
+        assert set(alerts) == {"tool_outage", "systemic_loop"}
+
+        async def scenario() -> None:
+            async with Chromium() as browser:
+                await browser.open(url)
+                await browser.wait_for("document.body.dataset.loaded")
+                shown = await browser.wait_for(
+                    "document.querySelector('#outages tr.alert-row')?.dataset.alertId"
+                )
+                assert shown == alerts["tool_outage"]["alert_id"]
+                loop = await browser.wait_for(
+                    "document.querySelector('#systemic tr.alert-row')?.dataset.alertId"
+                )
+                assert loop == alerts["systemic_loop"]["alert_id"]
+                links = await browser.evaluate(
+                    "[...document.querySelectorAll('#outages [data-run-link]')].map(a => a.dataset.runLink)"
+                )
+                assert links == alerts["tool_outage"]["sample_run_ids"]
+                await browser.screenshot(ARTIFACTS / "dashboard-fleet-alerts.png")
+                await browser.evaluate("document.querySelector('#systemic [data-run-link]').click()")
+                opened = await browser.wait_for("location.hash")
+                assert opened == "#/run/" + alerts["systemic_loop"]["sample_run_ids"][0]
+
+        asyncio.run(scenario())
+    finally:
+        assert served.stop() == 0
