@@ -38,6 +38,7 @@ class WorkerMetrics:
         self.ended_run_events = 0  # records of runs that had ended (tombstone)
         self.reseeks = 0  # fetches that started past the last applied record: sought back
         self.gaps = 0  # input offsets the broker no longer had (accepted after a re-seek)
+        self.fleet_fact_records = 0  # records of the fleet facts topic applied
         self.verdicts: Counter[tuple[str, str, str]] = Counter()
         self.spend_usd: dict[str, float] = {}  # agent -> USD
         self.tokens: Counter[tuple[str, str]] = Counter()  # (agent, "input" | "output") -> tokens
@@ -121,6 +122,11 @@ class _Snapshot(Collector):
         )
         yield _counter(
             "loopwatch_input_gap_records", "Input offsets missing on the broker (skipped).", m.gaps
+        )
+        yield _counter(
+            "loopwatch_fleet_fact_records",
+            "Records of the fleet facts topic applied to the fleet rules.",
+            m.fleet_fact_records,
         )
         verdicts = CounterMetricFamily(
             "loopwatch_verdicts", "Verdicts and aborts published.", labels=["level", "detector", "action"]

@@ -238,9 +238,9 @@ class RunProcessor:
 
     def _redelivered_facts(self, key: bytes, event: Event, record: Record, outbox: list[bytes]) -> None:
         """The facts of an event applied before (sent again: they may not have reached the topic)."""
-        if self._facts_topic is None:
-            return
         config = self._config()
+        if self._facts_topic is None or not self._fleet_rules(config).any:
+            return
         scope = key.decode()
         ts = event.ts if event.ts is not None else record.timestamp
         prepared = self._prepare(event, config) if isinstance(event, (ToolCall, ToolResult)) else None
@@ -386,8 +386,12 @@ class RunProcessor:
         self, key: bytes, state: RunState, event: Event, record: Record, config: FleetConfig
     ) -> list[Output]:
         """The core's step, with F1's fail-fast block first and the event's facts noted."""
-        if self._facts_topic is None or not isinstance(event, (ToolCall, ToolResult)):
-            return apply(state, event, config)
+        if (
+            self._facts_topic is None
+            or not isinstance(event, (ToolCall, ToolResult))
+            or not self._fleet_rules(config).any
+        ):
+            return apply(state, event, config)  # no fleet rule is on: no facts to send
         prepared = self._prepare(event, config)
         scope = key.decode()
         ts = event.ts if event.ts is not None else record.timestamp

@@ -310,6 +310,7 @@ class LoopwatchWorker:
             if highwater is not None:
                 lag[partition] = max(0, int(highwater) - position)
         now_ms = int(time.time() * 1000)
+        self.metrics.fleet_fact_records = self.fleet_processor.applied
         return self.metrics.render(len(blobs) - ended, ended, size, lag, self.alerts, now_ms)
 
     # -- expiry ----------------------------------------------------------------------------------

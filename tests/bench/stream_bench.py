@@ -3,7 +3,9 @@
 (a) passthrough: an aiokafka consumer (group) that produces every record it reads to another
     topic — the ceiling for a Python worker on this machine; beside it, a faust agent that
     only forwards each event (faust's own per-event cost, the ceiling for a faust agent);
-(b) loopwatch: one ``loopwatch worker`` process on the same events, then two of them.
+(b) loopwatch: one ``loopwatch worker`` process on the same events, then two of them; then
+    one worker with the fleet-wide rules (tool outage, systemic loop: their facts re-keyed
+    through the facts topic, the fleet table) on and off, alternating, medians side by side.
 
 All three produce with the same settings (acks=all, linger 5 ms).
 
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from detectors.decoding import decode_event
@@ -162,16 +164,28 @@ async def collect(topic: str, want: set[str], sent: dict[str, float], deadline: 
     return arrived
 
 
-def start_workers(names: Names, count: int, tmp: str, port: int) -> list[WorkerProcess]:
+RUN_ONLY = (
+    "{tools: {loopDetection: {enabled: true}}, "
+    "loopwatch: {detectors: {toolOutage: {enabled: false}, systemicLoop: {enabled: false}}}}"
+)
+
+
+def start_workers(
+    names: Names, count: int, tmp: str, port: int, config: str | None = None
+) -> list[WorkerProcess]:
     """``count`` worker processes of one group, all ready (the group settled)."""
     workers = []
+    config_file = None
+    if config is not None:
+        config_file = Path(tmp) / f"{names.app_id}.json5"
+        config_file.write_text(config)
     for index in range(count):
         env = names.env(
             BOOTSTRAP,
             LOOPWATCH_WEB_PORT=str(port + index),
             LOOPWATCH_DATA_DIR=f"{tmp}/{names.app_id}-{index}",
         )
-        workers.append(WorkerProcess(env, Path(tmp) / f"{names.app_id}-{index}.log"))
+        workers.append(WorkerProcess(env, Path(tmp) / f"{names.app_id}-{index}.log", config_file))
     for worker in workers:
         worker.wait_ready()
     if count > 1:  # every member ready once more after the last join's rebalance
@@ -184,8 +198,8 @@ def start_workers(names: Names, count: int, tmp: str, port: int) -> list[WorkerP
     return workers
 
 
-def _events_processed(workers: list[WorkerProcess]) -> int:
-    """Events the workers processed so far (valid and invalid), from their /metrics."""
+def _counted(workers: list[WorkerProcess], prefixes: tuple[str, ...]) -> int:
+    """The sum of the workers' /metrics series starting with ``prefixes``."""
     import urllib.request
 
     total = 0
@@ -193,9 +207,33 @@ def _events_processed(workers: list[WorkerProcess]) -> int:
         url = f"http://127.0.0.1:{worker.env['LOOPWATCH_WEB_PORT']}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             for line in response.read().decode().splitlines():
-                if line.startswith(("loopwatch_events_total", "loopwatch_invalid_events_total")):
+                if line.startswith(prefixes):
                     total += int(float(line.rsplit(" ", 1)[1]))
     return total
+
+
+def _events_processed(workers: list[WorkerProcess]) -> int:
+    """Events the workers processed so far (valid and invalid), from their /metrics."""
+    return _counted(workers, ("loopwatch_events_total", "loopwatch_invalid_events_total"))
+
+
+async def _topic_end(topic: str) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in range(4)]
+        return sum((await consumer.end_offsets(partitions)).values())
+    finally:
+        await consumer.stop()
+
+
+async def _fleet_caught_up(names: Names, workers: list[WorkerProcess]) -> None:
+    """Until the workers applied every record of the fleet facts topic (none when the rules are off)."""
+    while True:
+        end = await _topic_end(names.facts)
+        if await asyncio.to_thread(_counted, workers, ("loopwatch_fleet_fact_records_total",)) >= end:
+            return
+        await asyncio.sleep(0.02)
 
 
 async def worker_throughput(
@@ -210,6 +248,7 @@ async def worker_throughput(
     start = await produce_all(names.events, records)
     while await asyncio.to_thread(_events_processed, workers) < len(records):
         await asyncio.sleep(0.02)
+    await _fleet_caught_up(names, workers)  # the fleet rules' part of the work done too
     end = time.perf_counter()
     arrived = await collector
     if len(arrived) < len(want):
@@ -246,12 +285,33 @@ async def paced_latency(
     return sorted((arrived[t] - sent[t]) * 1000 for t in arrived if t in sent), behind * 1000
 
 
+def fleet_cost(records: list[tuple[bytes, bytes, str]], tmp: str, rounds: int) -> dict[str, float]:
+    """One worker with the fleet rules on and off (run-only), alternating; medians and their ratio."""
+    measured: dict[str, list[float]] = {"on": [], "off": []}
+    for _ in range(rounds):
+        for mode in ("on", "off"):
+            names = Names()
+            workers = start_workers(names, 1, tmp, 16970, None if mode == "on" else RUN_ONLY)
+            try:
+                measured[mode].append(asyncio.run(worker_throughput(names, records, workers)))
+            finally:
+                workers[0].stop()
+    on, off = statistics.median(measured["on"]), statistics.median(measured["off"])
+    print(
+        f"    fleet rules on / off:  {on:10,.0f} / {off:,.0f} events/s (medians of {rounds}, alternating): "
+        f"on = {on / off:.0%} of run-only, cost {1 - on / off:.0%}",
+        flush=True,
+    )
+    return {"fleet_on_eps": on, "fleet_off_eps": off, "fleet_on_ratio": on / off}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=400, help="runs of 50 calls (2 events each)")
     parser.add_argument("--latency-seconds", type=float, default=30.0)
+    parser.add_argument("--fleet-rounds", type=int, default=3, help="fleet rules on/off pairs")
     args = parser.parse_args(argv)
     records = workload(args.runs)
     print(f"loopwatch stream benchmark: {len(records)} events, broker {BOOTSTRAP}, 4 partitions", flush=True)
@@ -277,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{label:26}{rates[count]:10,.0f} events/s  ({rates[count] / ceiling:.0%} of passthrough)",
                 flush=True,
             )
+        fleet = fleet_cost(records, tmp, args.fleet_rounds)
         rate = rates[1]
         offered = rate / 2
         count = min(len(records), int(offered * args.latency_seconds))
@@ -308,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         "p50_ms": p50,
         "p99_ms": p99,
         "generator_behind_ms": behind,
+        **fleet,
     }
     Path(".bench").mkdir(exist_ok=True)
     Path(".bench/stream-results.json").write_text(json.dumps(results, indent=1))
