@@ -12,7 +12,7 @@ from typing import Any
 
 from config.own_rules import RULES, RawRules
 
-__all__ = ["FleetRules", "SystemicLoopRule", "ToolOutageRule", "fleet_rules"]
+__all__ = ["FleetRules", "SystemicLoopRule", "ToolOutageRule", "as_dict", "describe", "fleet_rules"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,57 @@ class FleetRules:
     @property
     def any(self) -> bool:
         return self.tool_outage.enabled or self.systemic_loop.enabled
+
+
+def describe(rules: FleetRules) -> list[str]:
+    """What the fleet-wide rules do, in words (``check-config``)."""
+    outage, loop = rules.tool_outage, rules.systemic_loop
+    lines = []
+    if outage.enabled:
+        block = (
+            f"calls to it are blocked while its last failure is under {outage.block_s} s old"
+            if outage.block
+            else "alert only (block: false)"
+        )
+        lines.append(
+            f"toolOutage on: a tool failing with one error in {outage.min_runs}+ runs with "
+            f"{outage.min_distinct_args}+ argument sets within {outage.bucket_s * outage.window_buckets} s, "
+            f"no success since, is an outage; {block}"
+        )
+    else:
+        lines.append("toolOutage off")
+    if loop.enabled:
+        lines.append(
+            f"systemicLoop on: alerts when {loop.min_runs}+ runs of an agent and at least "
+            f"{loop.min_share:.0%} of its active runs hit one detector on one tool within "
+            f"{loop.window_minutes} min (alert only)"
+        )
+    else:
+        lines.append("systemicLoop off")
+    return lines
+
+
+def as_dict(rules: FleetRules) -> dict[str, Any]:
+    """The resolved fleet-wide rules under their file names."""
+    outage, loop = rules.tool_outage, rules.systemic_loop
+    return {
+        "toolOutage": {
+            "enabled": outage.enabled,
+            "bucketSeconds": outage.bucket_s,
+            "windowBuckets": outage.window_buckets,
+            "minRuns": outage.min_runs,
+            "minDistinctArgs": outage.min_distinct_args,
+            "block": outage.block,
+            "blockSeconds": outage.block_s,
+        },
+        "systemicLoop": {
+            "enabled": loop.enabled,
+            "bucketSeconds": loop.bucket_s,
+            "windowBuckets": loop.window_buckets,
+            "minRuns": loop.min_runs,
+            "minShare": loop.min_share,
+        },
+    }
 
 
 def _get(rules: RawRules | None, rule: str, key: str) -> Any:

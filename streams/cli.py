@@ -93,16 +93,19 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
     import json
     import os
 
+    from config import fleet_rules
     from config.explain import explain
     from config.stream_settings import parse_stream_settings
 
     config = load_config(args.file)
     reports = explain(config)
+    fleet = fleet_rules.fleet_rules(config.global_rules)
     settings = parse_stream_settings(os.environ)
     if args.json:
         document = {
             "agents": {r.agent: {"effective": r.effective, "notes": r.notes} for r in reports},
             "loopwatch": config.settings.as_dict(),
+            "fleet_rules": {"effective": fleet_rules.as_dict(fleet), "notes": fleet_rules.describe(fleet)},
             "stream": settings.masked(),
         }
         out.write(json.dumps(document, indent=1).encode() + b"\n")
@@ -112,6 +115,8 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
         lines.append(f"\nagent {report.agent}:")
         lines.append("  " + json.dumps(report.effective))
         lines.extend(f"  note: {note}" for note in report.notes)
+    lines.append("\nfleet-wide rules (all agents):")
+    lines.extend(f"  note: {note}" for note in fleet_rules.describe(fleet))
     lines.append("\nloopwatch: " + json.dumps(config.settings.as_dict()))
     lines.append("stream settings (environment): " + json.dumps(settings.masked()))
     out.write(("\n".join(lines) + "\n").encode())

@@ -90,6 +90,29 @@ def test_check_config_notes_auto_raise(tmp_path: Path) -> None:
     assert agents["a"]["effective"]["globalCircuitBreakerThreshold"] == 41
 
 
+def test_check_config_explains_the_fleet_wide_rules(tmp_path: Path) -> None:
+    path = tmp_path / "openclaw.json"
+    path.write_text(
+        "{tools: {loopDetection: {enabled: true}}, "
+        "loopwatch: {detectors: {toolOutage: {block: true, blockSeconds: 90}, systemicLoop: {enabled: false}}}}"
+    )
+    document = json.loads(loopwatch("check-config", str(path), "--json").stdout)
+    fleet = document["fleet_rules"]
+    assert fleet["effective"]["toolOutage"] == {
+        "enabled": True,
+        "bucketSeconds": 60,
+        "windowBuckets": 5,
+        "minRuns": 5,
+        "minDistinctArgs": 3,
+        "block": True,
+        "blockSeconds": 90,
+    }
+    assert fleet["effective"]["systemicLoop"]["enabled"] is False
+    text = loopwatch("check-config", str(path)).stdout.decode()
+    assert "blocked while its last failure is under 90 s old" in text
+    assert "systemicLoop off" in text
+
+
 def test_run_reads_stdin() -> None:
     data = (FIXTURES / "openclaw-post-compaction-abort.events.jsonl").read_bytes()
     done = loopwatch("run", "-", stdin=data)
