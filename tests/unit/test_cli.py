@@ -94,7 +94,8 @@ def test_check_config_explains_the_fleet_wide_rules(tmp_path: Path) -> None:
     path = tmp_path / "openclaw.json"
     path.write_text(
         "{tools: {loopDetection: {enabled: true}}, "
-        "loopwatch: {detectors: {toolOutage: {block: true, blockSeconds: 90}, systemicLoop: {enabled: false}}}}"
+        "loopwatch: {detectors: {toolOutage: {block: true, blockSeconds: 90}, "
+        "systemicLoop: {enabled: false}}}}"
     )
     document = json.loads(loopwatch("check-config", str(path), "--json").stdout)
     fleet = document["fleet_rules"]
