@@ -15,9 +15,11 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from config import parse_config_text
+from config.stream_settings import parse_stream_settings
 from detectors.events import Event, ToolCall, ToolResult
 from detectors.fleet.alerts import FleetAlert
 from detectors.stable_json import from_python
+from streams.client import LoopwatchClient
 from streams.embedded import EmbeddedRuntime
 from tests.integration.harness import Names, WorkerProcess, consume, event_records, produce, run
 from tests.integration.test_worker import scrape, start_worker
@@ -197,3 +199,23 @@ def test_fail_fast_blocks_reach_every_worker_s_runs(
     for worker in (w1, w2):  # each worker blocked calls of its own runs
         key = 'loopwatch_verdicts_total{action="block",detector="tool_outage",level="critical"}'
         assert scrape(worker).get(key, 0) > 0, worker.tail()
+    run(client_sees_the_outage(names, kafka_bootstrap))
+
+
+async def client_sees_the_outage(names: Names, bootstrap: str) -> None:
+    """An orchestrator's client: the tool is unavailable, and its gate blocks a call at once."""
+    settings = parse_stream_settings(names.env(bootstrap))
+    async with LoopwatchClient(settings, "coder", fail_fast=True, follow_verdicts=False) as client:
+        deadline = time.monotonic() + 30
+        while client.tool_available("search"):
+            assert time.monotonic() < deadline, "the client never saw the outage"
+            await asyncio.sleep(0.1)
+        assert client.tool_available("read")
+        await client.tool_result("client-run", "search", {"q": "x"}, error="connect ECONNREFUSED")
+        call = await client.tool_call("client-run", "search", {"q": "y"})
+        decision = await client.gate(call)
+        assert (decision.action, decision.detector) == ("block", "tool_outage")
+        assert decision.message is not None
+        assert decision.message.startswith("CRITICAL: search is failing for the whole fleet")
+        other = await client.tool_call("client-run", "read", {"path": "a"})
+        assert (await client.gate(other, timeout=0.05)).action == "allow"
