@@ -34,7 +34,6 @@ import msgspec
 import structlog
 
 from config.fleet import FleetConfig
-from config.fleet_rules import FleetRules, fleet_rules
 from detectors.decoding import decode_event
 from detectors.events import (
     EXPIRY_EVENT_PREFIX,
@@ -49,13 +48,11 @@ from detectors.events import (
     encode_output,
     run_scope,
 )
-from detectors.fleet.facts import Fact, ResultFact, encode_facts, facts_of_event, facts_of_outputs, subject_of
-from detectors.fleet.fail_fast import fail_fast_verdict, is_blocking
-from detectors.hashing import digester_for
 from detectors.state import OUTBOX_LIMIT, RunState
-from detectors.step import Prepared, apply, new_state, prepare
+from detectors.step import apply, new_state
 from streams.alert_board import AlertBoard
 from streams.dead_letter import dead_letter
+from streams.fact_sender import FactSender
 from streams.input_cursors import InputCursors
 from streams.logs import verdict_log_fields
 from streams.metrics import WorkerMetrics
@@ -71,10 +68,6 @@ _GONE: Final = 0  # deleted in this batch
 
 _log = structlog.get_logger("loopwatch.worker")
 _OUTPUT: Any = msgspec.json.Decoder(Verdict | Abort)
-
-
-def _fact_time(fact: Fact) -> int:
-    return fact.ts
 
 
 class Record(Protocol):
@@ -140,11 +133,7 @@ class RunProcessor:
         self._verdicts = topics["verdicts"]
         self._dead_letter = topics["dead_letter"]
         self._changelog = topics["changelog"]
-        self._facts_topic = topics.get("facts")  # None: no fleet rules
-        self.alerts = alerts  # open outages, for fail-fast blocks
-        self._facts: dict[str, list[Fact]] = {}  # subject -> facts of this batch
-        self._fact_waiters: list[Callable[[], None]] = []  # confirmations waiting for the facts
-        self._rules: tuple[object, FleetRules] = (object(), fleet_rules(None))
+        self.facts = FactSender(topics.get("facts"), send, alerts)  # None: no fleet rules
         self.cursors = InputCursors()
         #: Held while a batch is applied, and by whatever must not interleave with one
         #: (revocation, shutdown, expiry).
@@ -159,6 +148,7 @@ class RunProcessor:
     async def process(self, fetched: dict[Any, list[Any]]) -> None:
         """Apply one fetched batch (topic-partition → records in offset order)."""
         async with self.lock:
+            self.facts.begin(self._config())
             advanced: dict[int, int] = {}
             for tp, records in fetched.items():
                 if not records:
@@ -190,65 +180,25 @@ class RunProcessor:
                     if record.offset >= start:
                         await self._record(record)
                 advanced[partition] = records[-1].offset + 1
-            await self._send_facts()
+            await self.facts.send()
             await self._write_dirty()
             for partition, offset in advanced.items():
                 self.cursors.advance(partition, offset)
 
-    async def _send_facts(self) -> None:
-        """The batch's fleet facts, one record per subject; then the verdicts waiting for them
-        may leave their outboxes once confirmed."""
-        topic, facts, waiters = self._facts_topic, self._facts, self._fact_waiters
-        self._facts, self._fact_waiters = {}, []
-        if topic is None or not facts:
-            for waiter in waiters:
-                waiter()
-            return
-        futures = []
-        for subject, items in facts.items():
-            items.sort(key=_fact_time)  # a batch holds several partitions: event-time order
-            futures.append(await self._send(topic, subject.encode(), encode_facts(items), None))
-        if not waiters:
-            return
-
-        def confirmed(future: asyncio.Future[Any]) -> None:
-            if future.cancelled() or future.exception() is not None:
-                return  # the verdicts stay in their outboxes: re-published, facts and all
-            for waiter in waiters:
-                waiter()
-
-        asyncio.gather(*futures).add_done_callback(confirmed)
-
-    def _note_facts(self, facts: list[Fact]) -> None:
-        board = self.alerts
-        for fact in facts:
-            self._facts.setdefault(subject_of(fact), []).append(fact)
-            if board is not None and type(fact) is ResultFact and fact.error_class is not None:
-                board.note_failure(fact.tool, fact.ts)
-
-    def _fleet_rules(self, config: FleetConfig) -> FleetRules:
-        if self._rules[0] is not config.global_rules:
-            self._rules = (config.global_rules, fleet_rules(config.global_rules))
-        return self._rules[1]
-
-    def _prepare(self, event: ToolCall | ToolResult, config: FleetConfig) -> Prepared:
-        settings = config.settings
-        newest = config.for_agent(event.agent_id).newest
-        return prepare(event, digester_for(settings.digest), settings.provider_send_tools, newest)
-
     def _redelivered_facts(self, key: bytes, event: Event, record: Record, outbox: list[bytes]) -> None:
         """The facts of an event applied before (sent again: they may not have reached the topic)."""
-        config = self._config()
-        if self._facts_topic is None or not self._fleet_rules(config).any:
+        facts = self.facts
+        if not facts.active:
             return
         scope = key.decode()
         ts = event.ts if event.ts is not None else record.timestamp
-        prepared = self._prepare(event, config) if isinstance(event, (ToolCall, ToolResult)) else None
-        digester = digester_for(config.settings.digest)
-        facts = facts_of_event(event, scope, ts, prepared, digester)
+        if type(event) is ToolCall:
+            facts.call(event, scope, ts)
+        elif type(event) is ToolResult:
+            config = self._config()
+            facts.result(event, scope, ts, facts.prepare(event, config), config)
         if outbox:
-            facts += facts_of_outputs([_OUTPUT.decode(value) for value in outbox], scope, ts)
-        self._note_facts(facts)
+            facts.outputs([_OUTPUT.decode(value) for value in outbox], scope, ts)
 
     async def _write_dirty(self) -> None:
         """One table and changelog write per run changed in the batch."""
@@ -312,7 +262,7 @@ class RunProcessor:
             if run.state is not None:
                 outbox = run.state.outbox.get(event.event_id, [])
                 self._redelivered_facts(key, event, record, outbox)
-                with_facts = bool(outbox) and self._facts_topic is not None
+                with_facts = bool(outbox) and self.facts.active
                 await self._publish(key, run.state, event.event_id, outbox, with_facts)
             return kind
         try:
@@ -374,42 +324,40 @@ class RunProcessor:
                 offset=record.offset,
                 **verdict_log_fields(out, scope),
             )
-        await self._publish(key, state, event.event_id, encoded, self._facts_topic is not None)
+        await self._publish(key, state, event.event_id, encoded, self.facts.active)
         if self.cache is not None:
             for out in outputs:
                 await self.cache.record(scope, out)
         if len(state.outbox) >= OUTBOX_FLUSH_AT:
-            await self._send_facts()  # the outbox waits for them too
+            await self.facts.send()  # the outbox waits for them too
             await self._flush()  # confirmations empty the outbox
 
     def _apply_with_fleet(
         self, key: bytes, state: RunState, event: Event, record: Record, config: FleetConfig
     ) -> list[Output]:
         """The core's step, with F1's fail-fast block first and the event's facts noted."""
-        if (
-            self._facts_topic is None
-            or not isinstance(event, (ToolCall, ToolResult))
-            or not self._fleet_rules(config).any
-        ):
-            return apply(state, event, config)  # no fleet rule is on: no facts to send
-        prepared = self._prepare(event, config)
+        facts = self.facts
+        kind = type(event)
+        if not facts.active or (kind is not ToolCall and kind is not ToolResult):
+            return apply(state, event, config)
         scope = key.decode()
         ts = event.ts if event.ts is not None else record.timestamp
-        block = None
-        board = self.alerts
-        if board is not None and type(event) is ToolCall and event.event_id not in state.seen_set:
-            last_failure = board.last_failure(event.tool)
-            rule = self._fleet_rules(config).tool_outage
-            if last_failure is not None and is_blocking(last_failure, ts, rule):
-                opened = board.open_outages[event.tool]
-                block = fail_fast_verdict(scope, event, opened.runs, config.settings.observe_only)
-        outputs = apply(state, event, config, prepared)
-        if block is not None:
-            outputs.insert(0, block)
-        facts = facts_of_event(event, scope, ts, prepared, digester_for(config.settings.digest))
+        if kind is ToolCall:
+            assert isinstance(event, ToolCall)
+            block = None
+            if facts.outages_open() and event.event_id not in state.seen_set:
+                block = facts.fail_fast(scope, event, ts, config)
+            outputs = apply(state, event, config)
+            facts.call(event, scope, ts)
+            if block is not None:
+                outputs.insert(0, block)
+        else:
+            assert isinstance(event, ToolResult)
+            prepared = facts.prepare(event, config)
+            outputs = apply(state, event, config, prepared)
+            facts.result(event, scope, ts, prepared, config)
         if outputs:
-            facts += facts_of_outputs(outputs, scope, ts)
-        self._note_facts(facts)
+            facts.outputs(outputs, scope, ts)
         return outputs
 
     def _load(self, key: bytes, partition: int) -> _Run:
@@ -456,7 +404,7 @@ class RunProcessor:
             confirmed_one()
 
         if with_facts:
-            self._fact_waiters.append(confirmed_one)
+            self.facts.wait(confirmed_one)
         for value in encoded:
             future = await self._send(self._verdicts, key, value, None)
             future.add_done_callback(confirmed)
