@@ -12,7 +12,8 @@ rules can tell apart, which changes no alert:
   are kept. (Exact for streams in time order; only a success older than an outage's first
   failure, arriving in a later batch than that failure, could close it one success later.)
 
-Facts are handed on in event-time order per subject (a batch holds several partitions).
+Facts are handed on in event-time order per subject (a batch holds several partitions),
+in arrival order among equal times.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from detectors.fleet.facts import CallFact, Fact, ResultFact, facts_of_outputs, 
 __all__ = ["FactBatch"]
 
 
-def _time(fact: Fact) -> int:
-    return fact.ts
+def _time_then_arrival(item: tuple[int, int, Fact]) -> tuple[int, int]:
+    return item[0], item[1]
 
 
 def _first(item: tuple[int, str, ResultFact | None]) -> int:
@@ -32,15 +33,17 @@ def _first(item: tuple[int, str, ResultFact | None]) -> int:
 
 
 class FactBatch:
-    __slots__ = ("_calls", "_loops", "_results", "loop_bucket_ms", "outage_bucket_ms")
+    __slots__ = ("_calls", "_loops", "_results", "_seq", "loop_bucket_ms", "outage_bucket_ms")
 
     def __init__(self, outage_bucket_s: int = 60, loop_bucket_s: int = 300) -> None:
         self.outage_bucket_ms = outage_bucket_s * 1000
         self.loop_bucket_ms = loop_bucket_s * 1000
-        self._calls: dict[str, dict[tuple[str, int], int]] = {}  # agent -> (run, bucket) -> first ts
+        # agent -> (run, bucket) -> (first ts, arrival): F2's facts keep their arrival order
+        self._calls: dict[str, dict[tuple[str, int], tuple[int, int]]] = {}
         # tool -> its results: (ts, run, None) for a success, (ts, run, fact) for a failure
         self._results: dict[str, list[tuple[int, str, ResultFact | None]]] = {}
-        self._loops: dict[str, list[Fact]] = {}  # agent -> loop facts
+        self._loops: dict[str, list[tuple[int, int, Fact]]] = {}  # agent -> (ts, arrival, fact)
+        self._seq = 0
 
     def __bool__(self) -> bool:
         return bool(self._calls or self._results or self._loops)
@@ -49,7 +52,10 @@ class FactBatch:
         calls = self._calls.get(agent)
         if calls is None:
             calls = self._calls[agent] = {}
-        calls.setdefault((run, ts // self.loop_bucket_ms), ts)
+        key = (run, ts // self.loop_bucket_ms)
+        if key not in calls:
+            self._seq += 1
+            calls[key] = (ts, self._seq)
 
     def success(self, tool: str, run: str, ts: int) -> None:
         results = self._results.get(tool)
@@ -68,21 +74,26 @@ class FactBatch:
             self.loop(fact)
 
     def loop(self, fact: Fact) -> None:
-        self._loops.setdefault(subject_of(fact), []).append(fact)
+        self._seq += 1
+        self._loops.setdefault(subject_of(fact), []).append((fact.ts, self._seq, fact))
 
     def drain(self) -> dict[str, list[Fact]]:
         """Subject → its facts in event-time order, compacted; the batch is empty afterwards."""
-        out: dict[str, list[Fact]] = {}
+        ordered: dict[str, list[tuple[int, int, Fact]]] = {}
         for agent, calls in self._calls.items():
-            out[f"agent:{agent}"] = [CallFact(agent, run, ts) for (run, _), ts in calls.items()]
+            ordered[f"agent:{agent}"] = [
+                (ts, seq, CallFact(agent, run, ts)) for (run, _), (ts, seq) in calls.items()
+            ]
         for subject, loops in self._loops.items():
-            out.setdefault(subject, []).extend(loops)
-        for facts in out.values():
-            facts.sort(key=_time)
+            ordered.setdefault(subject, []).extend(loops)
+        out: dict[str, list[Fact]] = {}
+        for subject, items in ordered.items():
+            items.sort(key=_time_then_arrival)
+            out[subject] = [fact for _, _, fact in items]
         for tool, results in self._results.items():
             results.sort(key=_first)
             out[f"tool:{tool}"] = self._compact(tool, results)
-        self._calls, self._results, self._loops = {}, {}, {}
+        self._calls, self._results, self._loops, self._seq = {}, {}, {}, 0
         return out
 
     def _compact(self, tool: str, results: list[tuple[int, str, ResultFact | None]]) -> list[Fact]:

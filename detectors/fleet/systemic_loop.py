@@ -10,6 +10,9 @@ in the window. A loop fact alerts when loop runs ≥ ``minRuns`` and loop runs /
 ≥ ``minShare``, unless the subject alerted before: then only when loop runs reach twice the
 count of its last alert, or when a whole window passed without any loop run of the subject.
 
+An alert's ``since_ts`` / ``ts`` are the first verdicts (in the window) of the first and the
+last counted run, and its sample runs the earliest ones: independent of arrival order.
+
 Trace (defaults): 40 runs of ``coder`` active in the hour; the tenth run to hit
 ``generic_repeat`` on ``read`` alerts (10 of 40, 25%); the twentieth alerts again.
 """
@@ -23,11 +26,11 @@ import msgspec
 from config.fleet_rules import SystemicLoopRule
 from detectors.fleet.alerts import FleetAlert, alert_id
 from detectors.fleet.facts import CallFact, LoopFact
+from detectors.fleet.tool_outage import samples
 
 __all__ = ["AgentLoops", "step"]
 
 MAX_RUNS: Final = 100_000
-SAMPLES: Final = 5
 
 
 class LoopBucket(msgspec.Struct, array_like=True):
@@ -79,7 +82,10 @@ def step(state: AgentLoops, fact: CallFact | LoopFact, rule: SystemicLoopRule) -
     runs = entry.loops.get(key)
     if runs is None:
         runs = entry.loops[key] = {}
-    if fact.run in runs:
+    seen = runs.get(fact.run)
+    if seen is not None:
+        if fact.ts < seen:
+            runs[fact.run] = fact.ts  # an earlier verdict arriving late: the sample order holds
         return []  # already a loop run of this subject in this bucket
     if len(runs) < MAX_RUNS:
         runs[fact.run] = fact.ts
@@ -101,7 +107,9 @@ def _maybe_alert(
         entry = state.buckets[b]
         active.update(entry.active)
         for run, ts in entry.loops.get(key, {}).items():
-            loop_runs.setdefault(run, ts)
+            known = loop_runs.get(run)
+            if known is None or ts < known:
+                loop_runs[run] = ts
     count = len(loop_runs)
     if count < rule.min_runs or not active:
         return []
@@ -123,9 +131,9 @@ def _maybe_alert(
             active_runs=len(active),
             share=round(share, 4),
             detector=fact.detector,
-            sample_run_ids=list(loop_runs)[:SAMPLES],
+            sample_run_ids=samples(loop_runs),
             since_ts=min(loop_runs.values()),
-            ts=fact.ts,
+            ts=max(loop_runs.values()),  # when the last counted run began to loop: arrival-proof
             message=_message(
                 state.agent, count, len(active), share, fact.detector, fact.tool, rule.window_minutes
             ),

@@ -37,7 +37,7 @@ _NO_SUCCESS: Final = -1
 
 
 class ClassBucket(msgspec.Struct, array_like=True):
-    runs: dict[str, str]  # run -> agent, in first-seen order
+    runs: dict[str, tuple[str, int]]  # run -> (agent, its first failure here)
     args: dict[str, None]
     first_ts: int
 
@@ -53,7 +53,7 @@ class OpenOutage(msgspec.Struct, array_like=True):
     since_ts: int
     opened_ts: int
     error_class: str
-    runs: dict[str, None]  # every run that failed from the first failure on
+    runs: dict[str, int]  # every run that failed from the first failure on -> its first failure
     last_failure_ts: int
     alert_runs: int  # the failing runs its alert reported (the fail-fast blocks' count)
 
@@ -63,6 +63,12 @@ class OutageState(msgspec.Struct, array_like=True):
     top: int = -1  # the newest bucket seen
     buckets: dict[int, Bucket] = msgspec.field(default_factory=dict)
     open: OpenOutage | None = None
+
+
+def samples(first: dict[str, int]) -> list[str]:
+    """Up to five runs, the earliest first (by event time, then id): the same whatever order
+    the facts arrived in."""
+    return [run for _, run in sorted((ts, run) for run, ts in first.items())[:SAMPLES]]
 
 
 def _outage_message(tool: str, runs: int, agents: int, args: int, since_ts: int) -> str:
@@ -85,8 +91,8 @@ def step(state: OutageState, fact: ResultFact, rule: ToolOutageRule) -> list[Fle
         return _on_success(state, fact, bucket, in_window)
     opened = state.open
     if opened is not None:
-        if len(opened.runs) < MAX_MEMBERS:
-            opened.runs[fact.run] = None
+        if len(opened.runs) < MAX_MEMBERS and fact.run not in opened.runs:
+            opened.runs[fact.run] = fact.ts
         opened.last_failure_ts = max(opened.last_failure_ts, fact.ts)
     if not in_window:
         return []
@@ -97,8 +103,12 @@ def step(state: OutageState, fact: ResultFact, rule: ToolOutageRule) -> list[Fle
     failures = entry.failures.get(cls)
     if failures is None:
         failures = entry.failures[cls] = ClassBucket({}, {}, fact.ts)
-    if len(failures.runs) < MAX_MEMBERS:
-        failures.runs.setdefault(fact.run, fact.agent)
+    seen = failures.runs.get(fact.run)
+    if seen is None:
+        if len(failures.runs) < MAX_MEMBERS:
+            failures.runs[fact.run] = (fact.agent, fact.ts)
+    elif fact.ts < seen[1]:
+        failures.runs[fact.run] = (seen[0], fact.ts)
     if fact.args is not None and len(failures.args) < MAX_MEMBERS:
         failures.args[fact.args] = None
     failures.first_ts = min(failures.first_ts, fact.ts)
@@ -121,7 +131,7 @@ def _on_success(state: OutageState, fact: ResultFact, bucket: int, in_window: bo
 
 
 def _maybe_open(state: OutageState, cls: str, fact: ResultFact, rule: ToolOutageRule) -> list[FleetAlert]:
-    runs: dict[str, str] = {}
+    runs: dict[str, tuple[str, int]] = {}
     args: dict[str, None] = {}
     since = fact.ts
     latest_success = _NO_SUCCESS
@@ -131,17 +141,20 @@ def _maybe_open(state: OutageState, cls: str, fact: ResultFact, rule: ToolOutage
         failures = entry.failures.get(cls)
         if failures is None:
             continue
-        for run, agent in failures.runs.items():
-            runs.setdefault(run, agent)
+        for run, seen in failures.runs.items():
+            known = runs.get(run)
+            if known is None or seen[1] < known[1]:
+                runs[run] = seen
         args.update(failures.args)
         since = min(since, failures.first_ts)
     if len(runs) < rule.min_runs or len(args) < rule.min_distinct_args or latest_success >= since:
         return []
     subject = f"tool:{state.tool}"
     opening = fact.ts // (rule.bucket_s * 1000)
-    agents = len(set(runs.values()))
+    agents = len({agent for agent, _ in runs.values()})
     ident = alert_id("tool_outage", subject, opening)
-    state.open = OpenOutage(ident, opening, since, fact.ts, cls, dict.fromkeys(runs), fact.ts, len(runs))
+    first = {run: ts for run, (_, ts) in runs.items()}
+    state.open = OpenOutage(ident, opening, since, fact.ts, cls, first, fact.ts, len(runs))
     return [
         FleetAlert(
             alert_id=ident,
@@ -152,7 +165,7 @@ def _maybe_open(state: OutageState, cls: str, fact: ResultFact, rule: ToolOutage
             agents=agents,
             distinct_args=len(args),
             error_class=cls,
-            sample_run_ids=list(runs)[:SAMPLES],
+            sample_run_ids=samples(first),
             since_ts=since,
             ts=fact.ts,
             message=_outage_message(state.tool, len(runs), agents, len(args), since),
@@ -169,7 +182,7 @@ def _recovered(tool: str, opened: OpenOutage, ts: int) -> FleetAlert:
         tool=tool,
         runs=len(opened.runs),
         error_class=opened.error_class,
-        sample_run_ids=list(opened.runs)[:SAMPLES],
+        sample_run_ids=samples(opened.runs),
         since_ts=opened.since_ts,
         ts=ts,
         message=f"Tool {tool} works again after {minutes} min.",

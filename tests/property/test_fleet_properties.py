@@ -46,7 +46,8 @@ def fleet_facts(draw: Any) -> list[Fact]:
         elif kind < 9:
             error = draw(st.sampled_from(["error:x", "error:y"]))
             facts.append(ResultFact(tool, agent, run, ts, error, f"{tool}:{draw(st.integers(0, 3))}"))
-        else:
+        else:  # a verdict comes with the call it is about
+            facts.append(CallFact(agent, run, ts))
             facts.append(LoopFact(agent, tool, "generic_repeat", run, ts))
     return facts
 
