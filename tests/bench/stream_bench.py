@@ -217,20 +217,11 @@ def _events_processed(workers: list[WorkerProcess]) -> int:
     return _counted(workers, ("loopwatch_events_total", "loopwatch_invalid_events_total"))
 
 
-async def _topic_end(topic: str) -> int:
-    consumer = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP)
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(topic, p) for p in range(4)]
-        return sum((await consumer.end_offsets(partitions)).values())
-    finally:
-        await consumer.stop()
-
-
-async def _fleet_caught_up(names: Names, workers: list[WorkerProcess]) -> None:
+async def _fleet_caught_up(names: Names, workers: list[WorkerProcess], ends: AIOKafkaConsumer) -> None:
     """Until the workers applied every record of the fleet facts topic (none when the rules are off)."""
+    partitions = [TopicPartition(names.facts, p) for p in range(4)]
     while True:
-        end = await _topic_end(names.facts)
+        end = sum((await ends.end_offsets(partitions)).values())
         if await asyncio.to_thread(_counted, workers, ("loopwatch_fleet_fact_records_total",)) >= end:
             return
         await asyncio.sleep(0.02)
@@ -244,12 +235,17 @@ async def worker_throughput(
     expected = expected_outputs(decode_event(value) for _, value, _ in records)
     want = {output["trigger_event_id"] for output in expected}
     collector = asyncio.create_task(collect(names.verdicts, want, {}, time.monotonic() + 600))
+    ends = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP)  # started before: not timed
+    await ends.start()
     await asyncio.sleep(1)
-    start = await produce_all(names.events, records)
-    while await asyncio.to_thread(_events_processed, workers) < len(records):
-        await asyncio.sleep(0.02)
-    await _fleet_caught_up(names, workers)  # the fleet rules' part of the work done too
-    end = time.perf_counter()
+    try:
+        start = await produce_all(names.events, records)
+        while await asyncio.to_thread(_events_processed, workers) < len(records):
+            await asyncio.sleep(0.02)
+        await _fleet_caught_up(names, workers, ends)  # the fleet rules' part of the work done too
+        end = time.perf_counter()
+    finally:
+        await ends.stop()
     arrived = await collector
     if len(arrived) < len(want):
         raise SystemExit(f"worker published {len(arrived)} of {len(want)} verdict triggers")
