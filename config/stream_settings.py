@@ -40,6 +40,7 @@ class StreamSettings:
     topic_config: str = "loopwatch.config"
     topic_alerts: str = "loopwatch.alerts"  # fleet_alert records (spec BEYOND-OPENCLAW F0)
     topic_fleet_facts: str = "loopwatch.fleet-facts"  # internal: facts re-keyed by tool / agent
+    topic_replies: str = "loopwatch.decisions"  # the outputs of events that ask for them (gateway)
     kafka_security_protocol: str = "PLAINTEXT"
     kafka_sasl_mechanism: str = "PLAIN"
     kafka_sasl_username: str | None = None
@@ -118,10 +119,10 @@ def _check_kafka(settings: StreamSettings, bad: Callable[[str, str], None]) -> N
         if part.strip() and not re.match(r"^[^:\s]+:\d{1,5}$", part.strip()):
             bad("kafka_bootstrap", f"{part.strip()!r} is not host:port")
     names = ("topic_events", "topic_verdicts", "topic_dead_letter", "topic_config", "topic_alerts")
-    for name in (*names, "topic_fleet_facts", "app_id"):
+    for name in (*names, "topic_fleet_facts", "topic_replies", "app_id"):
         if not _TOPIC.match(getattr(settings, name)):
             bad(name, "must be 1-249 characters of letters, digits, '.', '_' or '-'")
-    topics = [getattr(settings, name) for name in (*names, "topic_fleet_facts")]
+    topics = [getattr(settings, name) for name in (*names, "topic_fleet_facts", "topic_replies")]
     if len(set(topics)) != len(topics):
         bad("topic_events", f"the {len(topics)} topics must have different names")
     if settings.kafka_security_protocol not in _PROTOCOLS:

@@ -410,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     gateway = sub.add_parser(
         "gateway",
-        help="loop detection over HTTP (POST /v1/events, /v1/decide) on the embedded runtime",
+        help="loop detection over HTTP (POST /v1/events, /v1/decide), embedded or on Kafka",
         description="Serves the detector core over HTTP for runtimes that do not speak Kafka: "
         "POST /v1/events (one event, a JSON array or NDJSON) answers with the outputs they "
         "caused; POST /v1/decide (a proposed tool call) answers allow, warn, block or abort; "
@@ -418,11 +418,24 @@ def build_parser() -> argparse.ArgumentParser:
         "separated) every route but /health needs a bearer token.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  loopwatch gateway\n  LOOPWATCH_GATEWAY_TOKENS=s3cret loopwatch gateway "
-        "--listen 0.0.0.0:6070 --config openclaw.json\n  curl -s localhost:6070/v1/decide -d "
+        "--listen 0.0.0.0:6070 --config openclaw.json\n  loopwatch gateway --kafka 127.0.0.1:9092 "
+        "--decide-timeout-ms 200\n  curl -s localhost:6070/v1/decide -d "
         '\'{"run_id": "r1", "tool": "read", "params": {"path": "a"}}\'',
     )
     gateway.add_argument(
         "--listen", default="127.0.0.1:6070", metavar="HOST:PORT", help="default 127.0.0.1:6070"
+    )
+    gateway.add_argument(
+        "--kafka",
+        metavar="BOOTSTRAP",
+        help="the Kafka backend: events go to the input topic, workers decide (LOOPWATCH_TOPIC_*)",
+    )
+    gateway.add_argument(
+        "--decide-timeout-ms",
+        type=int,
+        default=200,
+        metavar="MS",
+        help="with --kafka: the longest /v1/decide waits for the workers, then allows (default 200)",
     )
     _config_flag(gateway)
     gateway.set_defaults(func=cmd_gateway)

@@ -1,15 +1,18 @@
 """``loopwatch gateway``: loop detection over HTTP, for runtimes that do not speak Kafka.
 
-Backend: the embedded runtime (the same core in-process, no broker). Routes:
+Backends: the embedded runtime (default: the same core in-process, no broker), or Kafka
+(``--kafka BOOTSTRAP``: :mod:`streams.gateway_kafka`, the workers decide). Routes:
 
 * ``POST /v1/events``: one event, a JSON array of events, or NDJSON, in the wire format.
   Every event is validated first. One invalid event answers 400 with its index and reason,
   and nothing is applied. Otherwise the events are applied in order and the answer is the
-  outputs they caused, ``{"outputs": [...]}``.
+  outputs they caused, ``{"outputs": [...]}`` (Kafka: 202 ``{"accepted": n}`` once the
+  broker has them).
 * ``POST /v1/decide``: a proposed tool call (``run_id`` or ``session_id``, ``agent_id``,
   ``tool``, ``params``, ``tool_call_id``, optional ``usage`` and ``event_id``). It is recorded
   like a ``tool_call`` and answered with ``{"decision": "allow" | "warn" | "block" | "abort",
-  "message", "verdicts"}``.
+  "message", "verdicts"}``. On Kafka the answer waits at most ``--decide-timeout-ms`` for
+  the worker; then it is ``allow`` with ``"timed_out": true``.
 * ``GET /health``, ``GET /metrics`` (Prometheus), and the dashboard routes.
 
 With tokens configured (``LOOPWATCH_GATEWAY_TOKENS``, comma-separated), every route but
@@ -26,7 +29,7 @@ import hmac
 import os
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import msgspec
 from aiohttp import web
@@ -39,9 +42,38 @@ from streams.dashboard import Dashboard
 from streams.embedded import EmbeddedRuntime
 from streams.fleet_view import FleetView
 
-__all__ = ["gateway_app", "run_gateway"]
+__all__ = ["Backend", "EmbeddedBackend", "gateway_app", "run_gateway"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Backend(Protocol):
+    """Where the gateway's events go and its decisions come from."""
+
+    async def events(self, events: list[Event]) -> list[Output] | None: ...
+
+    async def decide(self, call: ToolCall) -> tuple[list[Output], bool]: ...
+
+    async def refuse(self, body: bytes, reason: str) -> None: ...
+
+
+class EmbeddedBackend:
+    """The embedded runtime: outputs at once, nothing ever times out."""
+
+    def __init__(self, runtime: EmbeddedRuntime) -> None:
+        self.runtime = runtime
+
+    async def events(self, events: list[Event]) -> list[Output] | None:
+        outputs: list[Output] = []
+        for event in events:
+            outputs.extend(await self.runtime.process(event))
+        return outputs
+
+    async def decide(self, call: ToolCall) -> tuple[list[Output], bool]:
+        return await self.runtime.process(call), False
+
+    async def refuse(self, body: bytes, reason: str) -> None:
+        """Counted only (the gateway's 400 says what and where)."""
 
 
 def _error(status: int, reason: str) -> web.Response:
@@ -101,10 +133,8 @@ def _proposed_call(body: bytes) -> ToolCall:
     return event
 
 
-def gateway_app(
-    runtime: EmbeddedRuntime, view: FleetView, tokens: frozenset[str], max_bytes: int
-) -> web.Application:
-    """The gateway's routes over a started embedded runtime."""
+def gateway_app(backend: Backend, view: FleetView, tokens: frozenset[str], max_bytes: int) -> web.Application:
+    """The gateway's routes over a started backend."""
     dashboard = Dashboard(view, serve_metrics=True)
 
     @web.middleware
@@ -121,18 +151,32 @@ def gateway_app(
             view.metrics.invalid += 1
             return _error(400, exc.reason)
 
+    async def read(request: web.Request, parse: Callable[[bytes], Any]) -> Any:
+        body = await request.read()
+        try:
+            return parse(body)
+        except InvalidEvent as exc:
+            await backend.refuse(body, exc.reason)
+            raise
+
     async def events(request: web.Request) -> web.Response:
-        parsed = _decode_all(await request.read())
-        outputs: list[Output] = []
-        for event in parsed:
-            outputs.extend(await runtime.process(event))
+        parsed = await read(request, _decode_all)
+        outputs = await backend.events(parsed)
+        if outputs is None:
+            return web.json_response({"accepted": len(parsed)}, status=202)
         return _answer({}, outputs, "outputs")
 
     async def decide(request: web.Request) -> web.Response:
-        call = _proposed_call(await request.read())
-        outputs = await runtime.process(call)
+        call = await read(request, _proposed_call)
+        outputs, timed_out = await backend.decide(call)
         decision = decision_of(outputs)
-        fields = {"decision": decision.action, "message": decision.message, "event_id": call.event_id}
+        fields: dict[str, Any] = {
+            "decision": decision.action,
+            "message": decision.message,
+            "event_id": call.event_id,
+        }
+        if timed_out:
+            fields["timed_out"] = True
         return _answer(fields, outputs, "verdicts")
 
     async def other(request: web.Request) -> web.StreamResponse:
@@ -149,36 +193,62 @@ def gateway_app(
     return app
 
 
-async def _serve(config_path: str | None, listen: str, tokens: frozenset[str], err: TextIO) -> None:
-    from streams.config_files import load_config
-    from streams.dashboard import parse_address, serve_until_interrupted
+async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) -> None:
+    from contextlib import AsyncExitStack
 
-    config = load_config(config_path)
-    host, port = parse_address(listen)
-    view = FleetView("loopwatch gateway (embedded)")
-    async with EmbeddedRuntime(config, view=view) as runtime:
-        app = gateway_app(runtime, view, tokens, config.settings.max_event_bytes)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, host, port).start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise LoopwatchError(f"--listen {listen}: cannot listen there: {exc.strerror or exc}") from exc
-        bound = runner.addresses[0][1] if runner.addresses else port
-        auth = f"{len(tokens)} bearer token(s)" if tokens else "no token (set LOOPWATCH_GATEWAY_TOKENS)"
-        print(f"loopwatch: gateway at http://{host}:{bound} ({auth})", file=err, flush=True)
-        try:
-            await serve_until_interrupted(err, "serving")
-        finally:
-            await runner.cleanup()
+    from streams.config_files import load_config
+    from streams.dashboard import parse_address
+
+    config = load_config(args.config)
+    host, port = parse_address(args.listen)
+    max_bytes = config.settings.max_event_bytes
+    async with AsyncExitStack() as stack:
+        backend: Backend
+        if args.kafka:
+            from config.stream_settings import parse_stream_settings
+            from streams.gateway_kafka import KafkaBackend
+            from streams.kafka_connect import wait_for_broker
+
+            settings = parse_stream_settings(os.environ, {"kafka_bootstrap": args.kafka})
+            await wait_for_broker(settings)
+            view = FleetView(f"loopwatch gateway (Kafka {args.kafka})")
+            kafka = KafkaBackend(settings, args.decide_timeout_ms / 1000, max_bytes, view)
+            await kafka.start()
+            stack.push_async_callback(kafka.stop)
+            backend = kafka
+        else:
+            view = FleetView("loopwatch gateway (embedded)")
+            runtime = await stack.enter_async_context(EmbeddedRuntime(config, view=view))
+            backend = EmbeddedBackend(runtime)
+        await _listen(gateway_app(backend, view, tokens, max_bytes), host, port, args.listen, tokens, err)
+
+
+async def _listen(
+    app: web.Application, host: str, port: int, listen: str, tokens: frozenset[str], err: TextIO
+) -> None:
+    from streams.dashboard import serve_until_interrupted
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise LoopwatchError(f"--listen {listen}: cannot listen there: {exc.strerror or exc}") from exc
+    bound = runner.addresses[0][1] if runner.addresses else port
+    auth = f"{len(tokens)} bearer token(s)" if tokens else "no token (set LOOPWATCH_GATEWAY_TOKENS)"
+    print(f"loopwatch: gateway at http://{host}:{bound} ({auth})", file=err, flush=True)
+    try:
+        await serve_until_interrupted(err, "serving")
+    finally:
+        await runner.cleanup()
 
 
 def run_gateway(args: argparse.Namespace, err: TextIO) -> int:
     raw = os.environ.get("LOOPWATCH_GATEWAY_TOKENS", "")
     tokens = frozenset(token.strip() for token in raw.split(",") if token.strip())
     try:
-        asyncio.run(_serve(args.config, args.listen, tokens, err))
+        asyncio.run(_serve(args, tokens, err))
     except KeyboardInterrupt:
         return 130
     return 0

@@ -101,6 +101,9 @@ async def ensure_topics(settings: StreamSettings) -> None:
             NewTopic(settings.topic_verdicts, settings.partitions, rf),
             NewTopic(settings.topic_dead_letter, settings.partitions, rf),
             NewTopic(settings.topic_alerts, settings.partitions, rf),
+            NewTopic(
+                settings.topic_replies, settings.partitions, rf, topic_configs={"retention.ms": "3600000"}
+            ),
             # partitioned like the input: its partitions and the fleet table's go together
             NewTopic(settings.topic_fleet_facts, settings.partitions, rf),
             NewTopic(settings.topic_config, 1, rf, topic_configs={"cleanup.policy": "compact"}),

@@ -59,7 +59,7 @@ from streams.metrics import WorkerMetrics
 from streams.redis_cache import DecisionCache
 from streams.run_table import ENDED, LIVE, NO_OFFSET, id_hash, pack_ended_hashes, pack_live, unpack
 
-__all__ = ["OUTBOX_FLUSH_AT", "RunProcessor"]
+__all__ = ["OUTBOX_FLUSH_AT", "REPLY_HEADER", "RunProcessor"]
 
 #: A run holding the unconfirmed outputs of this many events makes the batch wait for the
 #: broker's confirmations (which empty the outbox) before it goes on: the outbox stays bounded.
@@ -68,6 +68,17 @@ _GONE: Final = 0  # deleted in this batch
 
 _log = structlog.get_logger("loopwatch.worker")
 _OUTPUT: Any = msgspec.json.Decoder(Verdict | Abort)
+
+
+#: A record with this header (any value) asks for its outputs on the replies topic, at once:
+#: ``{"event_id": ..., "outputs": [...]}`` keyed by event id, also when there are none (the
+#: HTTP gateway's ``/v1/decide`` on Kafka answers "allow" without waiting out its timeout).
+REPLY_HEADER: Final = "loopwatch-reply"
+
+
+def _wants_reply(record: Any) -> bool:
+    headers = getattr(record, "headers", None) or ()
+    return any(name == REPLY_HEADER for name, _ in headers)
 
 
 class Record(Protocol):
@@ -134,6 +145,8 @@ class RunProcessor:
         self._dead_letter = topics["dead_letter"]
         self._changelog = topics["changelog"]
         self.facts = FactSender(topics.get("facts"), send, alerts)  # None: no fleet rules
+        self._replies = topics.get("replies")  # decisions asked for (REPLY_HEADER) go there
+        self._answer: tuple[str, list[bytes]] | None = None  # the record being applied: its outputs
         self.cursors = InputCursors()
         #: Held while a batch is applied, and by whatever must not interleave with one
         #: (revocation, shutdown, expiry).
@@ -233,8 +246,15 @@ class RunProcessor:
 
     async def _record(self, record: Record) -> None:
         started = time.perf_counter()
+        self._answer = None
         kind = await self._apply(record)
         self.metrics.event(kind, time.perf_counter() - started)
+        if self._replies is not None and self._answer is not None and _wants_reply(record):
+            event_id, encoded = self._answer
+            reply = (
+                b'{"event_id":' + msgspec.json.encode(event_id) + b',"outputs":[' + b",".join(encoded) + b"]}"
+            )
+            await self._send(self._replies, event_id.encode(), reply, None)
 
     async def _apply(self, record: Record) -> str:
         """Apply one record; the kind counted for it."""
@@ -251,6 +271,7 @@ class RunProcessor:
             return "invalid"
         key = run_scope(event).encode()
         kind = str(event.__struct_config__.tag)
+        self._answer = (event.event_id, [])
         run = self._load(key, record.partition)
         if run.kind == ENDED:
             if record.offset <= run.offset or id_hash(event.event_id) in run.ended_ids:
@@ -261,6 +282,7 @@ class RunProcessor:
             self.metrics.redelivered += 1
             if run.state is not None:
                 outbox = run.state.outbox.get(event.event_id, [])
+                self._answer = (event.event_id, outbox)
                 self._redelivered_facts(key, event, record, outbox)
                 with_facts = bool(outbox) and self.facts.active
                 await self._publish(key, run.state, event.event_id, outbox, with_facts)
@@ -313,6 +335,7 @@ class RunProcessor:
         if not outputs:
             return
         encoded = [encode_output(out) for out in outputs]
+        self._answer = (event.event_id, encoded)
         state.hold(event.event_id, encoded)  # persisted with the state at the end of the batch
         scope = key.decode()
         for out in outputs:

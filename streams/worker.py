@@ -172,6 +172,7 @@ class LoopwatchWorker:
                 "dead_letter": settings.topic_dead_letter,
                 "changelog": self.runs.changelog_topic.get_topic_name(),
                 "facts": settings.topic_fleet_facts,
+                "replies": settings.topic_replies,
             },
             cache,
             _fault_hook(),

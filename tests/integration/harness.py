@@ -38,6 +38,7 @@ class Names:
         self.config = f"lwt-{tag}.config"
         self.alerts = f"lwt-{tag}.alerts"
         self.facts = f"lwt-{tag}.fleet-facts"
+        self.replies = f"lwt-{tag}.decisions"
 
     def env(self, bootstrap: str, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -50,6 +51,7 @@ class Names:
             LOOPWATCH_TOPIC_CONFIG=self.config,
             LOOPWATCH_TOPIC_ALERTS=self.alerts,
             LOOPWATCH_TOPIC_FLEET_FACTS=self.facts,
+            LOOPWATCH_TOPIC_REPLIES=self.replies,
             LOOPWATCH_PARTITIONS="4",
             LOOPWATCH_LOG_FORMAT="json",
             LOOPWATCH_STARTUP_TIMEOUT_S="30",

@@ -22,7 +22,7 @@ from detectors.engine import Engine
 from detectors.events import encode_event
 from streams.embedded import EmbeddedRuntime
 from streams.fleet_view import FleetView
-from streams.gateway import gateway_app
+from streams.gateway import EmbeddedBackend, gateway_app
 from tests.helpers import FIXTURES, ROOT, Trace
 
 Client = TestClient[Any, Any]
@@ -32,7 +32,7 @@ Client = TestClient[Any, Any]
 async def gateway(tokens: frozenset[str] = frozenset(), max_bytes: int = 1_048_576) -> AsyncIterator[Client]:
     view = FleetView("test gateway")
     async with EmbeddedRuntime(FleetConfig.enabled_default(), view=view) as runtime:
-        client = TestClient(TestServer(gateway_app(runtime, view, tokens, max_bytes)))
+        client = TestClient(TestServer(gateway_app(EmbeddedBackend(runtime), view, tokens, max_bytes)))
         await client.start_server()
         try:
             yield client
