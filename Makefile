@@ -66,8 +66,9 @@ test: lint typecheck conformance check-alerts unit unit-pure  ## everything CI r
 bench: $(BUILT)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench
 
-bench-gateway: $(BUILT)  ## /v1/decide round trips and latency on loopwatch gateway (embedded)
-	$(BIN)/python -m tests.bench.gateway_bench
+bench-gateway: $(BUILT)  ## /v1/decide round trips and latency on loopwatch gateway (embedded and Kafka)
+	docker/services.sh up
+	$(BIN)/python -m tests.bench.gateway_bench; status=$$?; docker/services.sh down; exit $$status
 
 bench-stream: $(BUILT)  ## worker throughput and latency on the local broker (vs. raw aiokafka)
 	docker/services.sh up

@@ -1,8 +1,10 @@
-"""``make bench-gateway``: ``POST /v1/decide`` on ``loopwatch gateway`` (embedded backend).
+"""``make bench-gateway``: ``POST /v1/decide`` on ``loopwatch gateway``, embedded and on Kafka.
 
 A real gateway process and a concurrent aiohttp client on this machine: the round trips per
 second at full speed (16 requests in flight), then the latency at a fixed 500 decisions per
-second (p50 / p99). Each decision is a proposed call of one of 500 runs, half of them
+second (p50 / p99). Then the same with ``--kafka`` in front of one real worker on the local
+broker (every decision goes through the input topic, the worker and its reply).
+Each decision is a proposed call of one of 500 runs, half of them
 looping (the same failing call again and again: warnings, blocks, aborts), the rest healthy;
 results are reported in between, as an agent runtime does.
 """
@@ -49,12 +51,16 @@ def _call(n: int) -> tuple[dict[str, object], dict[str, object]]:
     return call, result
 
 
+TIMED_OUT = [0]
+
+
 async def _one(session: aiohttp.ClientSession, url: str, n: int) -> float:
     call, result = _call(n)
     started = time.perf_counter()
     async with session.post(url + "/v1/decide", json=call) as answer:
         body = await answer.json()
     spent = time.perf_counter() - started
+    TIMED_OUT[0] += bool(body.get("timed_out"))
     if body["decision"] in ("allow", "warn"):
         async with session.post(url + "/v1/events", json=result) as answer:
             await answer.read()
@@ -93,32 +99,62 @@ def _ms(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] * 1000
 
 
-def main() -> int:
+def _gateway(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "gateway", "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "streams.cli", "gateway", "--listen", "127.0.0.1:0", *args],
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
+    assert proc.stderr is not None
+    found = re.search(r"gateway at (http://\S+)", proc.stderr.readline())
+    assert found, "the gateway did not start"
+    return proc, found.group(1)
+
+
+def measure(label: str, url: str, total: int, target: str) -> None:
+    TIMED_OUT[0] = 0
+    rps, latencies = asyncio.run(full_speed(url, total))
+    print(
+        f"gateway ({label}), /v1/decide at full speed, 16 in flight: {rps:,.0f} decisions/s, "
+        f"p50 {_ms(latencies, 50):.2f} ms, p99 {_ms(latencies, 99):.2f} ms",
+        flush=True,
+    )
+    paced = asyncio.run(fixed_rate(url, 500, 10, 100_000))
+    print(
+        f"gateway ({label}), /v1/decide at 500/s for 10 s: p50 {_ms(paced, 50):.2f} ms, "
+        f"p99 {_ms(paced, 99):.2f} ms (target: p99 <= {target}); timed out: {TIMED_OUT[0]}",
+        flush=True,
+    )
+
+
+def main() -> int:
+    proc, url = _gateway([])
     try:
-        assert proc.stderr is not None
-        found = re.search(r"gateway at (http://\S+)", proc.stderr.readline())
-        assert found, "the gateway did not start"
-        url = found.group(1)
-        rps, latencies = asyncio.run(full_speed(url, 10_000))
-        print(
-            f"gateway (embedded), /v1/decide at full speed, 16 in flight: {rps:,.0f} decisions/s, "
-            f"p50 {_ms(latencies, 50):.2f} ms, p99 {_ms(latencies, 99):.2f} ms",
-            flush=True,
-        )
-        paced = asyncio.run(fixed_rate(url, 500, 10, 100_000))
-        print(
-            f"gateway (embedded), /v1/decide at 500/s for 10 s: p50 {_ms(paced, 50):.2f} ms, "
-            f"p99 {_ms(paced, 99):.2f} ms (target: p99 <= 5 ms)",
-            flush=True,
-        )
+        measure("embedded", url, 10_000, "5 ms")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
+    import tempfile
+    from pathlib import Path
+
+    from tests.integration.harness import Names, WorkerProcess
+
+    bootstrap = "127.0.0.1:19092"
+    names = Names()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = names.env(bootstrap, LOOPWATCH_WEB_PORT="16960", LOOPWATCH_DATA_DIR=f"{tmp}/worker")
+        worker = WorkerProcess(env, Path(tmp) / "worker.log")
+        try:
+            worker.wait_ready()
+            proc, url = _gateway(["--kafka", bootstrap], names.env(bootstrap))
+            try:
+                measure("Kafka, 1 worker", url, 3_000, "60 ms")
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(20)
+        finally:
+            worker.stop()
     return 0
 
 
