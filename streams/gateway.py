@@ -207,10 +207,11 @@ async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) 
         if args.kafka:
             from config.stream_settings import parse_stream_settings
             from streams.gateway_kafka import KafkaBackend
-            from streams.kafka_connect import wait_for_broker
+            from streams.kafka_connect import ensure_topics, wait_for_broker
 
             settings = parse_stream_settings(os.environ, {"kafka_bootstrap": args.kafka})
             await wait_for_broker(settings)
+            await ensure_topics(settings)  # the replies topic is read before any worker may run
             view = FleetView(f"loopwatch gateway (Kafka {args.kafka})")
             kafka = KafkaBackend(settings, args.decide_timeout_ms / 1000, max_bytes, view)
             await kafka.start()

@@ -47,10 +47,16 @@ class Gateway:
             cwd=ROOT,
         )
         assert self.proc.stderr is not None
-        line = self.proc.stderr.readline()
-        found = re.search(r"gateway at (http://\S+)", line)
-        assert found, line + self.proc.stderr.read()
-        self.url = found.group(1)
+        seen = []
+        for line in self.proc.stderr:  # a new topic's first fetch may warn before the address
+            seen.append(line)
+            found = re.search(r"gateway at (http://\S+)", line)
+            if found:
+                self.url = found.group(1)
+                break
+            assert len(seen) < 50, "".join(seen)
+        else:
+            raise AssertionError("the gateway exited: " + "".join(seen))
 
     def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
