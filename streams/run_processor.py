@@ -146,6 +146,8 @@ class RunProcessor:
         self._changelog = topics["changelog"]
         self.facts = FactSender(topics.get("facts"), send, alerts)  # None: no fleet rules
         self._replies = topics.get("replies")  # decisions asked for (REPLY_HEADER) go there
+        #: how replies are sent (the worker: its own producer without linger; default: ``send``)
+        self.send_reply: Send = send
         self._answer: tuple[str, list[bytes]] | None = None  # the record being applied: its outputs
         self.cursors = InputCursors()
         #: Held while a batch is applied, and by whatever must not interleave with one
@@ -254,7 +256,7 @@ class RunProcessor:
             reply = (
                 b'{"event_id":' + msgspec.json.encode(event_id) + b',"outputs":[' + b",".join(encoded) + b"]}"
             )
-            await self._send(self._replies, event_id.encode(), reply, None)
+            await self.send_reply(self._replies, event_id.encode(), reply, None)
 
     async def _apply(self, record: Record) -> str:
         """Apply one record; the kind counted for it."""

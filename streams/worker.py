@@ -34,7 +34,7 @@ from typing import Any, Final
 import faust
 import msgspec
 import structlog
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import murmur2
 
 from config.fleet import FleetConfig
@@ -186,6 +186,8 @@ class LoopwatchWorker:
             {"alerts": settings.topic_alerts, "changelog": self.fleet_table.changelog_topic.get_topic_name()},
             self.alerts.add,
         )
+        self.processor.send_reply = self._send_reply
+        self._reply_producer: AIOKafkaProducer | None = None
         self._committed: dict[Any, int] = {}  # topic-partition -> committed offset
         self._commit_lock = asyncio.Lock()
         app.bulk_sink = self
@@ -259,11 +261,30 @@ class LoopwatchWorker:
                 for partition, offset in processor.cursors.stop_all().items():
                     stopped[faust.types.TP(topic, partition)] = offset
         await self._commit(stopped)
+        if self._reply_producer is not None:
+            await self._reply_producer.stop()
 
     # -- producer, consumer and commits ----------------------------------------------------------
 
     async def _send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None) -> Any:
         return await self.app.producer.send(topic, key, value, partition, None, None)
+
+    async def _send_reply(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
+    ) -> Any:
+        """A decision's reply, at once: its own producer without linger (replies are answers
+        someone waits for, not state; losing one only makes that question time out)."""
+        producer = self._reply_producer
+        if producer is None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.settings.kafka_bootstrap,
+                linger_ms=0,
+                acks=1,
+                **aiokafka_auth(self.settings),
+            )
+            await producer.start()
+            self._reply_producer = producer
+        return await producer.send(topic, value, key=key, partition=partition)
 
     async def _flush(self) -> None:
         await self.app.producer.flush()
