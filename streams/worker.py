@@ -32,16 +32,13 @@ import time
 from typing import Any, Final
 
 import faust
-import msgspec
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
 from config.fleet import FleetConfig
 from config.stream_settings import StreamSettings
-from detectors.decoding import decode_event
-from detectors.events import EXPIRY_EVENT_PREFIX, Abort, Event, InvalidEvent, RunEnd, Verdict, encode_event
-from detectors.fleet.alerts import decode_alert
+from detectors.events import EXPIRY_EVENT_PREFIX, Event, RunEnd, encode_event
 from streams.alert_board import AlertBoard
 from streams.bulk_consumer import LoopwatchApp
 from streams.config_topic import apply_config_record, apply_logged, read_config_overrides
@@ -53,6 +50,7 @@ from streams.metrics import WorkerMetrics
 from streams.redis_cache import DecisionCache
 from streams.run_processor import RunProcessor
 from streams.run_table import ENDED, unpack
+from streams.topic_followers import follow_alerts, follow_config, follow_fleet
 
 __all__ = ["FAULT_ENV", "LoopwatchWorker", "apply_config_record", "read_config_overrides"]
 
@@ -60,15 +58,10 @@ __all__ = ["FAULT_ENV", "LoopwatchWorker", "apply_config_record", "read_config_o
 COMMIT_INTERVAL_S: Final = 1.0
 #: At most this many records per fetch, all applied as one batch.
 MAX_POLL_RECORDS: Final = 1000
-#: The fleet view's follower fetches in bulk (see ``_follow_fleet``).
-FLEET_FETCH_MIN_BYTES: Final = 256 * 1024
-FLEET_FETCH_WAIT_MS: Final = 250
-FLEET_YIELD_EVERY: Final = 100
 #: A testing aid: processing an event whose id is listed here (comma-separated) raises.
 FAULT_ENV: Final = "LOOPWATCH_FAULT_EVENT_IDS"
 
 _log = structlog.get_logger("loopwatch.worker")
-_OUTPUTS: Any = msgspec.json.Decoder(Verdict | Abort)
 
 
 class InjectedFault(RuntimeError):
@@ -377,98 +370,16 @@ class LoopwatchWorker:
             async with self.processor.lock:
                 await self.processor.drop_ended(ended, partitions)
 
-    # -- followers -------------------------------------------------------------------------------
+    # -- followers (streams.topic_followers) ----------------------------------------------------
 
     async def _follow_fleet(self) -> None:
-        """Every event and verdict of the fleet (all partitions), for the fleet view of /fleet.
-
-        Fetches wait up to FLEET_FETCH_WAIT_MS for FLEET_FETCH_MIN_BYTES: a dashboard a quarter
-        of a second behind costs far fewer fetch round trips than one that chases every record.
-        """
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            enable_auto_commit=False,
-            fetch_min_bytes=FLEET_FETCH_MIN_BYTES,
-            fetch_max_wait_ms=FLEET_FETCH_WAIT_MS,
-            **aiokafka_auth(self.settings),
-        )
-        await consumer.start()
-        try:
-            topics = (self.settings.topic_events, self.settings.topic_verdicts)
-            partitions = [TopicPartition(t, p) for t in topics for p in range(self.settings.partitions)]
-            consumer.assign(partitions)
-            since = int(time.time() * 1000) - self.fleet.horizon_ms
-            ends = await consumer.end_offsets(partitions)  # before the time lookup: no gap
-            starts = await consumer.offsets_for_times(dict.fromkeys(partitions, since))
-            for tp in partitions:
-                found = starts.get(tp)
-                consumer.seek(tp, ends[tp] if found is None else found.offset)
-            while True:
-                batch = await consumer.getmany(timeout_ms=1000)
-                seen = 0
-                for tp, messages in batch.items():
-                    is_verdict = tp.topic == self.settings.topic_verdicts
-                    for message in messages:
-                        self._observe(is_verdict, message.value, message.timestamp)
-                        seen += 1
-                        if seen % FLEET_YIELD_EVERY == 0:
-                            await asyncio.sleep(0)  # detection never waits for a whole fetch of the view
-        finally:
-            await consumer.stop()
-
-    def _observe(self, is_verdict: bool, value: bytes, ts_ms: int) -> None:
-        if not value or len(value) > self.config.settings.max_event_bytes:
-            return  # refused by the workers too
-        try:
-            if is_verdict:
-                self.fleet.output(_OUTPUTS.decode(value), ts_ms)
-            else:
-                self.fleet.event(decode_event(value), ts_ms)
-        except (InvalidEvent, msgspec.DecodeError):
-            pass  # invalid input is counted by the metrics and kept in the dead-letter topic
+        await follow_fleet(self.settings, self.fleet, lambda: self.config.settings.max_event_bytes)
 
     async def _follow_alerts(self) -> None:
-        """Every fleet alert from the start of the alerts topic: open outages (fail-fast blocks)
-        and systemic loops, for this worker's runs, dashboard and metrics."""
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            **aiokafka_auth(self.settings),
-        )
-        await consumer.start()
-        try:
-            partitions = [
-                TopicPartition(self.settings.topic_alerts, p) for p in range(self.settings.partitions)
-            ]
-            consumer.assign(partitions)
-            await consumer.seek_to_beginning(*partitions)
-            while True:
-                batch = await consumer.getmany(timeout_ms=1000)
-                for messages in batch.values():
-                    for message in messages:
-                        try:
-                            self.alerts.add(decode_alert(message.value or b""))
-                        except (msgspec.DecodeError, msgspec.ValidationError):
-                            _log.warning("unreadable fleet alert ignored", offset=message.offset)
-        finally:
-            await consumer.stop()
+        await follow_alerts(self.settings, self.alerts)
 
     async def _follow_config(self) -> None:
-        """Apply config overrides published after startup, for as long as the worker runs."""
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
-            enable_auto_commit=False,
-            **aiokafka_auth(self.settings),
-        )
-        await consumer.start()
-        try:
-            tp = TopicPartition(self.settings.topic_config, 0)
-            consumer.assign([tp])
-            consumer.seek(tp, self._config_offset)
-            while True:
-                batch = await consumer.getmany(tp, timeout_ms=1000)
-                for message in batch.get(tp, []):
-                    self.config = apply_logged(self.config, message.key, message.value)
-        finally:
-            await consumer.stop()
+        def apply(key: bytes | None, value: bytes | None) -> None:
+            self.config = apply_logged(self.config, key, value)
+
+        await follow_config(self.settings, self._config_offset, apply)
