@@ -17,16 +17,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from msgspec import UNSET
-
 from config.fleet import FleetConfig
 from config.fleet_rules import FleetRules, fleet_rules
 from detectors.events import Output, ToolCall, ToolResult, Verdict
 from detectors.fleet.fact_batch import FactBatch
-from detectors.fleet.facts import ResultFact, encode_facts, error_class
+from detectors.fleet.facts import encode_facts, result_fact
 from detectors.fleet.fail_fast import fail_fast_verdict, is_blocking
 from detectors.hashing import digester_for
-from detectors.outcomes import error_text
 from detectors.step import Prepared, prepare
 from streams.alert_board import AlertBoard
 
@@ -88,11 +85,9 @@ class FactSender:
         if not result_hash.startswith("error:"):
             self.batch.success(event.tool, scope, ts)
             return
-        if event.result_digest is not UNSET:
-            cls = result_hash
-        else:
-            cls = error_class(error_text(event.error), digester_for(config.settings.digest))
-        self.batch.failure(ResultFact(event.tool, event.agent_id, scope, ts, cls, prepared.args_hash))
+        failure = result_fact(event, scope, ts, prepared, digester_for(config.settings.digest))
+        assert failure is not None
+        self.batch.failure(failure)
         if self.alerts is not None:
             self.alerts.note_failure(event.tool, ts)
 

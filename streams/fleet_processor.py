@@ -28,7 +28,8 @@ from config.fleet import FleetConfig
 from config.fleet_rules import FleetRules, fleet_rules
 from detectors.fleet import systemic_loop, tool_outage
 from detectors.fleet.alerts import FleetAlert, encode_alert
-from detectors.fleet.facts import CallFact, LoopFact, ResultFact, decode_facts
+from detectors.fleet.facts import decode_facts
+from detectors.fleet.watch import apply_fact
 from streams.input_cursors import InputCursors
 
 __all__ = ["FleetProcessor", "SubjectState"]
@@ -43,8 +44,9 @@ class SubjectState(msgspec.Struct, array_like=True):
     """One subject's table value: the last facts offset applied, the rule's state, unconfirmed alerts."""
 
     offset: int = NO_OFFSET
-    outage: tool_outage.OutageState | None = None
-    loops: systemic_loop.AgentLoops | None = None
+    # the rule's state, under its tool or agent (one entry: a subject is one tool or one agent)
+    outages: dict[str, tool_outage.OutageState] = msgspec.field(default_factory=dict)
+    loops: dict[str, systemic_loop.AgentLoops] = msgspec.field(default_factory=dict)
     outbox: list[bytes] = msgspec.field(default_factory=list)
 
 
@@ -146,18 +148,7 @@ class FleetProcessor:
             )
             facts = []
         rules = self._fleet_rules()
-        alerts: list[FleetAlert] = []
-        for fact in facts:
-            if type(fact) is ResultFact:
-                if rules.tool_outage.enabled:
-                    if state.outage is None:
-                        state.outage = tool_outage.OutageState(fact.tool)
-                    alerts += tool_outage.step(state.outage, fact, rules.tool_outage)
-            elif rules.systemic_loop.enabled:
-                assert type(fact) is CallFact or type(fact) is LoopFact
-                if state.loops is None:
-                    state.loops = systemic_loop.AgentLoops(fact.agent)
-                alerts += systemic_loop.step(state.loops, fact, rules.systemic_loop)
+        alerts = [alert for fact in facts for alert in apply_fact(fact, rules, state.outages, state.loops)]
         state.offset = record.offset
         self.applied += 1
         self._states[key] = (None, state, record.partition)

@@ -38,6 +38,7 @@ __all__ = [
     "error_class",
     "facts_of_event",
     "facts_of_outputs",
+    "result_fact",
     "subject_of",
 ]
 
@@ -113,14 +114,22 @@ def facts_of_event(
         return [CallFact(event.agent_id, scope, ts)]
     if type(event) is not ToolResult or prepared is None:
         return []
+    fact = result_fact(event, scope, ts, prepared, digester)
+    return [] if fact is None else [fact]
+
+
+def result_fact(
+    event: ToolResult, scope: str, ts: int, prepared: Prepared, digester: Digester
+) -> ResultFact | None:
+    """F1's fact of a result: a failure with its error class, a success, or ``None`` (no outcome)."""
     result_hash = prepared.result_hash
     if result_hash is None:
-        return []  # no outcome (no result, or the detector's own veto)
+        return None  # no outcome (no result, or the detector's own veto)
     if not result_hash.startswith("error:"):
-        return [ResultFact(event.tool, event.agent_id, scope, ts)]
+        return ResultFact(event.tool, event.agent_id, scope, ts)
     digest_only = event.result_digest is not UNSET  # then the digest is the class
     cls = result_hash if digest_only else error_class(error_text(event.error), digester)
-    return [ResultFact(event.tool, event.agent_id, scope, ts, cls, prepared.args_hash)]
+    return ResultFact(event.tool, event.agent_id, scope, ts, cls, prepared.args_hash)
 
 
 def facts_of_outputs(outputs: list[Output], scope: str, ts: int) -> list[Fact]:
