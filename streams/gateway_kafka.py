@@ -55,7 +55,6 @@ class KafkaBackend:
         self._consumer: AIOKafkaConsumer | None = None
         self._follower: asyncio.Task[None] | None = None
         self._waiting: dict[str, asyncio.Future[list[Output]]] = {}
-        self.timeouts = 0
 
     async def start(self) -> None:
         auth = aiokafka_auth(self.settings)
@@ -142,7 +141,6 @@ class KafkaBackend:
             try:
                 outputs = await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
             except TimeoutError:
-                self.timeouts += 1
                 self._observe(call, [])
                 return [], True
             self._observe(call, outputs)

@@ -13,7 +13,6 @@ from typing import Any, Final, Literal
 import msgspec
 
 __all__ = [
-    "ALERT_KINDS",
     "FleetAlert",
     "alert_id",
     "decode_alert",
@@ -22,7 +21,6 @@ __all__ = [
 ]
 
 AlertKind = Literal["tool_outage", "tool_recovered", "systemic_loop"]
-ALERT_KINDS: Final = ("tool_outage", "tool_recovered", "systemic_loop")
 
 
 class FleetAlert(msgspec.Struct, kw_only=True, frozen=True, tag="fleet_alert", tag_field="type"):

@@ -45,9 +45,6 @@ class FactBatch:
         self._loops: dict[str, list[tuple[int, int, Fact]]] = {}  # agent -> (ts, arrival, fact)
         self._seq = 0
 
-    def __bool__(self) -> bool:
-        return bool(self._calls or self._results or self._loops)
-
     def call(self, agent: str, run: str, ts: int) -> None:
         calls = self._calls.get(agent)
         if calls is None:
