@@ -56,7 +56,8 @@ def extensions() -> list[object]:
     except ImportError:
         print("loopwatch: mypyc not available; installing the pure-Python core", file=sys.stderr)
         return []
-    return list(mypycify(COMPILED, opt_level="3"))
+    # compiled under their import names (loopwatch.detectors.engine): through the links in loopwatch/
+    return list(mypycify([f"loopwatch/{path}" for path in COMPILED], opt_level="3"))
 
 
 setup(ext_modules=extensions())

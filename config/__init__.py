@@ -3,16 +3,16 @@
 Pure: no I/O, no clock. Files are read by the caller and parsed here from text.
 """
 
-from config.errors import ConfigError, ConfigProblem, LoopwatchError
-from config.fleet import FleetConfig, parse_config_text, parse_config_value
-from config.loop_detection import (
+from loopwatch.config.errors import ConfigError, ConfigProblem, LoopwatchError
+from loopwatch.config.fleet import FleetConfig, parse_config_text, parse_config_value
+from loopwatch.config.loop_detection import (
     ResolvedLoopDetection,
     as_positive_int,
     merge_agent,
     resolve,
     validate_block,
 )
-from config.settings import DetectorSettings, parse_settings
+from loopwatch.config.settings import DetectorSettings, parse_settings
 
 __all__ = [
     "ConfigError",

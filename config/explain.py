@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from config.fleet import FleetConfig
-from config.loop_detection import DEFAULTS, RawBlock, resolve
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.config.loop_detection import DEFAULTS, RawBlock, resolve
 
 __all__ = ["AgentReport", "explain"]
 

@@ -14,11 +14,17 @@ from typing import Any
 
 import json5
 
-from config.errors import ConfigError, ConfigProblem
-from config.loop_detection import RawBlock, ResolvedLoopDetection, merge_agent, resolve, validate_block
-from config.near_misses import near_misses
-from config.own_rules import RawRules, merge_rules, resolve_rules, validate_rules
-from config.settings import DetectorSettings, parse_settings
+from loopwatch.config.errors import ConfigError, ConfigProblem
+from loopwatch.config.loop_detection import (
+    RawBlock,
+    ResolvedLoopDetection,
+    merge_agent,
+    resolve,
+    validate_block,
+)
+from loopwatch.config.near_misses import near_misses
+from loopwatch.config.own_rules import RawRules, merge_rules, resolve_rules, validate_rules
+from loopwatch.config.settings import DetectorSettings, parse_settings
 
 __all__ = ["FleetConfig", "parse_config_text", "parse_config_value"]
 

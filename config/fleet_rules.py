@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from config.own_rules import RULES, RawRules
+from loopwatch.config.own_rules import RULES, RawRules
 
 __all__ = ["FleetRules", "SystemicLoopRule", "ToolOutageRule", "as_dict", "describe", "fleet_rules"]
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from config.errors import ConfigProblem
-from config.own_rules import DEFAULT_OWN_RULES, OwnRules
+from loopwatch.config.errors import ConfigProblem
+from loopwatch.config.own_rules import DEFAULT_OWN_RULES, OwnRules
 
 __all__ = [
     "DEFAULTS",

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from config.errors import ConfigProblem
+from loopwatch.config.errors import ConfigProblem
 
 __all__ = ["DEFAULT_OWN_RULES", "FLEET_RULES", "OwnRules", "merge_rules", "resolve_rules", "validate_rules"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from config.errors import ConfigProblem
+from loopwatch.config.errors import ConfigProblem
 
 __all__ = ["REVISIONS", "DetectorSettings", "parse_settings"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from config.errors import ConfigError, ConfigProblem
+from loopwatch.config.errors import ConfigError, ConfigProblem
 
 __all__ = ["SECRET_FIELDS", "StreamSettings", "env_name", "mask_url", "parse_stream_settings"]
 

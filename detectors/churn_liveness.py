@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from detectors.history import History
-from detectors.rules import argument_churn
-from detectors.state import RunState
+from loopwatch.detectors.history import History
+from loopwatch.detectors.rules import argument_churn
+from loopwatch.detectors.state import RunState
 
 __all__ = ["REASON", "after_call", "after_outcome", "message", "stale_for"]
 

@@ -17,17 +17,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from config.fleet import FleetConfig
-from config.loop_detection import merge_agent, resolve
-from config.settings import DetectorSettings, Revision
-from detectors.compaction_guard import GuardVerdict
-from detectors.detection import Detection, detect
-from detectors.events import ToolCall, Verdict
-from detectors.hashing import digester_for
-from detectors.history import Record
-from detectors.outcomes import MISSING, ErrorMessage, hash_outcome, is_known_poll
-from detectors.state import RunState
-from detectors.step import Prepared, apply, record_outcome
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.config.loop_detection import merge_agent, resolve
+from loopwatch.config.settings import DetectorSettings, Revision
+from loopwatch.detectors.compaction_guard import GuardVerdict
+from loopwatch.detectors.detection import Detection, detect
+from loopwatch.detectors.events import ToolCall, Verdict
+from loopwatch.detectors.hashing import digester_for
+from loopwatch.detectors.history import Record
+from loopwatch.detectors.outcomes import MISSING, ErrorMessage, hash_outcome, is_known_poll
+from loopwatch.detectors.state import RunState
+from loopwatch.detectors.step import Prepared, apply, record_outcome
 
 __all__ = ["PROFILE_REVISIONS", "VectorFailure", "run_vector"]
 

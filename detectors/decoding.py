@@ -10,8 +10,8 @@ from typing import Final
 import msgspec
 from msgspec import UNSET
 
-from detectors.events import Event, InvalidEvent, ToolCall, ToolResult
-from detectors.stable_json import _float_hook
+from loopwatch.detectors.events import Event, InvalidEvent, ToolCall, ToolResult
+from loopwatch.detectors.stable_json import _float_hook
 
 __all__ = ["decode_event", "validate_event"]
 

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from config.loop_detection import ResolvedLoopDetection
-from detectors.history import History
-from detectors.rules import (
+from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.detectors.history import History
+from loopwatch.detectors.rules import (
     argument_churn,
     generic_repeat,
     global_circuit_breaker,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET
 
-from config.settings import DetectorSettings
-from detectors.events import ToolCall, ToolResult
-from detectors.hashing import digester_for
-from detectors.step import prepare
+from loopwatch.config.settings import DetectorSettings
+from loopwatch.detectors.events import ToolCall, ToolResult
+from loopwatch.detectors.hashing import digester_for
+from loopwatch.detectors.step import prepare
 
 __all__ = ["digest_only"]
 

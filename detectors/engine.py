@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from config.fleet import FleetConfig
-from detectors.events import EXPIRY_EVENT_PREFIX, Event, Output, RunEnd, run_scope
-from detectors.state import RunState
-from detectors.step import Prepared, apply, new_state
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.events import EXPIRY_EVENT_PREFIX, Event, Output, RunEnd, run_scope
+from loopwatch.detectors.state import RunState
+from loopwatch.detectors.step import Prepared, apply, new_state
 
 __all__ = ["ENDED_RUNS_KEPT", "Engine"]
 

@@ -10,7 +10,7 @@ Trace (default): block at call 24 (recovery), block at call 27 + abort.
 
 from __future__ import annotations
 
-from config.settings import DetectorSettings
+from loopwatch.config.settings import DetectorSettings
 
 REASON = "tool_loop_recovery_exhausted"
 MESSAGE = (

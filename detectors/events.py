@@ -16,8 +16,8 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from config.errors import LoopwatchError
-from detectors.stable_json import wire_enc_hook
+from loopwatch.config.errors import LoopwatchError
+from loopwatch.detectors.stable_json import wire_enc_hook
 
 __all__ = [
     "EXPIRY_EVENT_PREFIX",

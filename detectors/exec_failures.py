@@ -21,7 +21,7 @@ import math
 import re
 from typing import Any, Final
 
-from detectors.stable_json import JSNumber, js_number_text
+from loopwatch.detectors.stable_json import JSNumber, js_number_text
 
 __all__ = ["VOLATILE_PATTERNS", "failure_shape", "terminal_exit_code"]
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from msgspec import UNSET
 
-from config.fleet import FleetConfig
-from detectors.engine import Engine
-from detectors.events import (
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import (
     Abort,
     CompactionRetry,
     Output,
@@ -33,8 +33,8 @@ from detectors.events import (
     Verdict,
     as_usage,
 )
-from detectors.outcomes import MISSING
-from detectors.stable_json import from_python
+from loopwatch.detectors.outcomes import MISSING
+from loopwatch.detectors.stable_json import from_python
 
 __all__ = ["Decision", "LoopDetector", "decision_of"]
 

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import xxhash
 
-from detectors.stable_json import canonical_bytes
+from loopwatch.detectors.stable_json import canonical_bytes
 
 __all__ = ["Digester", "digester_for", "js_trim", "update_plan_shape"]
 

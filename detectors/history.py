@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from detectors.outcomes import TERMINAL_EXEC_FAILURE
+from loopwatch.detectors.outcomes import TERMINAL_EXEC_FAILURE
 
 __all__ = ["History", "Record"]
 

@@ -22,10 +22,10 @@ import re
 from collections.abc import Collection
 from typing import Any, Final
 
-from detectors.exec_failures import failure_shape, terminal_exit_code
-from detectors.hashing import _JS_WHITESPACE, Digester, js_trim, update_plan_shape
-from detectors.stable_json import UNDEFINED, JSNumber, js_number_text, stable_stringify
-from detectors.values import MISSING, ErrorMessage
+from loopwatch.detectors.exec_failures import failure_shape, terminal_exit_code
+from loopwatch.detectors.hashing import _JS_WHITESPACE, Digester, js_trim, update_plan_shape
+from loopwatch.detectors.stable_json import UNDEFINED, JSNumber, js_number_text, stable_stringify
+from loopwatch.detectors.values import MISSING, ErrorMessage
 
 __all__ = [
     "MISSING",

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Final
 
-from detectors.compaction_guard import PostCompactionGuard
-from detectors.history import History
-from detectors.snapshot import DECODER, ENCODER, FORMAT_VERSION, RunSnapshot
+from loopwatch.detectors.compaction_guard import PostCompactionGuard
+from loopwatch.detectors.history import History
+from loopwatch.detectors.snapshot import DECODER, ENCODER, FORMAT_VERSION, RunSnapshot
 
 __all__ = ["PathEdits", "RunSnapshot", "RunState"]
 

@@ -25,15 +25,15 @@ from typing import Any
 import xxhash
 from msgspec import UNSET
 
-from config.fleet import FleetConfig
-from config.loop_detection import ResolvedLoopDetection
-from config.own_rules import OwnRules
-from config.settings import DetectorSettings
-from detectors import churn_liveness, escalation
-from detectors.compaction_guard import DETECTOR as GUARD_REASON
-from detectors.compaction_guard import GuardVerdict
-from detectors.detection import Detection, detect
-from detectors.events import (
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.config.own_rules import OwnRules
+from loopwatch.config.settings import DetectorSettings
+from loopwatch.detectors import churn_liveness, escalation
+from loopwatch.detectors.compaction_guard import DETECTOR as GUARD_REASON
+from loopwatch.detectors.compaction_guard import GuardVerdict
+from loopwatch.detectors.detection import Detection, detect
+from loopwatch.detectors.events import (
     Abort,
     CompactionRetry,
     Event,
@@ -45,12 +45,12 @@ from detectors.events import (
     Verdict,
     run_scope,
 )
-from detectors.hashing import Digester, digester_for
-from detectors.outcomes import MISSING, VETO, ErrorMessage, OutcomeHash, hash_outcome, is_known_poll
-from detectors.rules import argument_churn, edit_undo, loop_budget, run_no_progress
-from detectors.stable_json import canonical_bytes
-from detectors.state import RunState
-from detectors.warning_buckets import should_emit
+from loopwatch.detectors.hashing import Digester, digester_for
+from loopwatch.detectors.outcomes import MISSING, VETO, ErrorMessage, OutcomeHash, hash_outcome, is_known_poll
+from loopwatch.detectors.rules import argument_churn, edit_undo, loop_budget, run_no_progress
+from loopwatch.detectors.stable_json import canonical_bytes
+from loopwatch.detectors.state import RunState
+from loopwatch.detectors.warning_buckets import should_emit
 
 __all__ = ["Prepared", "apply", "new_state", "prepare", "record_outcome", "verdict_id"]
 

@@ -6,12 +6,12 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult
-from detectors.stable_json import from_python
+from loopwatch.detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult
+from loopwatch.detectors.stable_json import from_python
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
-FIXTURES = ROOT / "streams" / "data" / "fixtures"
+FIXTURES = ROOT / "streams" / "embedded" / "data" / "fixtures"
 VECTORS = DATA / "openclaw-public.jsonl"
 NEWEST_VECTORS = DATA / "openclaw-newest.jsonl"
 
@@ -95,7 +95,7 @@ def with_revision(revision: str, config: Any = None) -> Any:
     """``config`` (default: detection enabled) under OpenClaw rule revision ``revision``."""
     from dataclasses import replace
 
-    from config import FleetConfig
+    from loopwatch.config import FleetConfig
 
     base = config if config is not None else FleetConfig.enabled_default()
     return replace(base, settings=replace(base.settings, openclaw_revision=revision))

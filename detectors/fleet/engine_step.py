@@ -8,11 +8,11 @@ nothing, as from the engine.
 
 from __future__ import annotations
 
-from detectors.engine import Engine
-from detectors.events import Event, Output, ToolCall, ToolResult, run_scope
-from detectors.fleet.watch import FleetWatch
-from detectors.hashing import digester_for
-from detectors.step import Prepared, prepare
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import Event, Output, ToolCall, ToolResult, run_scope
+from loopwatch.detectors.fleet.watch import FleetWatch
+from loopwatch.detectors.hashing import digester_for
+from loopwatch.detectors.step import Prepared, prepare
 
 __all__ = ["step_event"]
 

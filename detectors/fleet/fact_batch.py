@@ -18,8 +18,8 @@ in arrival order among equal times.
 
 from __future__ import annotations
 
-from detectors.events import Output
-from detectors.fleet.facts import CallFact, Fact, ResultFact, facts_of_outputs, subject_of
+from loopwatch.detectors.events import Output
+from loopwatch.detectors.fleet.facts import CallFact, Fact, ResultFact, facts_of_outputs, subject_of
 
 __all__ = ["FactBatch"]
 

@@ -22,11 +22,11 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
-from detectors.compaction_guard import DETECTOR as GUARD_DETECTOR
-from detectors.events import Abort, Event, Output, ToolCall, ToolResult, Verdict
-from detectors.hashing import Digester
-from detectors.outcomes import error_text
-from detectors.step import Prepared
+from loopwatch.detectors.compaction_guard import DETECTOR as GUARD_DETECTOR
+from loopwatch.detectors.events import Abort, Event, Output, ToolCall, ToolResult, Verdict
+from loopwatch.detectors.hashing import Digester
+from loopwatch.detectors.outcomes import error_text
+from loopwatch.detectors.step import Prepared
 
 __all__ = [
     "CallFact",

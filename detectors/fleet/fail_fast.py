@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from config.fleet_rules import ToolOutageRule
-from detectors.events import ToolCall, Verdict
-from detectors.step import verdict_id
+from loopwatch.config.fleet_rules import ToolOutageRule
+from loopwatch.detectors.events import ToolCall, Verdict
+from loopwatch.detectors.step import verdict_id
 
 __all__ = ["DETECTOR", "block_message", "fail_fast_verdict", "is_blocking"]
 

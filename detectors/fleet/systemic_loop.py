@@ -23,10 +23,10 @@ from typing import Final
 
 import msgspec
 
-from config.fleet_rules import SystemicLoopRule
-from detectors.fleet.alerts import FleetAlert, alert_id
-from detectors.fleet.facts import CallFact, LoopFact
-from detectors.fleet.tool_outage import samples
+from loopwatch.config.fleet_rules import SystemicLoopRule
+from loopwatch.detectors.fleet.alerts import FleetAlert, alert_id
+from loopwatch.detectors.fleet.facts import CallFact, LoopFact
+from loopwatch.detectors.fleet.tool_outage import samples
 
 __all__ = ["AgentLoops", "step"]
 

@@ -24,9 +24,9 @@ from typing import Final
 
 import msgspec
 
-from config.fleet_rules import ToolOutageRule
-from detectors.fleet.alerts import FleetAlert, alert_id, format_since
-from detectors.fleet.facts import ResultFact
+from loopwatch.config.fleet_rules import ToolOutageRule
+from loopwatch.detectors.fleet.alerts import FleetAlert, alert_id, format_since
+from loopwatch.detectors.fleet.facts import ResultFact
 
 __all__ = ["OpenOutage", "OutageState", "step"]
 

@@ -8,14 +8,21 @@ questions for the next calls (:meth:`FleetWatch.fail_fast`).
 
 from __future__ import annotations
 
-from config.fleet_rules import FleetRules
-from detectors.events import Event, Output, ToolCall, Verdict
-from detectors.fleet import systemic_loop, tool_outage
-from detectors.fleet.alerts import FleetAlert
-from detectors.fleet.facts import CallFact, Fact, LoopFact, ResultFact, facts_of_event, facts_of_outputs
-from detectors.fleet.fail_fast import fail_fast_verdict, is_blocking
-from detectors.hashing import Digester
-from detectors.step import Prepared
+from loopwatch.config.fleet_rules import FleetRules
+from loopwatch.detectors.events import Event, Output, ToolCall, Verdict
+from loopwatch.detectors.fleet import systemic_loop, tool_outage
+from loopwatch.detectors.fleet.alerts import FleetAlert
+from loopwatch.detectors.fleet.facts import (
+    CallFact,
+    Fact,
+    LoopFact,
+    ResultFact,
+    facts_of_event,
+    facts_of_outputs,
+)
+from loopwatch.detectors.fleet.fail_fast import fail_fast_verdict, is_blocking
+from loopwatch.detectors.hashing import Digester
+from loopwatch.detectors.step import Prepared
 
 __all__ = ["FleetWatch", "apply_fact"]
 

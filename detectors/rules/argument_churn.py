@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from detectors.history import History
+from loopwatch.detectors.history import History
 
 __all__ = ["DETECTOR", "LIVENESS_SIGNAL", "MIN_STABLE_CALLS", "evaluate", "message", "warning_key"]
 

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import xxhash
 
-from detectors.state import PathEdits, RunState
+from loopwatch.detectors.state import PathEdits, RunState
 
 __all__ = ["DETECTOR", "critical_message", "observe_call", "warning_key", "warning_message"]
 

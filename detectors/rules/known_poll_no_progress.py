@@ -8,7 +8,7 @@ count 10; 20 times → blocked.
 
 from __future__ import annotations
 
-from config.loop_detection import ResolvedLoopDetection
+from loopwatch.config.loop_detection import ResolvedLoopDetection
 
 DETECTOR = "known_poll_no_progress"
 

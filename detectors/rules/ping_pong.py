@@ -17,8 +17,8 @@ tool with different arguments.
 
 from __future__ import annotations
 
-from config.loop_detection import ResolvedLoopDetection
-from detectors.history import History, Record
+from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.detectors.history import History, Record
 
 DETECTOR = "ping_pong"
 

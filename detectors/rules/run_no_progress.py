@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from detectors.state import RunState
+from loopwatch.detectors.state import RunState
 
 __all__ = ["DETECTOR", "count", "critical_message", "observe", "tools_in", "warning_key", "warning_message"]
 

@@ -25,15 +25,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from config import DetectorSettings, FleetConfig, resolve
-from config.settings import Digest, Revision
-from detectors.decoding import decode_event
-from detectors.detection import detect
-from detectors.engine import Engine
-from detectors.events import Event, ToolCall, ToolResult
-from detectors.hashing import digester_for
-from detectors.state import RunState
-from detectors.step import prepare, record_outcome
+from loopwatch.config import DetectorSettings, FleetConfig, resolve
+from loopwatch.config.settings import Digest, Revision
+from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.detection import detect
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import Event, ToolCall, ToolResult
+from loopwatch.detectors.hashing import digester_for
+from loopwatch.detectors.state import RunState
+from loopwatch.detectors.step import prepare, record_outcome
 from tests.bench.workloads import ensure, to_wire
 
 BENCH_DIR = Path(".bench")
@@ -225,9 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     names = args.workloads.split(",")
     rows: list[dict[str, Any]] = []
     census_ok = True
-    import detectors.step
+    import loopwatch.detectors.step
 
-    core = "pure Python" if detectors.step.__file__.endswith(".py") else "compiled with mypyc"
+    core = "pure Python" if loopwatch.detectors.step.__file__.endswith(".py") else "compiled with mypyc"
     print(
         f"loopwatch core benchmark — median of {args.repeats} after warm-up, "
         f"Python {sys.version.split()[0]}, "

@@ -19,6 +19,7 @@ def main() -> None:
         app_id,
         broker=f"kafka://{bootstrap}",
         store="memory://",
+        datadir=f".bench/{app_id}-data",  # faust makes it even with the memory store
         topic_partitions=4,
         web_enabled=False,
         topic_disable_leader=True,

@@ -101,7 +101,7 @@ def _ms(values: list[float], q: float) -> float:
 
 def _gateway(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "gateway", "--listen", "127.0.0.1:0", *args],
+        [sys.executable, "-m", "loopwatch", "gateway", "--listen", "127.0.0.1:0", *args],
         stderr=subprocess.PIPE,
         text=True,
         env=env,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from detectors.events import Event, RunEnd, ToolCall, ToolResult, encode_event, run_scope
+from loopwatch.detectors.events import Event, RunEnd, ToolCall, ToolResult, encode_event, run_scope
 from tests.integration.harness import Names, WorkerProcess
 
 BOOTSTRAP = "127.0.0.1:19092"

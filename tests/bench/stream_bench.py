@@ -29,8 +29,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from detectors.decoding import decode_event
-from detectors.events import run_scope
+from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.events import run_scope
 from tests.bench.workloads import Workload, generate, to_wire
 from tests.integration.harness import Names, WorkerProcess, expected_outputs
 

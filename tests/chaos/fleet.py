@@ -18,9 +18,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from config.fleet import FleetConfig, parse_config_text
-from detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult, Usage
-from streams.demo_fleet import SCENARIOS
+from loopwatch.config.fleet import FleetConfig, parse_config_text
+from loopwatch.detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult, Usage
+from loopwatch.streams.embedded.demo_fleet import SCENARIOS
 
 __all__ = ["ChaosFleet", "chaos_fleet"]
 

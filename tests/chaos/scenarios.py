@@ -28,7 +28,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from detectors.events import Event, run_scope
+from loopwatch.detectors.events import Event, run_scope
 from tests.chaos.fleet import ChaosFleet, chaos_fleet
 from tests.helpers import ROOT
 from tests.integration.harness import Names, WorkerProcess, event_records, expected_outputs, per_run, produce

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from config.stream_settings import parse_stream_settings
-from streams.kafka_connect import wait_for_broker
+from loopwatch.config.stream_settings import parse_stream_settings
+from loopwatch.streams.kafka.connect import wait_for_broker
 from tests.integration.harness import Names, WorkerProcess
 
 pytestmark = pytest.mark.integration

@@ -17,10 +17,10 @@ from typing import Any
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from config.fleet import FleetConfig
-from detectors.decoding import decode_event
-from detectors.engine import Engine
-from detectors.events import Event, encode_event, encode_output, run_scope
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import Event, encode_event, encode_output, run_scope
 from tests.helpers import FIXTURES, ROOT
 
 LOOPWATCH = str(Path(sys.executable).with_name("loopwatch"))

@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from detectors.events import Event, ToolCall, Usage, run_scope
-from streams.run_activity import RunActivity
+from loopwatch.detectors.events import Event, ToolCall, Usage, run_scope
+from loopwatch.streams.fleet_view.run_activity import RunActivity
 from tests.helpers import FIXTURES, ROOT, Trace
 from tests.integration.browser import Chromium
 from tests.integration.harness import (
@@ -227,7 +227,7 @@ class Served:
 
 
 def test_run_serve_dashboard_matches_the_verdicts_it_wrote(tmp_path: Path) -> None:
-    from streams.event_lines import BadLine, read_events
+    from loopwatch.streams.inputs.event_lines import BadLine, read_events
 
     events: list[Event] = []
     for path in sorted(FIXTURES.glob("*.events.jsonl")):

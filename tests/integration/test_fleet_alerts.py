@@ -14,13 +14,13 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from config import parse_config_text
-from config.stream_settings import parse_stream_settings
-from detectors.events import Event, ToolCall, ToolResult
-from detectors.fleet.alerts import FleetAlert
-from detectors.stable_json import from_python
-from streams.client import LoopwatchClient
-from streams.embedded import EmbeddedRuntime
+from loopwatch.config import parse_config_text
+from loopwatch.config.stream_settings import parse_stream_settings
+from loopwatch.detectors.events import Event, ToolCall, ToolResult
+from loopwatch.detectors.fleet.alerts import FleetAlert
+from loopwatch.detectors.stable_json import from_python
+from loopwatch.streams.client.kafka_client import LoopwatchClient
+from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from tests.integration.harness import Names, WorkerProcess, consume, event_records, produce, run
 from tests.integration.test_worker import scrape, start_worker
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from config.fleet import FleetConfig
-from detectors.engine import Engine
-from detectors.events import ToolCall, ToolResult
-from detectors.facade import decision_of
-from detectors.stable_json import from_python
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import ToolCall, ToolResult
+from loopwatch.detectors.facade import decision_of
+from loopwatch.detectors.stable_json import from_python
 from tests.helpers import ROOT
 from tests.integration.harness import Names, WorkerProcess, consume, run
 from tests.integration.test_worker import start_worker
@@ -40,7 +40,7 @@ class Gateway:
             str(timeout_ms),
         ]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", *args],
+            [sys.executable, "-m", "loopwatch", *args],
             stderr=subprocess.PIPE,
             text=True,
             env=names.env(bootstrap),

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from config.stream_settings import parse_stream_settings
-from streams.client import LoopwatchClient
-from streams.example_agent import agent_loop
+from loopwatch.config.stream_settings import parse_stream_settings
+from loopwatch.streams.client.example_agent import agent_loop
+from loopwatch.streams.client.kafka_client import LoopwatchClient
 from tests.integration.harness import (
     Names,
     WorkerProcess,
@@ -153,7 +153,7 @@ def test_replay_reads_history_from_a_kafka_topic(kafka_bootstrap: str, names: Na
     records = [(b"s3", line) for line in path.read_bytes().splitlines()]
     run(produce(kafka_bootstrap, names.events, records))
     env = {**os.environ, "LOOPWATCH_KAFKA_BOOTSTRAP": kafka_bootstrap}
-    command = [sys.executable, "-m", "streams.cli", "replay", "--json"]
+    command = [sys.executable, "-m", "loopwatch", "replay", "--json"]
     from_topic = subprocess.run(
         [*command, f"kafka:{names.events}", "--since", "2000-01-01T00:00:00"],
         env=env,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from detectors.events import RunEnd
-from streams.transcripts import transcript_events
+from loopwatch.detectors.events import RunEnd
+from loopwatch.streams.history.transcripts import transcript_events
 from tests.helpers import DATA, ROOT
 from tests.integration.harness import Names, WorkerProcess, consume, expected_outputs, per_run, run
 from tests.integration.test_worker import start_worker
@@ -34,7 +34,7 @@ def sidecar(names: Names, bootstrap: str, folder: Path, offsets: Path) -> subpro
         "--interval",
         "0.1",
     ]
-    return subprocess.Popen([sys.executable, "-m", "streams.cli", *args], env=names.env(bootstrap), cwd=ROOT)
+    return subprocess.Popen([sys.executable, "-m", "loopwatch", *args], env=names.env(bootstrap), cwd=ROOT)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

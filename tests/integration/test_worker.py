@@ -11,9 +11,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from config.fleet import FleetConfig
-from detectors.decoding import decode_event
-from detectors.events import Event, RunEnd, run_scope
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.events import Event, RunEnd, run_scope
 from tests.bench.workloads import Workload, generate, to_wire
 from tests.integration.harness import (
     Names,

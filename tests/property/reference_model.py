@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from config.loop_detection import ResolvedLoopDetection
+from loopwatch.config.loop_detection import ResolvedLoopDetection
 
 
 @dataclass

@@ -14,11 +14,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from config.fleet_rules import FleetRules, SystemicLoopRule, ToolOutageRule
-from detectors.fleet.alerts import FleetAlert
-from detectors.fleet.fact_batch import FactBatch
-from detectors.fleet.facts import CallFact, Fact, LoopFact, ResultFact
-from detectors.fleet.watch import apply_fact
+from loopwatch.config.fleet_rules import FleetRules, SystemicLoopRule, ToolOutageRule
+from loopwatch.detectors.fleet.alerts import FleetAlert
+from loopwatch.detectors.fleet.fact_batch import FactBatch
+from loopwatch.detectors.fleet.facts import CallFact, Fact, LoopFact, ResultFact
+from loopwatch.detectors.fleet.watch import apply_fact
 
 RULES = FleetRules(
     ToolOutageRule(bucket_s=10, window_buckets=3, min_runs=3, min_distinct_args=2),

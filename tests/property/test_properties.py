@@ -6,15 +6,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from config import FleetConfig, resolve
-from detectors.detection import detect
-from detectors.engine import Engine
-from detectors.events import Event, Output, Verdict
-from detectors.hashing import Digester
-from detectors.outcomes import MISSING, ErrorMessage, hash_outcome, is_known_poll
-from detectors.stable_json import WIRE_DECODER, canonical_bytes, from_python, stable_stringify
-from detectors.state import RunState
-from detectors.step import Prepared, record_outcome
+from loopwatch.config import FleetConfig, resolve
+from loopwatch.detectors.detection import detect
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import Event, Output, Verdict
+from loopwatch.detectors.hashing import Digester
+from loopwatch.detectors.outcomes import MISSING, ErrorMessage, hash_outcome, is_known_poll
+from loopwatch.detectors.stable_json import WIRE_DECODER, canonical_bytes, from_python, stable_stringify
+from loopwatch.detectors.state import RunState
+from loopwatch.detectors.step import Prepared, record_outcome
 from tests.helpers import Trace, text_result, with_revision
 from tests.property.reference_model import ReferenceHistory, reference_detect
 from tests.property.strategies import PARAMS, TOOLS, focused_steps, json_values, outcome_of, steps
@@ -269,7 +269,7 @@ def test_failure_shape_equals_the_five_plain_substitutions(drawn: tuple[str, int
     """Digit-sparse texts (padded with words) take the digit-position path, dense ones the plain."""
     core, padding, before = drawn
     text = "word " * padding + core if before else core + " word" * padding
-    from detectors.exec_failures import VOLATILE_PATTERNS, failure_shape
+    from loopwatch.detectors.exec_failures import VOLATILE_PATTERNS, failure_shape
 
     expected = text
     for pattern in VOLATILE_PATTERNS:
@@ -280,7 +280,7 @@ def test_failure_shape_equals_the_five_plain_substitutions(drawn: tuple[str, int
 def with_usage(events: list[Event], rnd: random.Random) -> list[Event]:
     import msgspec
 
-    from detectors.events import ToolCall, Usage
+    from loopwatch.detectors.events import ToolCall, Usage
 
     return [
         msgspec.structs.replace(e, usage=Usage(rnd.randint(0, 5000), rnd.randint(0, 500), rnd.random()))

@@ -29,7 +29,7 @@ def readme_settings() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def gateway_url() -> Iterator[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "gateway", "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "loopwatch", "gateway", "--listen", "127.0.0.1:0"],
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
@@ -50,7 +50,7 @@ def call_hook(event: str, hook: dict[str, Any], env: dict[str, str]) -> subproce
     command = shlex.split(settings[0]["hooks"][0]["command"])
     assert command[:3] == ["loopwatch", "hook", "claude-code"]
     return subprocess.run(
-        [sys.executable, "-m", "streams.cli", *command[1:]],
+        [sys.executable, "-m", "loopwatch", *command[1:]],
         input=json.dumps({"hook_event_name": event, **hook}),
         capture_output=True,
         text=True,
@@ -118,7 +118,7 @@ def test_an_unreachable_gateway_fails_open_or_closed(tmp_path: Path) -> None:
     assert (open_.returncode, open_.stdout) == (0, "")
     assert "allowing (fail open)" in open_.stderr
     closed = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "hook", "claude-code", "--fail-closed"],
+        [sys.executable, "-m", "loopwatch", "hook", "claude-code", "--fail-closed"],
         input=json.dumps({"hook_event_name": "PreToolUse", **hook}),
         capture_output=True,
         text=True,

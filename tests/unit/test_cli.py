@@ -12,7 +12,7 @@ from tests.helpers import FIXTURES
 
 def loopwatch(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "streams.cli", *args], capture_output=True, input=stdin, timeout=120
+        [sys.executable, "-m", "loopwatch", *args], capture_output=True, input=stdin, timeout=120
     )
 
 
@@ -161,7 +161,7 @@ def test_bad_input_gives_a_clear_message_and_non_zero_exit(
 
 def test_worker_refuses_invalid_settings_with_every_problem(tmp_path: Path) -> None:
     env_done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "worker"],
+        [sys.executable, "-m", "loopwatch", "worker"],
         capture_output=True,
         timeout=60,
         env={
@@ -181,7 +181,7 @@ def test_worker_refuses_invalid_settings_with_every_problem(tmp_path: Path) -> N
 
 def test_worker_refuses_to_start_without_a_broker() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "worker", "--kafka", "127.0.0.1:1"],
+        [sys.executable, "-m", "loopwatch", "worker", "--kafka", "127.0.0.1:1"],
         capture_output=True,
         timeout=60,
         env={"PATH": "/usr/bin:/bin", "LOOPWATCH_STARTUP_TIMEOUT_S": "2"},
@@ -205,7 +205,7 @@ def test_config_comes_from_the_environment_and_the_flag_wins(tmp_path: Path) -> 
     good = tmp_path / "good.json"
     good.write_text("{tools: {loopDetection: {enabled: true}}}")
     env = {**os.environ, "LOOPWATCH_CONFIG": str(bad)}
-    command = [sys.executable, "-m", "streams.cli", "run"]
+    command = [sys.executable, "-m", "loopwatch", "run"]
     from_env = subprocess.run([*command, "-"], input=b"", env=env, capture_output=True)
     assert from_env.returncode == 2
     assert b"historySize" in from_env.stderr
@@ -244,7 +244,7 @@ def test_run_follows_a_growing_file(tmp_path: Path) -> None:
     lines = (FIXTURES / "openclaw-post-compaction-abort.events.jsonl").read_bytes().splitlines(keepends=True)
     events.write_bytes(b"".join(lines[:10]))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "run", "--follow", str(events)],
+        [sys.executable, "-m", "loopwatch", "run", "--follow", str(events)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -292,7 +292,7 @@ def test_run_processes_the_valid_lines_around_invalid_ones(tmp_path: Path) -> No
 def test_replay_reports_loop_spend_and_what_a_stricter_config_saves(tmp_path: Path) -> None:
     import msgspec
 
-    from detectors.events import ToolCall, Usage, encode_event
+    from loopwatch.detectors.events import ToolCall, Usage, encode_event
     from tests.helpers import Trace
 
     trace = Trace("costly", agent_id="coder")

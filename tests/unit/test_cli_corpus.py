@@ -34,7 +34,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def loopwatch(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streams.cli", *args], capture_output=True, text=True, timeout=120, cwd=ROOT
+        [sys.executable, "-m", "loopwatch", *args], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
 
 

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from config import ConfigError, FleetConfig, merge_agent, parse_config_text, resolve, validate_block
+from loopwatch.config import ConfigError, FleetConfig, merge_agent, parse_config_text, resolve, validate_block
 
 
 def test_defaults_and_enabled_states() -> None:
@@ -146,7 +146,7 @@ def test_agent_override_is_validated() -> None:
 
 
 def test_keys_one_letter_or_a_case_away_get_a_did_you_mean() -> None:
-    from config.near_misses import near_misses
+    from loopwatch.config.near_misses import near_misses
 
     document = {
         "tool": {"loopDetection": {}},
@@ -177,9 +177,7 @@ def test_the_command_line_prints_the_warnings_and_goes_on(tmp_path: Path) -> Non
 
     path = tmp_path / "openclaw.json5"
     path.write_text("{tools: {loopdetection: {enabled: true}}}")
-    done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "check-config", str(path)], capture_output=True
-    )
+    done = subprocess.run([sys.executable, "-m", "loopwatch", "check-config", str(path)], capture_output=True)
     assert done.returncode == 0
     assert "warning: tools.loopdetection: did you mean `tools.loopDetection`?" in done.stderr.decode()
     assert "enabled is not set: rolling detection is off" in done.stdout.decode()

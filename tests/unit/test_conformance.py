@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from detectors.conformance import run_vector
-from detectors.stable_json import WIRE_DECODER
+from loopwatch.detectors.conformance import run_vector
+from loopwatch.detectors.stable_json import WIRE_DECODER
 from tests.helpers import NEWEST_VECTORS, VECTORS
 
 VECTOR_LINES = VECTORS.read_bytes().splitlines()
@@ -83,7 +83,7 @@ def test_cli_reports_failures_and_exit_status(tmp_path: Path) -> None:
     vectors = tmp_path / "v.jsonl"
     vectors.write_text("\n".join([good, json.dumps(bad), "{oops"]) + "\n")
     done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "conformance", str(vectors)], capture_output=True
+        [sys.executable, "-m", "loopwatch", "conformance", str(vectors)], capture_output=True
     )
     lines = done.stdout.decode().splitlines()
     assert done.returncode == 1
@@ -95,16 +95,14 @@ def test_cli_reports_failures_and_exit_status(tmp_path: Path) -> None:
 def test_cli_says_why_an_empty_file_fails(tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "conformance", str(empty)], capture_output=True
-    )
+    done = subprocess.run([sys.executable, "-m", "loopwatch", "conformance", str(empty)], capture_output=True)
     assert done.returncode == 1
     assert f"{empty}: no conformance vectors in it" in done.stderr.decode()
 
 
 def test_cli_passes_on_the_public_file() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "conformance", str(VECTORS)], capture_output=True
+        [sys.executable, "-m", "loopwatch", "conformance", str(VECTORS)], capture_output=True
     )
     assert done.returncode == 0
     assert done.stdout.decode().splitlines()[-1] == f"{len(VECTOR_LINES)} passed, 0 failed"

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from config import FleetConfig
-from config.errors import LoopwatchError
-from detectors.engine import Engine
-from detectors.events import Abort, Event, Output, RunEnd, Verdict, encode_output
-from streams.dashboard import WEB, Dashboard, parse_address
-from streams.fleet_view import FleetView
-from streams.run_activity import PREVIEW_CHARS, RunActivity
+from loopwatch.config import FleetConfig
+from loopwatch.config.errors import LoopwatchError
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import Abort, Event, Output, RunEnd, Verdict, encode_output
+from loopwatch.streams.fleet_view.dashboard import WEB, Dashboard, parse_address
+from loopwatch.streams.fleet_view.run_activity import PREVIEW_CHARS, RunActivity
+from loopwatch.streams.fleet_view.view import FleetView
 from tests.helpers import Trace
 
 NOW_S = 1_800_000_000.0

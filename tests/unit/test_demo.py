@@ -3,10 +3,10 @@ import asyncio
 import io
 import json
 
-from config import FleetConfig, parse_config_text
-from detectors.fleet.alerts import FleetAlert
-from streams.demo import DEMO_CONFIG, DEMO_EPOCH_MS, replay_traces, run_demo, simulate
-from streams.demo_fleet import OUTAGE_FROM_S, OUTAGE_UNTIL_S
+from loopwatch.config import FleetConfig, parse_config_text
+from loopwatch.detectors.fleet.alerts import FleetAlert
+from loopwatch.streams.embedded.demo import DEMO_CONFIG, DEMO_EPOCH_MS, replay_traces, run_demo, simulate
+from loopwatch.streams.embedded.demo_fleet import OUTAGE_FROM_S, OUTAGE_UNTIL_S
 
 DEMO = parse_config_text(DEMO_CONFIG)
 
@@ -102,7 +102,7 @@ def test_piped_output_keeps_names_whole_and_has_no_colour_codes() -> None:
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "demo", "--runs", "2"],
+        [sys.executable, "-m", "loopwatch", "demo", "--runs", "2"],
         capture_output=True,
         env={**__import__("os").environ, "COLUMNS": "80"},
         timeout=120,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from config import FleetConfig
-from streams.embedded import EmbeddedRuntime
+from loopwatch.config import FleetConfig
+from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from tests.helpers import Trace
 
 

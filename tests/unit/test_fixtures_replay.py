@@ -55,7 +55,7 @@ def loopwatch_run(config: dict[str, Any], events: Path, tmp_path: Path) -> list[
     config_file = tmp_path / "openclaw.json"
     config_file.write_text(json.dumps(config))
     done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "run", "--config", str(config_file), str(events)],
+        [sys.executable, "-m", "loopwatch", "run", "--config", str(config_file), str(events)],
         capture_output=True,
         check=True,
     )
@@ -130,7 +130,7 @@ def test_invalid_lines_are_reported_with_line_numbers_and_skipped(tmp_path: Path
     events = tmp_path / "mixed.jsonl"
     events.write_bytes(b"\n".join(mixed) + b"\n")
     done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "run", str(events)], capture_output=True, check=True
+        [sys.executable, "-m", "loopwatch", "run", str(events)], capture_output=True, check=True
     )
     errors = done.stderr.decode().splitlines()
     assert len(errors) == 3

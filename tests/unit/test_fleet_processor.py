@@ -7,14 +7,14 @@ import asyncio
 import json
 from typing import Any
 
-from config import parse_config_text
-from config.fleet import FleetConfig
-from detectors.events import Event, ToolCall, ToolResult, encode_event
-from detectors.fleet.facts import decode_facts
-from detectors.stable_json import from_python
-from streams.fleet_processor import FleetProcessor
-from streams.metrics import WorkerMetrics
-from streams.run_processor import REPLY_HEADER, RunProcessor
+from loopwatch.config import parse_config_text
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.events import Event, ToolCall, ToolResult, encode_event
+from loopwatch.detectors.fleet.facts import decode_facts
+from loopwatch.detectors.stable_json import from_python
+from loopwatch.streams.fleet_view.metrics import WorkerMetrics
+from loopwatch.streams.kafka.fleet_processor import FleetProcessor
+from loopwatch.streams.kafka.run_processor import REPLY_HEADER, RunProcessor
 from tests.unit.test_run_processor import TP, Broker, Record
 
 T0 = 1_780_000_020_000

@@ -9,16 +9,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from config import parse_config_text
-from config.errors import ConfigError
-from config.fleet_rules import FleetRules, SystemicLoopRule, ToolOutageRule, fleet_rules
-from detectors.events import Abort, Event, Output, ToolCall, ToolResult, Verdict
-from detectors.fleet.alerts import FleetAlert, decode_alert, encode_alert
-from detectors.fleet.facts import CallFact, LoopFact, error_class, facts_of_outputs
-from detectors.fleet.watch import FleetWatch
-from detectors.hashing import digester_for
-from detectors.stable_json import from_python
-from detectors.step import prepare
+from loopwatch.config import parse_config_text
+from loopwatch.config.errors import ConfigError
+from loopwatch.config.fleet_rules import FleetRules, SystemicLoopRule, ToolOutageRule, fleet_rules
+from loopwatch.detectors.events import Abort, Event, Output, ToolCall, ToolResult, Verdict
+from loopwatch.detectors.fleet.alerts import FleetAlert, decode_alert, encode_alert
+from loopwatch.detectors.fleet.facts import CallFact, LoopFact, error_class, facts_of_outputs
+from loopwatch.detectors.fleet.watch import FleetWatch
+from loopwatch.detectors.hashing import digester_for
+from loopwatch.detectors.stable_json import from_python
+from loopwatch.detectors.step import prepare
 
 T0 = 1_780_000_020_000  # 20 s into a minute bucket
 MIN = 60_000
@@ -316,7 +316,7 @@ def loop_facts(
     detector: str = "generic_repeat",
     agent: str = "coder",
 ) -> list[FleetAlert]:
-    from detectors.fleet.watch import apply_fact
+    from loopwatch.detectors.fleet.watch import apply_fact
 
     alerts: list[FleetAlert] = []
     for i in range(active):

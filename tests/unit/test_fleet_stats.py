@@ -1,6 +1,6 @@
-from config import FleetConfig
-from detectors.engine import Engine
-from streams.fleet_stats import FleetStats
+from loopwatch.config import FleetConfig
+from loopwatch.detectors.engine import Engine
+from loopwatch.streams.fleet_view.fleet_stats import FleetStats
 from tests.helpers import Trace
 
 

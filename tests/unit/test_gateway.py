@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from config import FleetConfig
-from detectors.engine import Engine
-from detectors.events import encode_event
-from streams.embedded import EmbeddedRuntime
-from streams.fleet_view import FleetView
-from streams.gateway import EmbeddedBackend, gateway_app
+from loopwatch.config import FleetConfig
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import encode_event
+from loopwatch.streams.embedded.runtime import EmbeddedRuntime
+from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.gateway.server import EmbeddedBackend, gateway_app
 from tests.helpers import FIXTURES, ROOT, Trace
 
 Client = TestClient[Any, Any]
@@ -139,7 +139,7 @@ def test_bad_input_gets_400_401_413_and_never_a_500() -> None:
 def test_the_command_serves_until_sigterm() -> None:
     env = {**os.environ, "LOOPWATCH_GATEWAY_TOKENS": "t1,t2"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "gateway", "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "loopwatch", "gateway", "--listen", "127.0.0.1:0"],
         stderr=subprocess.PIPE,
         text=True,
         env=env,

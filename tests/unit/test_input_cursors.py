@@ -1,4 +1,4 @@
-from streams.input_cursors import Admission, InputCursors
+from loopwatch.streams.kafka.input_cursors import Admission, InputCursors
 
 
 def test_a_partition_without_a_cursor_applies_nothing() -> None:

@@ -9,7 +9,8 @@ import pytest
 
 def test_core_imports_no_io_libraries() -> None:
     code = (
-        "import sys, config, detectors.step, detectors.facade, detectors.conformance, detectors.engine;"
+        "import sys, loopwatch.config, loopwatch.detectors.step, loopwatch.detectors.facade,"
+        " loopwatch.detectors.conformance, loopwatch.detectors.engine;"
         "bad = [m for m in ('faust', 'aiokafka', 'redis', 'mode', 'structlog') if m in sys.modules];"
         "print(','.join(bad))"
     )
@@ -19,7 +20,15 @@ def test_core_imports_no_io_libraries() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["config", "detectors.events", "detectors.stable_json", "detectors.outcomes", "detectors.step"],
+    [
+        "loopwatch",
+        "loopwatch.config",
+        "loopwatch.detectors.events",
+        "loopwatch.detectors.stable_json",
+        "loopwatch.detectors.outcomes",
+        "loopwatch.detectors.step",
+        "loopwatch.streams.client",
+    ],
 )
 def test_all_names_exist(module: str) -> None:
     mod = importlib.import_module(module)

@@ -3,10 +3,10 @@
 import structlog
 from structlog.testing import capture_logs
 
-from config import FleetConfig
-from detectors.engine import Engine
-from detectors.events import Verdict
-from streams.logs import verdict_log_fields
+from loopwatch.config import FleetConfig
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import Verdict
+from loopwatch.streams.logs import verdict_log_fields
 from tests.helpers import Trace
 
 

@@ -5,10 +5,10 @@ import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from detectors.events import Usage
-from detectors.fleet.alerts import FleetAlert
-from streams.alert_board import AlertBoard
-from streams.metrics import WorkerMetrics
+from loopwatch.detectors.events import Usage
+from loopwatch.detectors.fleet.alerts import FleetAlert
+from loopwatch.streams.fleet_view.alert_board import AlertBoard
+from loopwatch.streams.fleet_view.metrics import WorkerMetrics
 from tests.helpers import ROOT
 
 

@@ -2,8 +2,8 @@ from typing import Any
 
 import pytest
 
-from detectors.hashing import Digester
-from detectors.outcomes import (
+from loopwatch.detectors.hashing import Digester
+from loopwatch.detectors.outcomes import (
     MISSING,
     ErrorMessage,
     extract_unknown_tool_name,
@@ -11,7 +11,7 @@ from detectors.outcomes import (
     is_known_poll,
     strip_volatile_send_ids,
 )
-from detectors.stable_json import from_python
+from loopwatch.detectors.stable_json import from_python
 from tests.helpers import text_result
 
 SHA = Digester("sha256")

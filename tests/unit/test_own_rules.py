@@ -5,17 +5,20 @@ from typing import Any
 import msgspec
 import pytest
 
-from config import ConfigError, FleetConfig, parse_config_text
-from detectors.engine import Engine
-from detectors.events import Abort, Output, ToolCall, Usage, Verdict
-from detectors.state import RunState
+from loopwatch.config import ConfigError, FleetConfig, parse_config_text
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import Abort, Output, ToolCall, Usage, Verdict
+from loopwatch.detectors.state import RunState
 from tests.helpers import Trace, text_result
 
 
 def config(rules: dict[str, Any], **loopwatch: Any) -> FleetConfig:
     import json
 
-    document = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"detectors": rules, **loopwatch}}
+    document = {
+        "tools": {"loopDetection": {"enabled": True}},
+        "loopwatch": {"detectors": rules, **loopwatch},
+    }
     return parse_config_text(json.dumps(document))
 
 
@@ -252,8 +255,8 @@ def test_the_rules_state_survives_the_state_bytes() -> None:
 
 
 def test_the_in_process_api_takes_usage_and_refuses_bad_usage() -> None:
-    from detectors.events import InvalidEvent
-    from detectors.facade import LoopDetector
+    from loopwatch.detectors.events import InvalidEvent
+    from loopwatch.detectors.facade import LoopDetector
 
     detector = LoopDetector(config({"loopBudget": {"usd": 0.5}}))
     actions = []
@@ -268,7 +271,7 @@ def test_the_in_process_api_takes_usage_and_refuses_bad_usage() -> None:
 
 
 def test_the_ledger_agrees_with_the_run_states() -> None:
-    from streams.spend_ledger import SpendLedger
+    from loopwatch.streams.fleet_view.spend_ledger import SpendLedger
 
     engine = Engine(FleetConfig.enabled_default())
     ledger = SpendLedger()
@@ -295,7 +298,7 @@ def test_the_ledger_agrees_with_the_run_states() -> None:
 
 
 def test_the_ledger_does_not_depend_on_which_topic_is_read_first() -> None:
-    from streams.spend_ledger import SpendLedger
+    from loopwatch.streams.fleet_view.spend_ledger import SpendLedger
 
     engine = Engine(FleetConfig.enabled_default())
     trace = costly_loop(25, 0.1)

@@ -3,16 +3,24 @@
 import re
 from pathlib import Path
 
-from config import parse_config_text
+from loopwatch.config import parse_config_text
 from tests.helpers import ROOT
 
 
 def test_readme_agent_loop_is_the_shipped_example() -> None:
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
-    shipped = (ROOT / "streams" / "example_agent.py").read_text()
+    shipped = (ROOT / "streams" / "client" / "example_agent.py").read_text()
     loop = next(block for block in blocks if "async def agent_loop" in block)
     assert loop.strip() in shipped
+
+
+def test_readme_in_process_example_runs_as_written() -> None:
+    readme = (ROOT / "README.md").read_text()
+    example = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "LoopDetector()" in b)
+    names: dict[str, object] = {}
+    exec(compile(example, "README.md", "exec"), names)  # the import line included
+    assert getattr(names["decision"], "action", None) == "allow"
 
 
 def test_example_openclaw_config_is_valid() -> None:
@@ -25,11 +33,11 @@ def test_example_openclaw_config_is_valid() -> None:
 def test_compose_and_readme_name_real_settings() -> None:
     from dataclasses import fields
 
-    from config.stream_settings import StreamSettings, env_name
+    from loopwatch.config.stream_settings import StreamSettings, env_name
 
     known = {env_name(f.name) for f in fields(StreamSettings)}
     # variables read by one command only (the gateway, the hook), found as literals in its source
-    sources = "\n".join(p.read_text() for p in (ROOT / "streams").glob("*.py"))
+    sources = "\n".join(p.read_text() for p in (ROOT / "streams").rglob("*.py"))
     known |= set(re.findall(r'"(LOOPWATCH_[A-Z_]*[A-Z])"', sources))
     for path in (ROOT / "docker-compose.yml", ROOT / "README.md", ROOT / "docker" / "Dockerfile"):
         named = set(re.findall(r"LOOPWATCH_[A-Z_]*[A-Z]", Path(path).read_text()))
@@ -41,14 +49,14 @@ def test_compose_and_readme_name_real_settings() -> None:
 def test_the_suite_runs_the_compiled_core_unless_asked_not_to() -> None:
     import os
 
-    import detectors.history
-    import detectors.step
+    import loopwatch.detectors.history
+    import loopwatch.detectors.step
 
     if os.environ.get("LOOPWATCH_PURE_PYTHON"):
-        assert detectors.step.__file__.endswith(".py")
+        assert loopwatch.detectors.step.__file__.endswith(".py")
     else:  # make setup builds it with mypyc; the benchmarks measure what the tests checked
-        assert not detectors.step.__file__.endswith(".py"), detectors.step.__file__
-        assert not detectors.history.__file__.endswith(".py"), detectors.history.__file__
+        assert not loopwatch.detectors.step.__file__.endswith(".py"), loopwatch.detectors.step.__file__
+        assert not loopwatch.detectors.history.__file__.endswith(".py"), loopwatch.detectors.history.__file__
 
 
 def test_docker_compose_runs_the_kafka_version_of_the_local_broker() -> None:
@@ -80,3 +88,43 @@ def test_the_documents_code_comments_cite_are_in_the_repository() -> None:
     design = (ROOT / "docs" / "design.md").read_text()
     for section in set(re.findall(r"DESIGN §(\d+)", text)):
         assert f"## §{section}" in design, f"DESIGN §{section}"
+
+
+def test_the_public_api_imports_beside_an_application_own_config_module(tmp_path: Path) -> None:
+    """loopwatch installs one top-level name: an application's own ``config.py``,
+    ``detectors/`` or ``streams.py`` shadow nothing of it, nor it of them."""
+    import subprocess
+    import sys
+
+    (tmp_path / "config.py").write_text("MINE = 'the application config'\n")
+    (tmp_path / "streams.py").write_text("MINE = 'the application streams'\n")
+    (tmp_path / "detectors").mkdir()
+    (tmp_path / "detectors" / "__init__.py").write_text("MINE = 'the application detectors'\n")
+    code = (
+        "import config, detectors, streams\n"
+        "from loopwatch import LoopDetector\n"
+        "from loopwatch.config import FleetConfig\n"
+        "from loopwatch.streams.client import LoopwatchClient\n"
+        "d = LoopDetector(FleetConfig.enabled_default())\n"
+        "said = []\n"
+        "for _ in range(11):\n"
+        "    said.append(d.before_tool_call('r', 'read', {'p': 1}).action)\n"
+        "    d.after_tool_call('r', 'read', {'p': 1}, result='same')\n"
+        "print(config.MINE, detectors.MINE, streams.MINE, LoopwatchClient.__name__, said[-1], sep='|')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().split("|") == [
+        "the application config",
+        "the application detectors",
+        "the application streams",
+        "LoopwatchClient",
+        "warn",
+    ]
+    module = subprocess.run(
+        [sys.executable, "-m", "loopwatch", "--help"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert module.returncode == 0, module.stderr
+    assert "usage: loopwatch" in module.stdout

@@ -6,15 +6,15 @@ from typing import Any
 import pytest
 from msgspec import UNSET
 
-from config import DetectorSettings, FleetConfig
-from detectors.decoding import decode_event
-from detectors.engine import Engine
-from detectors.events import Abort, InvalidEvent, Output, ToolCall, ToolResult, Verdict
-from detectors.exec_failures import failure_shape
-from detectors.hashing import Digester
-from detectors.outcomes import MISSING, TERMINAL_EXEC_FAILURE, VETO, ErrorMessage, hash_outcome
-from detectors.stable_json import from_python
-from detectors.state import RunState
+from loopwatch.config import DetectorSettings, FleetConfig
+from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import Abort, InvalidEvent, Output, ToolCall, ToolResult, Verdict
+from loopwatch.detectors.exec_failures import failure_shape
+from loopwatch.detectors.hashing import Digester
+from loopwatch.detectors.outcomes import MISSING, TERMINAL_EXEC_FAILURE, VETO, ErrorMessage, hash_outcome
+from loopwatch.detectors.stable_json import from_python
+from loopwatch.detectors.state import RunState
 from tests.helpers import Trace, text_result, with_revision
 
 SHA = Digester("sha256")
@@ -163,8 +163,8 @@ def test_digest_only_outcome_fields_are_validated() -> None:
 
 
 def test_digest_only_events_give_the_verdicts_of_full_events() -> None:
-    from detectors.digest_only import digest_only
-    from detectors.events import encode_event
+    from loopwatch.detectors.digest_only import digest_only
+    from loopwatch.detectors.events import encode_event
 
     trace = Trace()
     for n in range(12):

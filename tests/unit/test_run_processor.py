@@ -9,12 +9,12 @@ from typing import Any
 
 import msgspec
 
-from config.fleet import FleetConfig
-from detectors.engine import Engine
-from detectors.events import Event, encode_event, encode_output, run_scope
-from streams.metrics import WorkerMetrics
-from streams.run_processor import RunProcessor
-from streams.run_table import ENDED, LIVE, unpack
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import Event, encode_event, encode_output, run_scope
+from loopwatch.streams.fleet_view.metrics import WorkerMetrics
+from loopwatch.streams.kafka.run_processor import RunProcessor
+from loopwatch.streams.kafka.run_table import ENDED, LIVE, unpack
 from tests.helpers import Trace
 
 TOPICS = {"verdicts": "v", "dead_letter": "dl", "changelog": "cl"}

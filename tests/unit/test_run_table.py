@@ -1,10 +1,19 @@
 import pytest
 
-from config.fleet import FleetConfig
-from detectors.events import ToolCall
-from detectors.state import RunState
-from detectors.step import apply, new_state
-from streams.run_table import ENDED, LIVE, NO_OFFSET, TableValue, id_hash, pack_ended, pack_live, unpack
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.events import ToolCall
+from loopwatch.detectors.state import RunState
+from loopwatch.detectors.step import apply, new_state
+from loopwatch.streams.kafka.run_table import (
+    ENDED,
+    LIVE,
+    NO_OFFSET,
+    TableValue,
+    id_hash,
+    pack_ended,
+    pack_live,
+    unpack,
+)
 
 
 def _state() -> RunState:

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from detectors.stable_json import (
+from loopwatch.detectors.stable_json import (
     UNDEFINED,
     WIRE_DECODER,
     JSNumber,

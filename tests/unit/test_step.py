@@ -1,10 +1,10 @@
 from dataclasses import replace
 
-from config import DetectorSettings, FleetConfig
-from detectors.engine import Engine
-from detectors.events import Abort, Output, ToolCall, Verdict
-from detectors.facade import LoopDetector
-from detectors.state import RunState
+from loopwatch.config import DetectorSettings, FleetConfig
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import Abort, Output, ToolCall, Verdict
+from loopwatch.detectors.facade import LoopDetector
+from loopwatch.detectors.state import RunState
 from tests.helpers import Trace, text_result, with_revision
 
 
@@ -131,7 +131,7 @@ def test_events_after_run_end_are_ignored_and_counted() -> None:
 
 
 def test_ended_runs_are_remembered_up_to_a_limit_and_not_after_expiry() -> None:
-    from detectors.events import EXPIRY_EVENT_PREFIX, RunEnd, ToolCall
+    from loopwatch.detectors.events import EXPIRY_EVENT_PREFIX, RunEnd, ToolCall
 
     engine = Engine(FleetConfig.enabled_default(), ended_limit=2)
     for run_id in ("a", "b", "c"):

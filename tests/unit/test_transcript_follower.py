@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from config import FleetConfig
-from detectors.engine import Engine
-from detectors.events import RunEnd
-from streams.transcripts import transcript_events
+from loopwatch.config import FleetConfig
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import RunEnd
+from loopwatch.streams.history.transcripts import transcript_events
 from tests.helpers import DATA, ROOT
 
 SOURCE = DATA / "transcripts" / "openclaw-process-poll-loop.session.jsonl"
@@ -26,7 +26,7 @@ SOURCE = DATA / "transcripts" / "openclaw-process-poll-loop.session.jsonl"
 
 def spawn(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", *args], stderr=subprocess.PIPE, text=True, cwd=ROOT
+        [sys.executable, "-m", "loopwatch", *args], stderr=subprocess.PIPE, text=True, cwd=ROOT
     )
 
 
@@ -110,7 +110,7 @@ def test_a_growing_transcript_reaches_the_gateway_once(gateway: str, tmp_path: P
 
 def test_follow_needs_a_destination_and_a_folder(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "import", "--follow", str(tmp_path)],
+        [sys.executable, "-m", "loopwatch", "import", "--follow", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=ROOT,

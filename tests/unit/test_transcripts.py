@@ -8,8 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from detectors.decoding import decode_event
-from streams.transcripts import agent_from_path, is_transcript, transcript_events
+from loopwatch.detectors.decoding import decode_event
+from loopwatch.streams.history.transcripts import agent_from_path, is_transcript, transcript_events
 from tests.helpers import DATA, FIXTURES
 
 TRANSCRIPTS = sorted((DATA / "transcripts").glob("*.session.jsonl"))
@@ -49,7 +49,7 @@ def test_replaying_a_transcript_gives_the_verdicts_of_its_event_fixture(tmp_path
 
     def replay(source: Path) -> dict[str, object]:
         done = subprocess.run(
-            [sys.executable, "-m", "streams.cli", "replay", str(source), "--json"],
+            [sys.executable, "-m", "loopwatch", "replay", str(source), "--json"],
             capture_output=True,
             check=True,
         )
@@ -67,7 +67,7 @@ def test_import_command_and_skips(tmp_path: Path) -> None:
     other.write_text('{"type": "tool_call"}\n')
     path = DATA / "transcripts" / "openclaw-invalid-write-errors.session.jsonl"
     done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "import", "--agent-id", "s1", str(path), str(other)],
+        [sys.executable, "-m", "loopwatch", "import", "--agent-id", "s1", str(path), str(other)],
         capture_output=True,
         check=True,
     )
@@ -89,16 +89,16 @@ def test_import_and_replay_name_every_line_they_skip(tmp_path: Path) -> None:
     clean.write_bytes(b"\n".join(source))
     for command in ("import", "replay"):
         done = subprocess.run(
-            [sys.executable, "-m", "streams.cli", command, str(path)], capture_output=True, timeout=120
+            [sys.executable, "-m", "loopwatch", command, str(path)], capture_output=True, timeout=120
         )
         assert done.returncode == 0, done.stderr
         errors = done.stderr.decode()
         for number, why in ((2, "not valid JSON"), (3, "not valid JSON"), (4, "not a JSON object")):
             assert f"{path}:{number}: skipped: {why}" in errors, (command, errors)
     imported = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "import", str(path)], capture_output=True, timeout=120
+        [sys.executable, "-m", "loopwatch", "import", str(path)], capture_output=True, timeout=120
     ).stdout
     reference = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "import", str(clean)], capture_output=True, timeout=120
+        [sys.executable, "-m", "loopwatch", "import", str(clean)], capture_output=True, timeout=120
     ).stdout
     assert imported.replace(b"broken", b"clean") == reference  # nothing else is lost

@@ -12,7 +12,7 @@ let gateway;
 let url;
 
 before(async () => {
-  gateway = spawn(python, ["-m", "streams.cli", "gateway", "--listen", "127.0.0.1:0"], {
+  gateway = spawn(python, ["-m", "loopwatch", "gateway", "--listen", "127.0.0.1:0"], {
     cwd: root,
     env: { ...process.env, LOOPWATCH_GATEWAY_TOKENS: "plugin-token" },
     stdio: ["ignore", "ignore", "pipe"],

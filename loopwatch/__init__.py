@@ -1,0 +1,20 @@
+"""loopwatch: stop AI agents stuck in tool-call loops, fleet-wide.
+
+The import namespace of the three folders at the top of the repository, which stay where they
+are (this folder links to them):
+
+- ``loopwatch.config``: the configuration model (pure);
+- ``loopwatch.detectors``: the detector core and the fleet rules (pure: no I/O, no clock);
+- ``loopwatch.streams``: the shells around the core (Kafka worker, embedded runtime, gateway,
+  history, fleet view) and the command line on top.
+
+The in-process API::
+
+    from loopwatch import LoopDetector
+"""
+
+from loopwatch.detectors.facade import LoopDetector
+
+__all__ = ["LoopDetector", "__version__"]
+
+__version__ = "0.1.0"

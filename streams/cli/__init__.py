@@ -1,0 +1,1 @@
+"""The ``loopwatch`` command line: flags, input files, reports; it calls the shells below."""

@@ -1,0 +1,379 @@
+"""The orchestrator client: publish tool events, follow verdicts, ask before each tool cycle.
+
+Example agent loop (see the README for the complete program)::
+
+    async with LoopwatchClient.from_env(agent_id="coder") as lw:
+        for step in plan:
+            decision = await lw.decision(run_id)          # before the tool cycle
+            if decision.action in ("block", "abort"):
+                ...  # tell the model decision.message; stop on abort
+            call_id = await lw.tool_call(run_id, step.tool, step.params)
+            verdict = await lw.gate(call_id)              # optional: wait for this call's verdict
+            result = await run_tool(step)
+            await lw.tool_result(run_id, step.tool, step.params, result=result)
+        await lw.run_end(run_id)
+
+Events are produced with an idempotent producer keyed by run scope. In digest-only mode
+(``digest_only=True``) arguments and results are hashed here with the same normaliser as
+the worker and only digests leave the host. Decisions come from the verdict topic (the
+client follows it from the moment it starts) or, with ``redis_url``, from the Redis cache.
+
+The client also follows the fleet alerts (``loopwatch.alerts``, from its start):
+``tool_available(tool)`` is false while the tool has an open outage, and with
+``fail_fast=True`` the gate blocks a call to such a tool at once, while the outage's last
+failure is less than ``block_seconds`` old (F1's fail-fast, as the workers apply it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from msgspec import UNSET
+
+from loopwatch.config.settings import DetectorSettings
+from loopwatch.config.stream_settings import StreamSettings, parse_stream_settings
+from loopwatch.detectors.digest_only import digest_only
+from loopwatch.detectors.events import (
+    Abort,
+    CompactionRetry,
+    Event,
+    Output,
+    RunEnd,
+    ToolCall,
+    ToolResult,
+    Usage,
+    Verdict,
+    as_usage,
+    encode_event,
+    run_scope,
+)
+from loopwatch.detectors.fleet.alerts import decode_alert
+from loopwatch.detectors.fleet.fail_fast import DETECTOR as OUTAGE_DETECTOR
+from loopwatch.detectors.fleet.fail_fast import block_message
+from loopwatch.detectors.stable_json import from_python
+from loopwatch.streams.fleet_view.alert_board import AlertBoard
+from loopwatch.streams.kafka.connect import aiokafka_auth
+
+__all__ = ["LoopwatchClient", "RunDecision"]
+
+_OUTPUT = msgspec.json.Decoder(Verdict | Abort)
+
+
+@dataclass(frozen=True, slots=True)
+class RunDecision:
+    """May the next tool cycle of a run proceed, and with which message?"""
+
+    action: str  # "allow" | "warn" | "block" | "abort"
+    message: str | None = None
+    detector: str | None = None
+    verdict_id: str | None = None
+
+    @property
+    def proceed(self) -> bool:
+        return self.action in ("allow", "warn")
+
+    @classmethod
+    def of(cls, output: Output | None) -> RunDecision:
+        if output is None or not output.enforced:
+            return cls("allow")
+        if isinstance(output, Abort):
+            return cls("abort", output.message, output.reason, output.verdict_id)
+        return cls(output.action, output.message, output.detector, output.verdict_id)
+
+
+class LoopwatchClient:
+    """Publishes one agent runtime's events and answers decisions for its runs."""
+
+    def __init__(
+        self,
+        settings: StreamSettings,
+        agent_id: str = "default",
+        *,
+        digest_only: bool = False,
+        detector_settings: DetectorSettings | None = None,
+        follow_verdicts: bool = True,
+        follow_alerts: bool = True,
+        fail_fast: bool = False,
+        block_seconds: int = 60,
+    ) -> None:
+        self.settings = settings
+        self.agent_id = agent_id
+        self.digest_only = digest_only
+        self._detector = detector_settings or DetectorSettings()
+        self._follow = follow_verdicts
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._redis: Any = None
+        self._latest: dict[str, Output] = {}
+        self._by_trigger: dict[str, list[Output]] = {}
+        self._waiters: dict[str, asyncio.Future[Output]] = {}
+        self._ids = itertools.count()
+        self._prefix = uuid.uuid4().hex[:12]
+        self.alerts = AlertBoard()
+        self._follow_fleet = follow_alerts
+        self.fail_fast = fail_fast
+        self.block_seconds = block_seconds
+        self._alert_consumer: AIOKafkaConsumer | None = None
+        self._alert_follower: asyncio.Task[None] | None = None
+        self._call_tools: dict[str, str] = {}  # event id of a call -> its tool (for the gate)
+
+    @classmethod
+    def from_env(cls, agent_id: str = "default", **kwargs: Any) -> LoopwatchClient:
+        """A client configured from ``LOOPWATCH_*`` environment variables."""
+        return cls(parse_stream_settings(os.environ), agent_id, **kwargs)
+
+    async def __aenter__(self) -> LoopwatchClient:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        auth = aiokafka_auth(self.settings)
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=0,
+            **auth,
+        )
+        await self._producer.start()
+        if self.settings.redis_url:
+            import redis.asyncio as aioredis
+
+            self._redis = aioredis.Redis.from_url(
+                self.settings.redis_url, password=self.settings.redis_password, socket_timeout=0.5
+            )
+        if self._follow:
+            self._consumer = AIOKafkaConsumer(
+                self.settings.topic_verdicts,
+                bootstrap_servers=self.settings.kafka_bootstrap,
+                group_id=None,
+                auto_offset_reset="latest",
+                enable_auto_commit=False,
+                **auth,
+            )
+            await self._consumer.start()
+            await self._consumer.seek_to_end()
+            for partition in self._consumer.assignment():
+                await self._consumer.position(partition)  # fix the start before publishing
+            self._follower = asyncio.create_task(self._follow_verdicts())
+        if self._follow_fleet:
+            self._alert_consumer = AIOKafkaConsumer(
+                self.settings.topic_alerts,
+                bootstrap_servers=self.settings.kafka_bootstrap,
+                group_id=None,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                **auth,
+            )
+            await self._alert_consumer.start()
+            self._alert_follower = asyncio.create_task(self._follow_alerts())
+
+    async def stop(self) -> None:
+        for task in (self._follower, self._alert_follower):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        for consumer in (self._consumer, self._alert_consumer):
+            if consumer is not None:
+                await consumer.stop()
+        if self._producer is not None:
+            await self._producer.stop()
+        if self._redis is not None:
+            await self._redis.aclose()
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def _event_id(self) -> str:
+        return f"{self._prefix}-{next(self._ids)}"
+
+    async def _publish(self, event: Event) -> str:
+        assert self._producer is not None, "start() the client first"
+        await self._producer.send_and_wait(
+            self.settings.topic_events, encode_event(event), key=run_scope(event).encode()
+        )
+        return event.event_id
+
+    def _digested(self, event: ToolCall | ToolResult) -> ToolCall | ToolResult:
+        return digest_only(event, self._detector)
+
+    async def tool_call(
+        self,
+        run_id: str,
+        tool: str,
+        params: Any,
+        *,
+        tool_call_id: str | None = None,
+        session_id: str | None = None,
+        ts: int | None = None,
+        usage: Usage | dict[str, Any] | None = None,
+    ) -> str:
+        """Publish a ``tool_call`` before the tool executes; returns its event id.
+
+        ``usage`` (``input_tokens``, ``output_tokens``, ``cost_usd``): what the model turn that
+        proposed this call cost; give it with the turn's first call only.
+        """
+        event: ToolCall | ToolResult = ToolCall(
+            event_id=self._event_id(),
+            run_id=run_id,
+            session_id=session_id,
+            agent_id=self.agent_id,
+            ts=ts if ts is not None else int(time.time() * 1000),
+            tool=tool,
+            params=from_python(params),
+            tool_call_id=tool_call_id,
+            usage=as_usage(usage),
+        )
+        self._call_tools[event.event_id] = tool
+        if len(self._call_tools) > 10_000:
+            del self._call_tools[next(iter(self._call_tools))]
+        return await self._publish(self._digested(event) if self.digest_only else event)
+
+    async def tool_result(
+        self,
+        run_id: str,
+        tool: str,
+        params: Any,
+        *,
+        result: Any = UNSET,
+        error: str | None = None,
+        tool_call_id: str | None = None,
+        session_id: str | None = None,
+        ts: int | None = None,
+    ) -> str:
+        """Publish a ``tool_result`` (``result`` returned, or ``error`` raised)."""
+        event: ToolCall | ToolResult = ToolResult(
+            event_id=self._event_id(),
+            run_id=run_id,
+            session_id=session_id,
+            agent_id=self.agent_id,
+            ts=ts if ts is not None else int(time.time() * 1000),
+            tool=tool,
+            params=from_python(params),
+            result=UNSET if error is not None else from_python(result),
+            error=error if error is not None else UNSET,
+            tool_call_id=tool_call_id,
+        )
+        if error is not None:
+            self.alerts.note_failure(tool, event.ts or 0)
+        return await self._publish(self._digested(event) if self.digest_only else event)
+
+    async def compaction_retry(self, run_id: str) -> str:
+        """Publish that a compaction after context overflow succeeded and the run retries."""
+        return await self._publish(
+            CompactionRetry(
+                event_id=self._event_id(), run_id=run_id, agent_id=self.agent_id, ts=int(time.time() * 1000)
+            )
+        )
+
+    async def run_end(self, run_id: str) -> str:
+        """Publish the end of a run."""
+        self._latest.pop(run_id, None)
+        return await self._publish(
+            RunEnd(
+                event_id=self._event_id(), run_id=run_id, agent_id=self.agent_id, ts=int(time.time() * 1000)
+            )
+        )
+
+    # -- decisions -----------------------------------------------------------------------
+
+    async def _follow_verdicts(self) -> None:
+        assert self._consumer is not None
+        async for message in self._consumer:
+            try:
+                output = _OUTPUT.decode(message.value)
+            except msgspec.DecodeError:
+                continue
+            scope = (message.key or b"").decode()
+            previous = self._latest.get(scope)
+            if not (isinstance(previous, Abort) and previous.enforced):
+                self._latest[scope] = output
+            self._by_trigger.setdefault(output.trigger_event_id, []).append(output)
+            if len(self._by_trigger) > 10_000:
+                del self._by_trigger[next(iter(self._by_trigger))]
+            waiter = self._waiters.pop(output.trigger_event_id, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(output)
+
+    async def _follow_alerts(self) -> None:
+        assert self._alert_consumer is not None
+        async for message in self._alert_consumer:
+            try:
+                self.alerts.add(decode_alert(message.value or b""))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+
+    def tool_available(self, tool: str) -> bool:
+        """False while the fleet has an open outage of ``tool`` (F1), as far as the alerts say."""
+        return tool not in self.alerts.open_outages
+
+    def _outage_block(self, event_id: str) -> RunDecision | None:
+        tool = self._call_tools.get(event_id)
+        if not self.fail_fast or tool is None:
+            return None
+        last = self.alerts.last_failure(tool)
+        if last is None or time.time() * 1000 - last >= self.block_seconds * 1000:
+            return None
+        message = block_message(tool, self.alerts.open_outages[tool].runs)
+        return RunDecision("block", message, OUTAGE_DETECTOR)
+
+    async def decision(self, run_id: str) -> RunDecision:
+        """The run's current decision: from Redis when configured, else from the verdict stream."""
+        if self._redis is not None:
+            try:
+                fields = await self._redis.hgetall(f"loopwatch:run:{run_id}")
+            except Exception:  # noqa: BLE001 - Redis trouble (any) falls back to the stream
+                fields = None
+            if fields:
+                data = {key.decode(): value.decode() for key, value in fields.items()}
+                if data.get("enforced") == "false":
+                    return RunDecision("allow")
+                return RunDecision(
+                    data["action"], data.get("message"), data.get("detector"), data.get("verdict_id")
+                )
+        return RunDecision.of(self._latest.get(run_id))
+
+    async def gate(self, event_id: str, timeout: float = 0.25) -> RunDecision:
+        """Wait up to ``timeout`` seconds for the verdict of the event just published.
+
+        No verdict within the bound means the call may proceed (the worker publishes
+        verdicts only for warnings, blocks and aborts). With ``fail_fast``, a call to a tool
+        under an open outage is blocked at once.
+        """
+        blocked = self._outage_block(event_id)
+        if blocked is not None:
+            return blocked
+        outputs = self._by_trigger.get(event_id)
+        if outputs:
+            return _strongest(outputs)
+        loop = asyncio.get_running_loop()
+        waiter = self._waiters.setdefault(event_id, loop.create_future())
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            self._waiters.pop(event_id, None)
+            return RunDecision("allow")
+        await asyncio.sleep(0)  # let an abort published with the same trigger arrive
+        return _strongest(self._by_trigger.get(event_id, []))
+
+
+def _strongest(outputs: list[Output]) -> RunDecision:
+    order = {"allow": 0, "warn": 1, "block": 2, "abort": 3}
+    decisions = [RunDecision.of(output) for output in outputs] or [RunDecision("allow")]
+    return max(decisions, key=lambda decision: order[decision.action])

@@ -1,0 +1,1 @@
+"""The embedded shell: the core over in-memory state, no broker (``run``, ``demo``)."""

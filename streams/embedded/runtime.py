@@ -1,0 +1,223 @@
+"""The embedded runtime: the core over in-memory state, no broker (DESIGN §5).
+
+Events are partitioned by run scope across asyncio workers exactly like Kafka partitions
+them across consumers (murmur2 of the key, the Kafka default partitioner), each worker
+owning the state of its runs. Outputs are released in input order, so the result equals
+the single-threaded core's, whatever the number of workers.
+
+The fleet-wide rules (:mod:`detectors.fleet`) see every event with its outputs as they are
+released, in input order, so the same input gives the same alerts; their fail-fast blocks
+apply to the calls processed after the outage opened. Alerts are kept in :attr:`alerts`,
+handed to ``on_alert`` and to the fleet view, and given with the outputs by :meth:`run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from typing import Any
+
+from aiokafka.partitioner import murmur2
+
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.config.fleet_rules import fleet_rules
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import Event, Output, ToolCall, run_scope
+from loopwatch.detectors.fleet.alerts import FleetAlert
+from loopwatch.detectors.fleet.engine_step import step_event
+from loopwatch.detectors.fleet.watch import FleetWatch
+from loopwatch.detectors.hashing import digester_for
+from loopwatch.detectors.step import Prepared
+from loopwatch.streams.fleet_view.view import FleetView
+
+__all__ = ["EmbeddedRuntime", "partition_for"]
+
+_STOP: Any = object()
+AlertHandler = Callable[[FleetAlert], None]
+
+
+class _Done:
+    """A processed event waiting for its turn (input order) to be released."""
+
+    __slots__ = ("error", "event", "future", "outputs", "prepared", "ts")
+
+    def __init__(self, event: Event, future: asyncio.Future[list[Output]], ts: int) -> None:
+        self.event = event
+        self.future = future
+        self.ts = ts
+        self.outputs: list[Output] = []
+        self.prepared: Prepared | None = None
+        self.error: BaseException | None = None
+
+
+def partition_for(scope: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives the key ``scope``."""
+    return int(murmur2(scope.encode()) & 0x7FFFFFFF) % partitions
+
+
+class EmbeddedRuntime:
+    """``await runtime.process(event)`` gives that event's outputs; state stays per worker."""
+
+    def __init__(
+        self,
+        config: FleetConfig,
+        workers: int = 4,
+        view: FleetView | None = None,
+        on_alert: AlertHandler | None = None,
+    ) -> None:
+        self.workers = workers
+        self.view = view  # fed every event and output, for the dashboard
+        self.engines = [Engine(config) for _ in range(workers)]
+        self.fleet = FleetWatch(fleet_rules(config.global_rules), digester_for(config.settings.digest))
+        self.on_alert = on_alert
+        self.alerts: list[FleetAlert] = []  # every alert given, in order
+        self._queues: list[asyncio.Queue[Any]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pending: dict[int, _Done] = {}  # processed, by input position
+        self._released = 0  # the input position released next
+        self._alerts_of: dict[asyncio.Future[list[Output]], list[FleetAlert]] = {}
+        self.events = 0
+
+    @property
+    def config(self) -> FleetConfig:
+        return self.engines[0].config
+
+    @config.setter
+    def config(self, config: FleetConfig) -> None:
+        for engine in self.engines:
+            engine.config = config
+        self.fleet.rules = fleet_rules(config.global_rules)
+
+    async def __aenter__(self) -> EmbeddedRuntime:
+        if self.view is not None:
+            self.view.gauges = self.gauges
+        self._queues = [asyncio.Queue(maxsize=10_000) for _ in range(self.workers)]
+        self._tasks = [asyncio.create_task(self._work(index)) for index in range(self.workers)]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for queue in self._queues:
+            await queue.put(_STOP)
+        await asyncio.gather(*self._tasks)
+
+    async def _work(self, index: int) -> None:
+        engine, queue = self.engines[index], self._queues[index]
+        while True:
+            item = await queue.get()
+            if item is _STOP:
+                return
+            position, done = item
+            event = done.event
+            view = self.view
+            started = time.perf_counter()
+            try:
+                if view is not None and isinstance(event, ToolCall) and event.usage is not None:
+                    done.outputs, done.prepared = self._process_counting_spend(engine, event, done.ts, view)
+                else:
+                    done.outputs, done.prepared = step_event(engine, event, done.ts, self.fleet)
+            except Exception as exc:  # noqa: BLE001 - handed to the caller awaiting this event
+                done.error = exc
+            if view is not None and done.error is None:
+                view.metrics.event(str(event.__struct_config__.tag), time.perf_counter() - started)
+                for output in done.outputs:
+                    view.metrics.output(output)
+                self._observe(event, done.outputs)
+            self._pending[position] = done
+            self._release()
+
+    def _release(self) -> None:
+        """Hand processed events on in input order: fleet rules first, then their callers."""
+        while (done := self._pending.pop(self._released, None)) is not None:
+            self._released += 1
+            alerts: list[FleetAlert] = []
+            if done.error is None:
+                event = done.event
+                scope = run_scope(event)
+                alerts = self.fleet.observe(event, scope, done.ts, done.prepared, done.outputs)
+                for alert in alerts:
+                    self.alerts.append(alert)
+                    if self.view is not None:
+                        self.view.alert(alert)
+                    if self.on_alert is not None:
+                        self.on_alert(alert)
+            future = done.future
+            if future.done():  # the caller may have been cancelled meanwhile
+                continue
+            if done.error is not None:
+                future.set_exception(done.error)
+            else:
+                if alerts:
+                    self._alerts_of[future] = alerts
+                future.set_result(done.outputs)
+
+    def _process_counting_spend(
+        self, engine: Engine, event: ToolCall, ts: int, view: FleetView
+    ) -> tuple[list[Output], Prepared | None]:
+        state = engine.states.get(run_scope(event))
+        before = state.loop_spend_usd if state is not None else 0.0
+        processed = step_event(engine, event, ts, self.fleet)
+        state = engine.states.get(run_scope(event))
+        if state is not None and event.usage is not None:
+            view.metrics.spend(
+                event.agent_id, event.usage, state.loop_spend_usd - before, state.first_detector
+            )
+        return processed
+
+    def gauges(self) -> tuple[int, int, int]:
+        """Active runs, ended runs remembered, and the bytes of the active runs' state."""
+        active = sum(len(engine.states) for engine in self.engines)
+        ended = sum(len(engine.ended) for engine in self.engines)
+        size = sum(len(state.to_bytes()) for engine in self.engines for state in list(engine.states.values()))
+        return active, ended, size
+
+    def _observe(self, event: Event, outputs: list[Output]) -> None:
+        assert self.view is not None
+        now_ms = int(time.time() * 1000)
+        self.view.event(event, now_ms)
+        for output in outputs:
+            self.view.output(output, now_ms)
+
+    def submit(self, event: Event) -> asyncio.Future[list[Output]]:
+        """Queue an event on its run's worker; the future resolves to its outputs, in input order."""
+        future: asyncio.Future[list[Output]] = asyncio.get_running_loop().create_future()
+        ts = event.ts if event.ts is not None else int(time.time() * 1000)  # event time (F0)
+        done = _Done(event, future, ts)
+        position = self.events
+        self.events += 1
+        self._queues[partition_for(run_scope(event), self.workers)].put_nowait((position, done))
+        return future
+
+    def alerts_of(self, future: asyncio.Future[list[Output]]) -> list[FleetAlert]:
+        """The fleet alerts the event of a resolved :meth:`submit` future gave (asked once)."""
+        return self._alerts_of.pop(future, [])
+
+    async def process(self, event: Event) -> list[Output]:
+        future = self.submit(event)
+        try:
+            return await future
+        finally:
+            self._alerts_of.pop(future, None)
+
+    async def run(
+        self, events: Iterable[Event] | AsyncIterable[Event], window: int = 1024
+    ) -> AsyncIterator[list[Output | FleetAlert]]:
+        """Outputs of each event, then the fleet alerts it gave, in input order (at most
+        ``window`` events in flight)."""
+        pending: asyncio.Queue[asyncio.Future[list[Output]] | None] = asyncio.Queue(maxsize=window)
+
+        async def feed() -> None:
+            try:
+                if isinstance(events, AsyncIterable):
+                    async for event in events:
+                        await pending.put(self.submit(event))
+                    return
+                for event in events:
+                    await pending.put(self.submit(event))
+            finally:
+                await pending.put(None)  # also when reading the input failed: run() re-raises
+
+        feeder = asyncio.create_task(feed())
+        while (future := await pending.get()) is not None:
+            yield [*await future, *self.alerts_of(future)]
+        await feeder

@@ -1,0 +1,1 @@
+"""The fleet view: windows, run activity, spend, alerts, metrics and the dashboard."""

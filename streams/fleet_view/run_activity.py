@@ -1,0 +1,287 @@
+"""Recent activity per run and the fleet's verdict feed, for the dashboard's drill-down.
+
+Pure and bounded: the ``max_runs`` most recently active runs are kept (least recently
+active dropped first), each with its last ``recent_per_run`` calls, results and verdicts and
+its last ``verdicts_per_run`` verdicts (a verdict entry is one object in both); the feed holds
+the last ``feed_size`` verdicts of the fleet. With the defaults and previews on, that is at
+most some 60 MB however large the fleet: entries are small tuples, repeated strings
+(tools, detectors, messages) are shared. What fired in a run (verdicts per detector and
+action, first and last time, highest count) is counted over all its verdicts. Times come
+from the records, never from a clock.
+
+Tool arguments are shown as a short fingerprint of their canonical JSON (the same
+serialisation the detectors hash, so repeated arguments are visible at a glance) and,
+unless ``previews`` is off, a preview cut at ``PREVIEW_CHARS`` characters.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import msgspec
+import xxhash
+from msgspec import UNSET
+
+from loopwatch.detectors.events import (
+    Abort,
+    CompactionRetry,
+    Event,
+    Output,
+    RunEnd,
+    ToolCall,
+    ToolResult,
+    Verdict,
+    run_scope,
+)
+from loopwatch.detectors.stable_json import canonical_bytes, wire_enc_hook
+from loopwatch.streams.fleet_view.fleet_stats import result_failed
+
+__all__ = ["ACTION_RANK", "PREVIEW_CHARS", "Fired", "RunActivity", "RunRecord", "Step"]
+
+PREVIEW_CHARS = 120
+#: How serious an action is, for "worst so far" and for ordering runs on the dashboard.
+ACTION_RANK = {"warn": 1, "block": 2, "abort": 3}
+
+_PREVIEW = msgspec.json.Encoder(enc_hook=wire_enc_hook)
+
+
+class Step(NamedTuple):
+    """A call, a result, a compaction retry or the run's end."""
+
+    kind: str
+    ts_ms: int
+    tool: str | None = None
+    args: int | str | None = None  # fingerprint of the arguments (shown as 8 hex digits)
+    outcome: str | None = None  # results: "ok" or "error"
+    preview: str | None = None
+
+
+class Fired(NamedTuple):
+    """A verdict or an abort."""
+
+    kind: str
+    ts_ms: int
+    verdict_id: str
+    level: str
+    action: str
+    detector: str
+    hits: int | None  # the verdict's count ("count" in JSON; a tuple has a count method)
+    tool: str
+    message: str
+    enforced: bool
+
+
+Entry = Step | Fired
+
+
+@dataclass
+class RunRecord:
+    scope: str
+    agent_id: str
+    first_ms: int
+    last_ms: int
+    ended: bool = False
+    calls: int = 0
+    results: int = 0
+    errors: int = 0
+    compactions: int = 0
+    actions: Counter[str] = field(default_factory=Counter)
+    worst: str | None = None
+    last_detector: str | None = None
+    recent: deque[Entry] = field(default_factory=deque)
+    verdicts: deque[Fired] = field(default_factory=deque)
+    # (detector, action) -> [verdicts, first ms, last ms, highest count]: every verdict, unbounded
+    fired: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "run": self.scope,
+            "agent_id": self.agent_id,
+            "status": "ended" if self.ended else "active",
+            "first_ms": self.first_ms,
+            "last_ms": self.last_ms,
+            "calls": self.calls,
+            "results": self.results,
+            "errors": self.errors,
+            "compactions": self.compactions,
+            "verdicts": dict(self.actions),
+            "worst": self.worst,
+            "last_detector": self.last_detector,
+        }
+
+
+class RunActivity:
+    """Feed it events and outputs in stream order; ask for a run or the runs that loop."""
+
+    def __init__(
+        self,
+        max_runs: int = 2000,
+        recent_per_run: int = 50,
+        verdicts_per_run: int = 50,
+        feed_size: int = 200,
+        previews: bool = True,
+    ) -> None:
+        self.max_runs = max_runs
+        self.recent_per_run = recent_per_run
+        self.verdicts_per_run = verdicts_per_run
+        self.previews = previews
+        self.runs: OrderedDict[str, RunRecord] = OrderedDict()
+        self.feed: deque[tuple[Fired, str, str]] = deque(maxlen=feed_size)
+
+    def _record(self, scope: str, agent_id: str, ts_ms: int) -> RunRecord:
+        record = self.runs.get(scope)
+        if record is None:
+            record = RunRecord(
+                scope,
+                sys.intern(agent_id),
+                ts_ms,
+                ts_ms,
+                recent=deque(maxlen=self.recent_per_run),
+                verdicts=deque(maxlen=self.verdicts_per_run),
+            )
+            self.runs[scope] = record
+            while len(self.runs) > self.max_runs:
+                self.runs.popitem(last=False)
+        else:
+            self.runs.move_to_end(scope)
+            record.last_ms = max(record.last_ms, ts_ms)
+        return record
+
+    def event(self, event: Event, ts_ms: int) -> None:
+        record = self._record(run_scope(event), event.agent_id, ts_ms)
+        if isinstance(event, RunEnd):
+            record.ended = True
+            record.recent.append(Step("run_end", ts_ms))
+            return
+        record.ended = False  # a run id that comes back is active again
+        if isinstance(event, CompactionRetry):
+            record.compactions += 1
+            record.recent.append(Step("compaction", ts_ms))
+            return
+        tool = sys.intern(event.tool)
+        args = self._fingerprint(event.params, event.args_digest)
+        if isinstance(event, ToolCall):
+            record.calls += 1
+            record.recent.append(Step("call", ts_ms, tool, args, None, self._preview(event.params)))
+            return
+        assert isinstance(event, ToolResult)
+        record.results += 1
+        failed = result_failed(event)
+        record.errors += failed
+        outcome = "error" if failed else "ok"
+        record.recent.append(Step("result", ts_ms, tool, args, outcome, self._preview(_outcome_value(event))))
+
+    def output(self, output: Output, ts_ms: int) -> None:
+        scope = output.run_id if output.run_id is not None else f"session:{output.session_id}"
+        record = self._record(scope, output.agent_id, ts_ms)
+        entry = _fired(output, ts_ms)
+        record.actions[entry.action] += 1
+        if record.worst is None or ACTION_RANK[entry.action] > ACTION_RANK[record.worst]:
+            record.worst = entry.action
+        record.last_detector = entry.detector
+        tally = record.fired.get((entry.detector, entry.action))
+        if tally is None:
+            record.fired[(entry.detector, entry.action)] = [1, ts_ms, ts_ms, entry.hits or 0]
+        else:
+            tally[0] += 1
+            tally[2] = ts_ms
+            tally[3] = max(tally[3], entry.hits or 0)
+        record.verdicts.append(entry)
+        record.recent.append(entry)
+        self.feed.append((entry, scope, record.agent_id))
+
+    def run(self, scope: str) -> dict[str, Any] | None:
+        """One run: its summary, its last verdicts and its recent activity (oldest first)."""
+        record = self.runs.get(scope)
+        if record is None:
+            return None
+        order = sorted(
+            record.fired.items(), key=lambda item: (-ACTION_RANK[item[0][1]], -item[1][0], item[0][0])
+        )
+        fired = [
+            {"detector": d, "action": a, "verdicts": n, "first_ms": first, "last_ms": last, "count": top}
+            for (d, a), (n, first, last, top) in order
+        ]
+        return {
+            **record.summary(),
+            "fired": fired,
+            "verdict_list": [_as_dict(entry) for entry in record.verdicts],
+            "recent": [_as_dict(entry) for entry in record.recent],
+        }
+
+    def flagged(self, limit: int = 25) -> list[dict[str, Any]]:
+        """Runs with verdicts: the worst first, then the most recently active."""
+        flagged = [r for r in self.runs.values() if r.worst is not None]
+        flagged.sort(key=lambda r: (-ACTION_RANK[r.worst or "warn"], -r.last_ms, r.scope))
+        return [r.summary() for r in flagged[:limit]]
+
+    def latest(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The feed, newest first."""
+        newest = list(reversed(self.feed))[:limit]
+        return [{**_as_dict(entry), "run": scope, "agent_id": agent} for entry, scope, agent in newest]
+
+    def _fingerprint(self, params: Any, args_digest: Any) -> int | str:
+        if args_digest is not UNSET:
+            return str(args_digest)[:12]
+        return xxhash.xxh3_64_intdigest(canonical_bytes(params)) >> 32  # an int is smaller than text
+
+    def _preview(self, value: Any) -> str | None:
+        if not self.previews or value is UNSET:
+            return None
+        try:
+            text = value if isinstance(value, str) else _PREVIEW.encode(value).decode("utf-8", "replace")
+        except (TypeError, ValueError, OverflowError):
+            text = repr(value)
+        return (
+            text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
+        )  # ASCII: a str with "…" takes 2 bytes a character
+
+
+def _as_dict(entry: Entry) -> dict[str, Any]:
+    out = entry._asdict()
+    if isinstance(entry, Fired):
+        out["count"] = out.pop("hits")
+    elif isinstance(entry.args, int):
+        out["args"] = f"{entry.args:08x}"
+    return out
+
+
+def _fired(output: Output, ts_ms: int) -> Fired:
+    intern = sys.intern
+    if isinstance(output, Verdict):
+        return Fired(
+            "verdict",
+            ts_ms,
+            output.verdict_id,
+            intern(output.level),
+            intern(output.action),
+            intern(output.detector),
+            output.count,
+            intern(output.tool),
+            intern(output.message),
+            output.enforced,
+        )
+    assert isinstance(output, Abort)
+    return Fired(
+        "abort",
+        ts_ms,
+        output.verdict_id,
+        "critical",
+        "abort",
+        intern(output.reason),
+        output.count,
+        intern(output.tool),
+        intern(output.message),
+        output.enforced,
+    )
+
+
+def _outcome_value(result: ToolResult) -> Any:
+    if result.error is not UNSET and result.error is not None:
+        return result.error
+    if result.result is not UNSET:
+        return result.result
+    return result.result_digest

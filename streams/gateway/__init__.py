@@ -1,0 +1,1 @@
+"""Loop detection over HTTP, and the Claude Code hook that asks it."""

@@ -1,0 +1,155 @@
+"""The HTTP gateway's Kafka backend: events produced to the input topic, decisions read back.
+
+* ``POST /v1/events``: the events are produced keyed by run scope (idempotent producer,
+  acks from all replicas), answered 202 once the broker has them.
+* ``POST /v1/decide``: the proposed call is produced with the :data:`REPLY_HEADER` header;
+  the worker that applies it answers on the replies topic with the call's outputs (also
+  when there are none), so an allowed call is answered as soon as it is applied. Without
+  an answer within ``--decide-timeout-ms`` the call is allowed (``"timed_out": true``); a
+  verdict that comes later still reaches the run's next decision through the worker.
+* Invalid input is refused with 400 and also sent to the dead-letter topic, with the reason.
+
+The replies topic is read from its end when the gateway starts, on all partitions: every
+gateway sees every answer and takes those it waits for (by event id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from loopwatch.config.stream_settings import StreamSettings
+from loopwatch.detectors.events import Abort, Event, Output, ToolCall, Verdict, encode_event, run_scope
+from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.kafka.connect import aiokafka_auth
+from loopwatch.streams.kafka.dead_letter import dead_letter
+from loopwatch.streams.kafka.run_processor import REPLY_HEADER
+
+__all__ = ["KafkaBackend"]
+
+
+class _Reply(msgspec.Struct):
+    event_id: str
+    outputs: list[Verdict | Abort]
+
+
+_REPLY: Any = msgspec.json.Decoder(_Reply)
+
+
+class KafkaBackend:
+    """Produces events and asks the workers for decisions (see the module's docstring)."""
+
+    def __init__(
+        self, settings: StreamSettings, decide_timeout_s: float, max_bytes: int, view: FleetView | None = None
+    ) -> None:
+        self.settings = settings
+        self.view = view  # what passed through this gateway, for its /metrics and dashboard
+        self.decide_timeout_s = decide_timeout_s
+        self.max_bytes = max_bytes
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._waiting: dict[str, asyncio.Future[list[Output]]] = {}
+
+    async def start(self) -> None:
+        auth = aiokafka_auth(self.settings)
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True, acks="all", **auth
+        )
+        await self._producer.start()
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=50,
+            **auth,
+        )
+        await consumer.start()
+        partitions = [TopicPartition(self.settings.topic_replies, p) for p in range(self.settings.partitions)]
+        consumer.assign(partitions)
+        await consumer.seek_to_end(*partitions)
+        for tp in partitions:
+            await consumer.position(tp)  # fixed before the first question is asked
+        self._consumer = consumer
+        self._follower = asyncio.create_task(self._follow())
+
+    async def stop(self) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
+        if self._consumer is not None:
+            await self._consumer.stop()
+        if self._producer is not None:
+            await self._producer.stop()
+
+    async def _follow(self) -> None:
+        assert self._consumer is not None
+        while True:
+            batch = await self._consumer.getmany(timeout_ms=1000)
+            for messages in batch.values():
+                for message in messages:
+                    waiter = self._waiting.get((message.key or b"").decode())
+                    if waiter is None or waiter.done():
+                        continue
+                    try:
+                        reply = _REPLY.decode(message.value or b"")
+                    except msgspec.DecodeError:
+                        continue
+                    waiter.set_result(list(reply.outputs))
+
+    async def events(self, events: list[Event]) -> list[Output] | None:
+        """Produce the events; returns once the broker has all of them."""
+        assert self._producer is not None
+        sent = [
+            await self._producer.send(self.settings.topic_events, encode_event(e), key=run_scope(e).encode())
+            for e in events
+        ]
+        await asyncio.gather(*sent)
+        for event in events:
+            self._observe(event, [])
+        return None
+
+    def _observe(self, event: Event, outputs: list[Output]) -> None:
+        view = self.view
+        if view is None:
+            return
+        now = int(time.time() * 1000)
+        view.event(event, now)
+        view.metrics.event(str(event.__struct_config__.tag), 0.0)
+        for output in outputs:
+            view.output(output, now)
+            view.metrics.output(output)
+
+    async def decide(self, call: ToolCall) -> tuple[list[Output], bool]:
+        """The call's outputs, and whether the answer timed out (then: none, allowed)."""
+        assert self._producer is not None
+        waiter: asyncio.Future[list[Output]] = asyncio.get_running_loop().create_future()
+        self._waiting[call.event_id] = waiter
+        deadline = time.monotonic() + self.decide_timeout_s
+        try:
+            await self._producer.send_and_wait(
+                self.settings.topic_events,
+                encode_event(call),
+                key=run_scope(call).encode(),
+                headers=[(REPLY_HEADER, b"1")],
+            )
+            try:
+                outputs = await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                self._observe(call, [])
+                return [], True
+            self._observe(call, outputs)
+            return outputs, False
+        finally:
+            self._waiting.pop(call.event_id, None)
+
+    async def refuse(self, body: bytes, reason: str) -> None:
+        """Invalid input: to the dead-letter topic, with the reason."""
+        assert self._producer is not None
+        letter = dead_letter(reason, "gateway", -1, -1, None, body, int(time.time() * 1000), self.max_bytes)
+        await self._producer.send_and_wait(self.settings.topic_dead_letter, letter)

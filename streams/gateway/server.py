@@ -1,0 +1,255 @@
+"""``loopwatch gateway``: loop detection over HTTP, for runtimes that do not speak Kafka.
+
+Backends: the embedded runtime (default: the same core in-process, no broker), or Kafka
+(``--kafka BOOTSTRAP``: :mod:`streams.gateway.kafka_backend`, the workers decide). Routes:
+
+* ``POST /v1/events``: one event, a JSON array of events, or NDJSON, in the wire format.
+  Every event is validated first. One invalid event answers 400 with its index and reason,
+  and nothing is applied. Otherwise the events are applied in order and the answer is the
+  outputs they caused, ``{"outputs": [...]}`` (Kafka: 202 ``{"accepted": n}`` once the
+  broker has them).
+* ``POST /v1/decide``: a proposed tool call (``run_id`` or ``session_id``, ``agent_id``,
+  ``tool``, ``params``, ``tool_call_id``, optional ``usage`` and ``event_id``). It is recorded
+  like a ``tool_call`` and answered with ``{"decision": "allow" | "warn" | "block" | "abort",
+  "message", "verdicts"}``. On Kafka the answer waits at most ``--decide-timeout-ms`` for
+  the worker; then it is ``allow`` with ``"timed_out": true``.
+* ``GET /health``, ``GET /metrics`` (Prometheus), and the dashboard routes.
+
+With tokens configured (``LOOPWATCH_GATEWAY_TOKENS``, comma-separated), every route but
+``/health`` needs ``Authorization: Bearer <token>`` (401 without one). A body over
+``maxEventBytes`` is refused with 413, bad JSON and invalid events with 400 and the reason.
+Bad input never gives a 500.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TextIO
+
+import msgspec
+from aiohttp import web
+
+from loopwatch.config.errors import LoopwatchError
+from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.events import Event, InvalidEvent, Output, ToolCall, encode_output
+from loopwatch.detectors.facade import decision_of
+from loopwatch.streams.embedded.runtime import EmbeddedRuntime
+from loopwatch.streams.fleet_view.dashboard import Dashboard
+from loopwatch.streams.fleet_view.view import FleetView
+
+__all__ = ["Backend", "EmbeddedBackend", "gateway_app", "run_gateway"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Backend(Protocol):
+    """Where the gateway's events go and its decisions come from."""
+
+    async def events(self, events: list[Event]) -> list[Output] | None: ...
+
+    async def decide(self, call: ToolCall) -> tuple[list[Output], bool]: ...
+
+    async def refuse(self, body: bytes, reason: str) -> None: ...
+
+
+class EmbeddedBackend:
+    """The embedded runtime: outputs at once, nothing ever times out."""
+
+    def __init__(self, runtime: EmbeddedRuntime) -> None:
+        self.runtime = runtime
+
+    async def events(self, events: list[Event]) -> list[Output] | None:
+        outputs: list[Output] = []
+        for event in events:
+            outputs.extend(await self.runtime.process(event))
+        return outputs
+
+    async def decide(self, call: ToolCall) -> tuple[list[Output], bool]:
+        return await self.runtime.process(call), False
+
+    async def refuse(self, body: bytes, reason: str) -> None:
+        """Counted only (the gateway's 400 says what and where)."""
+
+
+def _error(status: int, reason: str) -> web.Response:
+    return web.json_response({"error": reason}, status=status)
+
+
+def _outputs_json(outputs: list[Output]) -> bytes:
+    """The outputs as a JSON array, each in its wire encoding (no decode and re-encode)."""
+    return b"[" + b",".join(encode_output(output) for output in outputs) + b"]"
+
+
+def _answer(fields: dict[str, Any], outputs: list[Output], key: str) -> web.Response:
+    """``fields`` plus ``key``: the outputs, as one JSON object."""
+    head = msgspec.json.encode(fields)[:-1] + (b"," if fields else b"")  # the object, still open
+    body = head + msgspec.json.encode(key) + b":" + _outputs_json(outputs) + b"}"
+    return web.Response(body=body, content_type="application/json")
+
+
+def _split_body(body: bytes) -> list[bytes]:
+    """The events of a body: a JSON array, one JSON object, or NDJSON lines."""
+    stripped = body.strip()
+    if stripped.startswith(b"["):
+        try:
+            items = msgspec.json.decode(stripped)
+        except msgspec.DecodeError as exc:
+            raise InvalidEvent(f"not valid JSON: {exc}") from exc
+        if not isinstance(items, list):
+            raise InvalidEvent("not valid JSON: expected an array")
+        return [msgspec.json.encode(item) for item in items]
+    return [line for line in stripped.split(b"\n") if line.strip()]
+
+
+def _decode_all(body: bytes) -> list[Event]:
+    parts = _split_body(body)
+    if not parts:
+        raise InvalidEvent("the body holds no event")
+    events = []
+    for index, part in enumerate(parts):
+        try:
+            events.append(decode_event(part))
+        except InvalidEvent as exc:
+            raise InvalidEvent(f"event {index}: {exc.reason}") from exc
+    return events
+
+
+def _proposed_call(body: bytes) -> ToolCall:
+    try:
+        value = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise InvalidEvent(f"not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise InvalidEvent("the body must be a JSON object (a proposed tool call)")
+    call = {"type": "tool_call", "event_id": f"gateway-{uuid.uuid4().hex}", **value}
+    event = decode_event(msgspec.json.encode(call))
+    if not isinstance(event, ToolCall):
+        raise InvalidEvent("type: a decision is asked for a tool_call")
+    return event
+
+
+def gateway_app(backend: Backend, view: FleetView, tokens: frozenset[str], max_bytes: int) -> web.Application:
+    """The gateway's routes over a started backend."""
+    dashboard = Dashboard(view, serve_metrics=True)
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if tokens and request.path != "/health":
+            given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+            if not any(hmac.compare_digest(given, token) for token in tokens):
+                return _error(401, "a bearer token is required (Authorization: Bearer <token>)")
+        try:
+            return await handler(request)
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"the body exceeds maxEventBytes ({max_bytes} bytes)")
+        except InvalidEvent as exc:
+            view.metrics.invalid += 1
+            return _error(400, exc.reason)
+
+    async def read(request: web.Request, parse: Callable[[bytes], Any]) -> Any:
+        body = await request.read()
+        try:
+            return parse(body)
+        except InvalidEvent as exc:
+            await backend.refuse(body, exc.reason)
+            raise
+
+    async def events(request: web.Request) -> web.Response:
+        parsed = await read(request, _decode_all)
+        outputs = await backend.events(parsed)
+        if outputs is None:
+            return web.json_response({"accepted": len(parsed)}, status=202)
+        return _answer({}, outputs, "outputs")
+
+    async def decide(request: web.Request) -> web.Response:
+        call = await read(request, _proposed_call)
+        outputs, timed_out = await backend.decide(call)
+        decision = decision_of(outputs)
+        fields: dict[str, Any] = {
+            "decision": decision.action,
+            "message": decision.message,
+            "event_id": call.event_id,
+        }
+        if timed_out:
+            fields["timed_out"] = True
+        return _answer(fields, outputs, "verdicts")
+
+    async def other(request: web.Request) -> web.StreamResponse:
+        if request.path == "/":
+            raise web.HTTPFound("/dashboard")
+        answer = dashboard.respond(request.path, request.query)
+        headers = {"Content-Type": answer.content_type, "Cache-Control": "no-store"}
+        return web.Response(body=answer.body, status=answer.status, headers=headers)
+
+    app = web.Application(middlewares=[guard], client_max_size=max_bytes)
+    app.router.add_post("/v1/events", events)
+    app.router.add_post("/v1/decide", decide)
+    app.router.add_get("/{tail:.*}", other)
+    return app
+
+
+async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) -> None:
+    from contextlib import AsyncExitStack
+
+    from loopwatch.streams.fleet_view.dashboard import parse_address
+    from loopwatch.streams.inputs.config_files import load_config
+
+    config = load_config(args.config)
+    host, port = parse_address(args.listen)
+    max_bytes = config.settings.max_event_bytes
+    async with AsyncExitStack() as stack:
+        backend: Backend
+        if args.kafka:
+            from loopwatch.config.stream_settings import parse_stream_settings
+            from loopwatch.streams.gateway.kafka_backend import KafkaBackend
+            from loopwatch.streams.kafka.connect import ensure_topics, wait_for_broker
+
+            settings = parse_stream_settings(os.environ, {"kafka_bootstrap": args.kafka})
+            await wait_for_broker(settings)
+            await ensure_topics(settings)  # the replies topic is read before any worker may run
+            view = FleetView(f"loopwatch gateway (Kafka {args.kafka})")
+            kafka = KafkaBackend(settings, args.decide_timeout_ms / 1000, max_bytes, view)
+            await kafka.start()
+            stack.push_async_callback(kafka.stop)
+            backend = kafka
+        else:
+            view = FleetView("loopwatch gateway (embedded)")
+            runtime = await stack.enter_async_context(EmbeddedRuntime(config, view=view))
+            backend = EmbeddedBackend(runtime)
+        await _listen(gateway_app(backend, view, tokens, max_bytes), host, port, args.listen, tokens, err)
+
+
+async def _listen(
+    app: web.Application, host: str, port: int, listen: str, tokens: frozenset[str], err: TextIO
+) -> None:
+    from loopwatch.streams.fleet_view.dashboard import serve_until_interrupted
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise LoopwatchError(f"--listen {listen}: cannot listen there: {exc.strerror or exc}") from exc
+    bound = runner.addresses[0][1] if runner.addresses else port
+    auth = f"{len(tokens)} bearer token(s)" if tokens else "no token (set LOOPWATCH_GATEWAY_TOKENS)"
+    print(f"loopwatch: gateway at http://{host}:{bound} ({auth})", file=err, flush=True)
+    try:
+        await serve_until_interrupted(err, "serving")
+    finally:
+        await runner.cleanup()
+
+
+def run_gateway(args: argparse.Namespace, err: TextIO) -> int:
+    raw = os.environ.get("LOOPWATCH_GATEWAY_TOKENS", "")
+    tokens = frozenset(token.strip() for token in raw.split(",") if token.strip())
+    try:
+        asyncio.run(_serve(args, tokens, err))
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,1 @@
+"""Recorded history: OpenClaw transcripts imported or followed, and replay."""

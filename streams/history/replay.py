@@ -1,0 +1,388 @@
+"""``loopwatch replay``: recorded history through a config, with no side effects.
+
+Reports, per run, the call at which it was first warned, blocked and aborted; per detector
+and per agent, how often each fired. ``--compare OTHER`` replays the same history through a
+second config and lists the runs whose outcome differs: the call of the first warning, block
+or abort, or how often each detector fired (what-if tuning before a rollout, or what moving
+to another ``openclawRevision`` would change on recorded history). Where calls carry
+``usage``, it reports per agent what the runs spent, how much of it in loops, and what
+stopping them at their abort saves, under each config. The fleet-wide rules' alerts (tool
+outages and recoveries, systemic loops) are listed with their ids, which the same history
+always gives again.
+Sources: an events file, a folder of them, or a Kafka topic (``kafka:TOPIC`` with
+``--since``/``--until``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, BinaryIO, TextIO
+
+import msgspec
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.config.fleet_rules import fleet_rules
+from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.events import Abort, Event, ToolCall, Verdict, run_scope
+from loopwatch.detectors.fleet.alerts import FleetAlert
+from loopwatch.detectors.fleet.engine_step import step_event
+from loopwatch.detectors.fleet.watch import FleetWatch
+from loopwatch.detectors.hashing import digester_for
+from loopwatch.streams.console import report_console
+from loopwatch.streams.fleet_view.spend_ledger import SpendLedger
+from loopwatch.streams.inputs.config_files import load_config
+from loopwatch.streams.inputs.event_lines import BadLine, read_sourced_events
+from loopwatch.streams.inputs.sources import InputError, input_lines, source_files
+
+__all__ = ["RunSummary", "replay", "run_replay"]
+
+
+@dataclass
+class RunSummary:
+    run: str
+    agent: str
+    calls: int = 0
+    first_warning: int | None = None
+    first_block: int | None = None
+    first_abort: int | None = None
+    verdicts: int = 0
+    detectors: dict[str, int] = field(default_factory=dict)
+
+    def outcome(self) -> tuple[int | None, int | None, int | None]:
+        return self.first_warning, self.first_block, self.first_abort
+
+
+def replay(
+    events: list[Event],
+    config: FleetConfig,
+    ledger: SpendLedger | None = None,
+    alerts: list[FleetAlert] | None = None,
+) -> dict[str, RunSummary]:
+    """Every run's summary under ``config`` (pure: fresh in-memory state); spend into ``ledger``,
+    the fleet alerts into ``alerts`` (events without ``ts`` are timed when read)."""
+    engine = Engine(config)
+    watch = FleetWatch(fleet_rules(config.global_rules), digester_for(config.settings.digest))
+    read_ms = int(time.time() * 1000)
+    runs: dict[str, RunSummary] = {}
+    for event in events:
+        if ledger is not None:
+            ledger.event(event)
+        scope = run_scope(event)
+        summary = runs.get(scope)
+        if summary is None:
+            summary = runs[scope] = RunSummary(scope, event.agent_id)
+        if isinstance(event, ToolCall):
+            summary.calls += 1
+        ts = event.ts if event.ts is not None else read_ms
+        outputs, prepared = step_event(engine, event, ts, watch)
+        raised = watch.observe(event, scope, ts, prepared, outputs)
+        if alerts is not None:
+            alerts += raised
+        for output in outputs:
+            if ledger is not None:
+                ledger.output(output)
+            summary.verdicts += 1
+            name = output.detector if isinstance(output, Verdict) else output.reason
+            summary.detectors[name] = summary.detectors.get(name, 0) + 1
+            if isinstance(output, Abort):
+                summary.first_abort = summary.first_abort or summary.calls
+            elif output.action == "warn":
+                summary.first_warning = summary.first_warning or summary.calls
+            else:
+                summary.first_block = summary.first_block or summary.calls
+    return runs
+
+
+def _kafka_lines(topic: str, since: str | None, until: str | None) -> Iterator[tuple[str, bytes]]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from loopwatch.config.stream_settings import parse_stream_settings
+    from loopwatch.streams.kafka.connect import aiokafka_auth
+
+    settings = parse_stream_settings(os.environ)
+
+    def millis(text: str | None, default: int) -> int:
+        return default if text is None else int(datetime.fromisoformat(text).timestamp() * 1000)
+
+    async def fetch() -> list[tuple[str, bytes]] | None:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **aiokafka_auth(settings)
+        )
+        await consumer.start()
+        try:
+            if topic not in await consumer.topics():
+                return None
+            consumer._client.add_topic(topic)  # a consumer without subscription knows no partitions
+            await consumer._client.force_metadata_update()
+            partitions = [
+                TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])
+            ]
+            consumer.assign(partitions)
+            start, stop = millis(since, 0), millis(until, 2**62)
+            starts = await consumer.offsets_for_times(dict.fromkeys(partitions, start))
+            ends = await consumer.end_offsets(partitions)
+            lines: list[tuple[int, str, bytes]] = []
+            for tp in partitions:
+                found = starts.get(tp)
+                if found is None:
+                    continue
+                consumer.seek(tp, found.offset)
+                while await consumer.position(tp) < ends[tp]:
+                    batch = await consumer.getmany(tp, timeout_ms=1000)
+                    for message in batch.get(tp, []):
+                        if message.timestamp <= stop:
+                            lines.append((message.timestamp, f"{topic}[{tp.partition}]", message.value))
+            return [(where, value) for _, where, value in sorted(lines, key=lambda item: item[0])]
+        finally:
+            await consumer.stop()
+
+    fetched = asyncio.run(fetch())
+    if fetched is None:
+        raise InputError(f"no such topic on {settings.kafka_bootstrap}: {topic}")
+    yield from fetched
+
+
+def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) -> list[Event]:
+    events: list[Event] = []
+    transcripts: list[Event] = []
+    if source.startswith("kafka:"):
+        lines: Iterator[tuple[str, bytes]] = _kafka_lines(
+            source.removeprefix("kafka:"), args.since, args.until
+        )
+    else:
+        lines, transcripts = _event_files_and_transcripts(source, getattr(args, "agent_id", None), err)
+        events.extend(transcripts)
+    skipped = 0
+    on_terminal = Console(file=err).is_terminal
+    with Progress(console=Console(file=err), transient=True, disable=not on_terminal) as progress:
+        task = progress.add_task("reading history", total=None)
+        for item in read_sourced_events(lines, max_bytes):
+            if isinstance(item, BadLine):
+                skipped += 1
+                print(f"loopwatch: skipped invalid event at {item}", file=err)
+                continue
+            events.append(item)
+            if len(events) % 5000 == 0:
+                progress.advance(task, 5000)
+    if skipped:
+        total = skipped + len(events) - len(transcripts)
+        print(f"loopwatch: {skipped} of {total} lines were not valid events (skipped)", file=err)
+    return events
+
+
+def _event_files_and_transcripts(
+    source: str, agent_id: str | None, err: TextIO
+) -> tuple[Iterator[tuple[str, bytes]], list[Event]]:
+    """Lines of the event files of a source, and the events of its OpenClaw transcripts."""
+    from loopwatch.streams.history.transcripts import agent_from_path, is_transcript, read_transcript
+
+    event_files, imported = [], []
+    for path in source_files(source):
+        with path.open("rb") as stream:
+            first = stream.readline()
+        if is_transcript(first):
+            agent = agent_id or agent_from_path(str(path)) or "main"
+            imported.extend(read_transcript(path, agent, err))
+        else:
+            event_files.append(path)
+
+    def lines() -> Iterator[tuple[str, bytes]]:
+        for path in event_files:
+            yield from input_lines(str(path))
+
+    return lines(), imported
+
+
+def _table(
+    title: str, rows: Sequence[tuple[str, ...]], headers: tuple[str, ...], text: tuple[str, ...] = ()
+) -> Table:
+    """A table: the first column and the columns named in ``text`` left-aligned, the rest right."""
+    table = Table(title=title)
+    for index, header in enumerate(headers):
+        left = index == 0 or header in text
+        table.add_column(header, justify="left" if left else "right", overflow="fold" if left else "ellipsis")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _fmt(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.2f}"
+
+
+def _print_spend(console: Console, now: dict[str, Any], other: dict[str, Any] | None) -> None:
+    """Per agent: spend, loop spend, what stopping saved (and the same under ``--compare``)."""
+    if not now["spend_usd"] and not (other and other["spend_usd"]):
+        return  # no usage in this history
+    headers: tuple[str, ...] = ("agent", "spend", "in loops", "saved by stopping")
+    rows: list[tuple[str, ...]]
+    if other is None:
+        rows = [
+            (r["name"], _usd(r["spend_usd"]), _usd(r["loop_spend_usd"]), _usd(r["saved_usd"]))
+            for r in now["per_agent"]
+        ]
+    else:
+        headers += ("in loops, --compare", "saved, --compare")
+        theirs = {r["name"]: r for r in other["per_agent"]}
+        empty = {"loop_spend_usd": 0.0, "saved_usd": 0.0}
+        rows = [
+            (
+                r["name"],
+                _usd(r["spend_usd"]),
+                _usd(r["loop_spend_usd"]),
+                _usd(r["saved_usd"]),
+                _usd(theirs.get(r["name"], empty)["loop_spend_usd"]),
+                _usd(theirs.get(r["name"], empty)["saved_usd"]),
+            )
+            for r in now["per_agent"]
+        ]
+    console.print(_table("what loops cost (usage of the calls)", rows, headers))
+    line = (
+        f"spent {_usd(now['spend_usd'])}, {_usd(now['loop_spend_usd'])} of it in loops; "
+        f"stopping the runs when aborted saves {_usd(now['saved_usd'])}"
+    )
+    if other is not None:
+        gain = other["saved_usd"] - now["saved_usd"]
+        sign = "+" if gain >= 0 else "-"
+        line += f"; with --compare it saves {_usd(other['saved_usd'])} ({sign}{_usd(abs(gain))})"
+    console.print(line, soft_wrap=True)
+
+
+def _fired(detectors: dict[str, int]) -> str:
+    return "\n".join(f"{name} {count}" for name, count in sorted(detectors.items())) or "-"
+
+
+def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    config = load_config(args.config)
+    other = load_config(args.compare) if args.compare else None
+    events = _load(args.source, args, config.settings.max_event_bytes, err)
+    if not events:
+        print(
+            f"loopwatch: no event to replay in {args.source}. Event lines are described by "
+            "`loopwatch run --help`; OpenClaw session transcripts are read as they are.",
+            file=err,
+        )
+        return 1
+    spend = SpendLedger(runs_kept=len(events) + 1)
+    alerts: list[FleetAlert] = []
+    runs = replay(events, config, spend, alerts)
+    other_spend = SpendLedger(runs_kept=len(events) + 1)
+    compared = replay(events, other, other_spend) if other is not None else None
+    changed: list[tuple[RunSummary, RunSummary]] = []
+    if compared is not None:
+        changed = [
+            (s, compared[scope])
+            for scope, s in runs.items()
+            if s.outcome() != compared[scope].outcome() or s.detectors != compared[scope].detectors
+        ]
+    differences = [
+        {"run": now.run, "agent": now.agent, "config": asdict(now), "compare": asdict(alt)}
+        for now, alt in changed
+    ]
+    detectors: Counter[str] = Counter()
+    agents: dict[str, Counter[str]] = {}
+    for summary in runs.values():
+        detectors.update(summary.detectors)
+        agent = agents.setdefault(summary.agent, Counter())
+        agent["runs"] += 1
+        agent["warned"] += summary.first_warning is not None
+        agent["blocked"] += summary.first_block is not None
+        agent["aborted"] += summary.first_abort is not None
+    if args.json:
+        document: dict[str, Any] = {
+            "events": len(events),
+            "detectors": dict(detectors),
+            "agents": {name: dict(counts) for name, counts in agents.items()},
+            "runs": [asdict(s) for s in runs.values()],
+        }
+        document["spend"] = spend.summary()
+        document["alerts"] = [msgspec.to_builtins(alert) for alert in alerts]
+        if compared is not None:
+            document["differences"] = differences
+            document["compare_spend"] = other_spend.summary()
+        out.write(json.dumps(document, indent=1).encode() + b"\n")
+        return 0
+    console = report_console()
+    console.print(f"{len(events)} events, {len(runs)} runs")
+    if compared is None:
+        console.print(
+            _table("per detector", [(d, str(n)) for d, n in detectors.most_common()], ("detector", "fired"))
+        )
+    else:
+        other_detectors: Counter[str] = Counter()
+        for summary in compared.values():
+            other_detectors.update(summary.detectors)
+        names = sorted(set(detectors) | set(other_detectors), key=lambda d: (-detectors[d], d))
+        console.print(
+            _table(
+                "per detector",
+                [(d, str(detectors[d]), str(other_detectors[d])) for d in names],
+                ("detector", "fired", "with --compare"),
+            )
+        )
+    console.print(
+        _table(
+            "per agent",
+            [
+                (a, str(c["runs"]), str(c["warned"]), str(c["blocked"]), str(c["aborted"]))
+                for a, c in sorted(agents.items())
+            ],
+            ("agent", "runs", "warned", "blocked", "aborted"),
+        )
+    )
+    _print_spend(console, spend.summary(), other_spend.summary() if compared is not None else None)
+    if alerts:
+        alert_rows = [(str(a.kind), a.subject, str(a.runs), a.message) for a in alerts]
+        console.print(
+            _table("fleet alerts", alert_rows, ("kind", "subject", "runs", "message"), text=("message",))
+        )
+    flagged = [s for s in runs.values() if s.verdicts]
+    console.print(
+        _table(
+            "runs with verdicts (call number of the first)",
+            [
+                (
+                    s.run,
+                    s.agent,
+                    str(s.calls),
+                    _fmt(s.first_warning),
+                    _fmt(s.first_block),
+                    _fmt(s.first_abort),
+                )
+                for s in flagged
+            ],
+            ("run", "agent", "calls", "warning", "block", "abort"),
+        )
+    )
+    if compared is not None:
+        rows = [
+            (
+                now.run,
+                now.agent,
+                "/".join(map(_fmt, now.outcome())),
+                "/".join(map(_fmt, alt.outcome())),
+                _fired(now.detectors),
+                _fired(alt.detectors),
+            )
+            for now, alt in changed
+        ]
+        headers = ("run", "agent", "first w/b/a", "--compare", "fired", "fired with --compare")
+        title = f"what {args.compare} would have done differently"
+        console.print(_table(title, rows, headers, text=("agent", "fired", "fired with --compare")))
+        console.print(f"{len(differences)} of {len(runs)} runs differ")
+    return 0

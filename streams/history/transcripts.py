@@ -1,0 +1,287 @@
+"""OpenClaw session transcripts (JSONL) → loopwatch events.
+
+Rules (the importer notes, A.6–A.8):
+
+* Runs: a ``user`` message starts a run, except the retry of a failed prompt (same text,
+  after an assistant ``error`` or an ``openclaw:prompt-error``, with no reply that ended
+  normally) and a message that arrives while calls of the run are unanswered (steering).
+  Injected assistant messages (``provider: "openclaw"``) are ignored. A run's id is the
+  ``data.runId`` of an ``openclaw:prompt-error`` / ``openclaw:bootstrap-context:full``
+  entry written inside it, else ``<session>#<n>`` with n counting every run found.
+* Calls: every ``toolCall``/``toolUse``/``functionCall`` block of an assistant message
+  (R1). Results: ``isError`` → ``error`` = the text blocks joined (R4); an early-2026 adapter
+  error ``details == {status: "error", tool, error}`` → ``error`` (R3); otherwise ``result`` =
+  ``{content, details}`` (R2). A result carries its call's params (``{}`` if none, R8).
+* A ``compaction`` right after an attempt that failed on context overflow is a
+  ``compaction_retry`` (R9); other compactions produce nothing (R10). Every run with events
+  ends with ``run_end`` at the time of its last entry (R11).
+* ``ts`` is milliseconds since the first event, from entry timestamps.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+from msgspec import UNSET
+
+from loopwatch.detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult
+from loopwatch.detectors.stable_json import WIRE_DECODER
+
+__all__ = ["agent_from_path", "is_transcript", "read_transcript", "transcript_events"]
+
+_OVERFLOW = re.compile(
+    r"prompt too long|context length|context window|context_window|maximum context|"
+    r"input length|too many tokens|context_length_exceeded",
+    re.IGNORECASE,
+)
+_RUN_ID_ENTRIES = ("openclaw:prompt-error", "openclaw:bootstrap-context:full")
+_CALL_BLOCKS = ("toolcall", "tooluse", "functioncall")
+_DECODER = WIRE_DECODER  # numbers with their JavaScript value, as the wire decoder gives them
+
+
+def is_transcript(first_line: bytes) -> bool:
+    """Whether a JSONL file starts with an OpenClaw/pi session header."""
+    try:
+        head = _DECODER.decode(first_line)
+    except msgspec.DecodeError:
+        return False
+    return isinstance(head, dict) and head.get("type") == "session" and isinstance(head.get("id"), str)
+
+
+def agent_from_path(path: str) -> str | None:
+    """The agent id of OpenClaw's layout ``…/agents/<agentId>/sessions/<file>``."""
+    parts = path.replace("\\", "/").split("/")
+    for index in range(len(parts) - 2):
+        if parts[index] == "agents" and parts[index + 2] == "sessions":
+            return parts[index + 1]
+    return None
+
+
+def _ms(stamp: object) -> int | None:
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+def _text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            block["text"]
+            for block in content
+            if isinstance(block, dict) and isinstance(block.get("text"), str)
+        )
+    return ""
+
+
+@dataclass
+class _Run:
+    number: int
+    prompt: str
+    run_id: str | None = None
+    events: list[tuple[int | None, Event]] = field(default_factory=list)
+    calls: dict[str, Any] = field(default_factory=dict)  # tool call id -> params
+    pending: set[str] = field(default_factory=set)
+    failed: bool = False  # an attempt failed, and no reply ended the turn since
+    overflowed: bool = False  # the latest failed attempt was a context overflow
+    last_entry_ms: int | None = None
+
+
+def _injected(message: dict[str, Any]) -> bool:
+    return message.get("provider") == "openclaw"
+
+
+def _entries(lines: Iterable[bytes], skipped: list[tuple[int, str]] | None) -> list[dict[str, Any]]:
+    entries = []
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            entry = _DECODER.decode(raw)
+        except msgspec.DecodeError as exc:  # OpenClaw itself skips malformed lines
+            if skipped is not None:
+                skipped.append((number, f"not valid JSON: {exc}"))
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+        elif skipped is not None:
+            skipped.append((number, f"not a JSON object but {type(entry).__name__}"))
+    return entries
+
+
+class _Segmenter:
+    """Walks the entries in append order, splitting them into runs."""
+
+    def __init__(self) -> None:
+        self.runs: list[_Run] = []
+        self.run: _Run | None = None
+
+    def message(self, message: dict[str, Any], at: int | None) -> None:
+        run = self.run
+        role = message.get("role")
+        if role == "user":
+            text = _text(message.get("content"))
+            retry = run is not None and run.failed and text == run.prompt
+            steering = run is not None and bool(run.pending)
+            if run is None or not (retry or steering):
+                run = self.run = _Run(len(self.runs) + 1, text)
+                self.runs.append(run)
+            run.last_entry_ms = at
+            return
+        if run is None:
+            return
+        run.last_entry_ms = at
+        if role == "assistant" and not _injected(message):
+            _assistant(run, message, at)
+        elif role == "toolResult":
+            _tool_result(run, message, at)
+
+    def compaction(self, at: int | None) -> None:
+        if self.run is None:
+            return
+        self.run.last_entry_ms = at
+        if self.run.failed and self.run.overflowed:
+            self.run.events.append((at, CompactionRetry(event_id="", run_id="")))
+            self.run.overflowed = False
+
+    def run_id_entry(self, kind: str, data: dict[str, Any], at: int | None) -> None:
+        run = self.run
+        if run is None:
+            return
+        run.last_entry_ms = at
+        if run.run_id is None and isinstance(data.get("runId"), str):
+            run.run_id = data["runId"]
+        if kind == "openclaw:prompt-error":
+            run.failed = True
+            run.overflowed = bool(_OVERFLOW.search(str(data.get("error") or "")))
+
+
+def transcript_events(
+    lines: Iterable[bytes], agent_id: str, id_prefix: str, skipped: list[tuple[int, str]] | None = None
+) -> list[Event]:
+    """The events of one transcript file (see the module rules).
+
+    Lines that are not JSON objects are skipped, as OpenClaw does; ``skipped`` receives their
+    line numbers (from 1) and why.
+    """
+    entries = _entries(lines, skipped)
+    if not entries or entries[0].get("type") != "session":
+        return []
+    segmenter = _Segmenter()
+    for entry in entries[1:]:
+        kind = entry.get("type")
+        at = _ms(entry.get("timestamp"))
+        if kind == "message" and isinstance(entry.get("message"), dict):
+            segmenter.message(entry["message"], at)
+        elif kind == "compaction":
+            segmenter.compaction(at)
+        elif kind == "custom" and entry.get("customType") in _RUN_ID_ENTRIES:
+            data = entry.get("data")
+            segmenter.run_id_entry(str(entry["customType"]), data if isinstance(data, dict) else {}, at)
+    return _finish(segmenter.runs, str(entries[0]["id"]), agent_id, id_prefix)
+
+
+def _assistant(run: _Run, message: dict[str, Any], at: int | None) -> None:
+    stop = message.get("stopReason")
+    if stop == "error":
+        run.failed = True
+        run.overflowed = bool(_OVERFLOW.search(str(message.get("errorMessage") or "")))
+    elif stop in ("stop", "length"):
+        run.failed = False
+    content = message.get("content")
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict) or str(block.get("type", "")).lower() not in _CALL_BLOCKS:
+            continue
+        params: Any = next((block[k] for k in ("arguments", "input", "parameters") if k in block), {})
+        call_id = block.get("id") if isinstance(block.get("id"), str) else None
+        if call_id is not None:
+            run.calls[call_id] = params
+            run.pending.add(call_id)
+        run.events.append(
+            (
+                at,
+                ToolCall(
+                    event_id="", run_id="", tool=str(block.get("name")), params=params, tool_call_id=call_id
+                ),
+            )
+        )
+
+
+def _tool_result(run: _Run, message: dict[str, Any], at: int | None) -> None:
+    call_id = message.get("toolCallId") if isinstance(message.get("toolCallId"), str) else None
+    params = run.calls.get(call_id, {}) if call_id is not None else {}
+    if call_id is not None:
+        run.pending.discard(call_id)
+    details = message.get("details")
+    result: Any = UNSET
+    error: Any = UNSET
+    if message.get("isError") is True:
+        error = _text(message.get("content"))
+    elif (
+        isinstance(details, dict)
+        and set(details) == {"status", "tool", "error"}
+        and details["status"] == "error"
+        and isinstance(details["error"], str)
+    ):
+        error = details["error"]
+    else:
+        result = {"content": message.get("content")}
+        if "details" in message:
+            result["details"] = details
+    run.events.append(
+        (
+            at,
+            ToolResult(
+                event_id="",
+                run_id="",
+                tool=str(message.get("toolName")),
+                params=params,
+                result=result,
+                error=error,
+                tool_call_id=call_id,
+            ),
+        )
+    )
+
+
+def _finish(runs: list[_Run], session: str, agent_id: str, id_prefix: str) -> list[Event]:
+    stamped: list[tuple[int | None, Event]] = []
+    for run in runs:
+        if not run.events:
+            continue
+        run_id = run.run_id or f"{session}#{run.number}"
+        for at, event in run.events:
+            stamped.append((at, msgspec.structs.replace(event, run_id=run_id)))
+        stamped.append((run.last_entry_ms, RunEnd(event_id="", run_id=run_id)))
+    origin = next((at for at, _ in stamped if at is not None), 0)
+    out: list[Event] = []
+    for number, (at, event) in enumerate(stamped, start=1):
+        out.append(
+            msgspec.structs.replace(
+                event,
+                event_id=f"{id_prefix}-{number}",
+                session_id=session,
+                agent_id=agent_id,
+                ts=None if at is None else at - origin,
+            )
+        )
+    return out
+
+
+def read_transcript(path: Path, agent_id: str, err: TextIO) -> list[Event]:
+    """The events of a transcript file; each skipped line is reported on ``err`` with its number."""
+    skipped: list[tuple[int, str]] = []
+    events = transcript_events(path.read_bytes().split(b"\n"), agent_id, path.stem, skipped)
+    for number, reason in skipped:
+        print(f"loopwatch: {path}:{number}: skipped: {reason}", file=err)
+    return events

@@ -1,0 +1,64 @@
+"""Where events come from: a file, a folder of files, stdin, or a growing file (``--follow``)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+from loopwatch.config.errors import LoopwatchError
+
+__all__ = ["InputError", "follow_lines", "input_lines", "source_files"]
+
+
+class InputError(LoopwatchError):
+    """An input that cannot be read (missing file, empty folder)."""
+
+
+def _files(source: str) -> list[Path]:
+    path = Path(source)
+    if path.is_dir():
+        files = sorted(
+            p for p in path.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json", ".ndjson")
+        )
+        if not files:
+            raise InputError(f"no .jsonl files in folder {source}")
+        return files
+    if not path.exists():
+        raise InputError(f"no such file: {source}")
+    return [path]
+
+
+def source_files(source: str) -> list[Path]:
+    """The files of a source (a file, or every .jsonl file under a folder)."""
+    return _files(source)
+
+
+def input_lines(source: str | None) -> Iterator[tuple[str, bytes]]:
+    """``(where, line)`` for every line of the source; ``where`` names the file."""
+    if source is None or source == "-":
+        for line in sys.stdin.buffer:
+            yield "<stdin>", line
+        return
+    for path in _files(source):
+        with path.open("rb") as stream:
+            yield from ((str(path), line) for line in stream)
+
+
+async def follow_lines(source: str, poll_s: float = 0.2) -> AsyncIterator[tuple[str, bytes]]:
+    """Every line of a file, then every line appended to it, for as long as it is read."""
+    if Path(source).is_dir():
+        raise InputError(f"--follow needs a file, not a folder: {source}")
+    [path] = _files(source)
+    with path.open("rb") as stream:
+        buffer = b""
+        while True:
+            chunk = stream.readline()
+            if not chunk:
+                await asyncio.sleep(poll_s)
+                continue
+            buffer += chunk
+            if buffer.endswith(b"\n"):
+                yield str(path), buffer
+                buffer = b""

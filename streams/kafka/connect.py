@@ -1,0 +1,115 @@
+"""Kafka connection settings for aiokafka and faust: TLS, SASL, and a bounded wait for the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
+
+from loopwatch.config.errors import LoopwatchError
+from loopwatch.config.stream_settings import StreamSettings
+
+__all__ = ["BrokerUnavailable", "aiokafka_auth", "ensure_topics", "faust_credentials", "wait_for_broker"]
+
+
+class BrokerUnavailable(LoopwatchError):
+    """The Kafka broker did not answer within the configured startup timeout."""
+
+
+def _ssl_context(settings: StreamSettings) -> ssl.SSLContext | None:
+    if "SSL" not in settings.kafka_security_protocol:
+        return None
+    context = ssl.create_default_context(cafile=settings.kafka_ssl_cafile)
+    if settings.kafka_ssl_certfile:
+        context.load_cert_chain(
+            settings.kafka_ssl_certfile, settings.kafka_ssl_keyfile, settings.kafka_ssl_password
+        )
+    return context
+
+
+def aiokafka_auth(settings: StreamSettings) -> dict[str, Any]:
+    """Keyword arguments for aiokafka clients (security protocol, TLS context, SASL)."""
+    auth: dict[str, Any] = {"security_protocol": settings.kafka_security_protocol}
+    context = _ssl_context(settings)
+    if context is not None:
+        auth["ssl_context"] = context
+    if settings.kafka_security_protocol.startswith("SASL"):
+        auth.update(
+            sasl_mechanism=settings.kafka_sasl_mechanism,
+            sasl_plain_username=settings.kafka_sasl_username,
+            sasl_plain_password=settings.kafka_sasl_password,
+        )
+    return auth
+
+
+def faust_credentials(settings: StreamSettings) -> Any:
+    """faust's credentials object for the same settings (``None`` for PLAINTEXT)."""
+    import faust
+
+    protocol = settings.kafka_security_protocol
+    context = _ssl_context(settings)
+    if protocol.startswith("SASL"):
+        return faust.SASLCredentials(
+            username=settings.kafka_sasl_username,
+            password=settings.kafka_sasl_password,
+            mechanism=settings.kafka_sasl_mechanism,
+            ssl_context=context,
+        )
+    if protocol == "SSL":
+        return faust.SSLCredentials(context)
+    return None
+
+
+async def wait_for_broker(settings: StreamSettings) -> None:
+    """Return once the broker answers; :class:`BrokerUnavailable` after the startup timeout."""
+    deadline = time.monotonic() + settings.startup_timeout_s
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=5000, **aiokafka_auth(settings)
+        )
+        try:
+            await asyncio.wait_for(admin.start(), timeout=max(1.0, deadline - time.monotonic()))
+            await admin.list_topics()
+            return
+        except (TimeoutError, KafkaError, OSError) as exc:
+            last = exc
+        finally:
+            await admin.close()
+        await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    raise BrokerUnavailable(
+        f"Kafka broker at {settings.kafka_bootstrap} unreachable after "
+        f"{settings.startup_timeout_s:g}s ({type(last).__name__ if last else 'timeout'}: {last})"
+    )
+
+
+async def ensure_topics(settings: StreamSettings) -> None:
+    """Create loopwatch's topics with the configured partitions (the config topic compacted)."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10000, **aiokafka_auth(settings)
+    )
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        rf = settings.replication_factor
+        wanted = [
+            NewTopic(settings.topic_events, settings.partitions, rf),
+            NewTopic(settings.topic_verdicts, settings.partitions, rf),
+            NewTopic(settings.topic_dead_letter, settings.partitions, rf),
+            NewTopic(settings.topic_alerts, settings.partitions, rf),
+            NewTopic(
+                settings.topic_replies, settings.partitions, rf, topic_configs={"retention.ms": "3600000"}
+            ),
+            # partitioned like the input: its partitions and the fleet table's go together
+            NewTopic(settings.topic_fleet_facts, settings.partitions, rf),
+            NewTopic(settings.topic_config, 1, rf, topic_configs={"cleanup.policy": "compact"}),
+        ]
+        missing = [topic for topic in wanted if topic.name not in existing]
+        if missing:
+            await admin.create_topics(missing)
+    finally:
+        await admin.close()

@@ -1,0 +1,122 @@
+"""The fleet side of a run processor: the facts of its batches, sent to the facts topic.
+
+The run processor hands every applied event here (and every redelivered one: its facts may
+not have reached the topic before a crash; the rules count distinct runs, so a fact sent
+twice changes nothing). At the end of each batch the facts go out compacted
+(:class:`detectors.fleet.fact_batch.FactBatch`), one record per subject. Verdicts that wait
+for their facts (:meth:`FactSender.wait`) are confirmed once those records are.
+
+It also answers F1's fail-fast question for a call, from the alerts this worker follows
+(:class:`streams.fleet_view.alert_board.AlertBoard`), and keeps each open outage's last failure up to
+date with the failures this worker's runs meet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.config.fleet_rules import FleetRules, fleet_rules
+from loopwatch.detectors.events import Output, ToolCall, ToolResult, Verdict
+from loopwatch.detectors.fleet.fact_batch import FactBatch
+from loopwatch.detectors.fleet.facts import encode_facts, result_fact
+from loopwatch.detectors.fleet.fail_fast import fail_fast_verdict, is_blocking
+from loopwatch.detectors.hashing import digester_for
+from loopwatch.detectors.step import Prepared, prepare
+from loopwatch.streams.fleet_view.alert_board import AlertBoard
+
+__all__ = ["FactSender"]
+
+Send = Callable[[str, bytes | None, bytes | None, int | None], Awaitable["asyncio.Future[Any]"]]
+
+
+class FactSender:
+    def __init__(self, topic: str | None, send: Send, alerts: AlertBoard | None = None) -> None:
+        self.topic = topic
+        self._send = send
+        self.alerts = alerts
+        self.batch = FactBatch()
+        self.active = False  # a facts topic and a fleet rule on (set per batch by begin)
+        self._rules: tuple[object, FleetRules] = (object(), fleet_rules(None))
+        self._waiters: list[Callable[[], None]] = []
+
+    def rules(self, config: FleetConfig) -> FleetRules:
+        if self._rules[0] is not config.global_rules:
+            self._rules = (config.global_rules, fleet_rules(config.global_rules))
+        return self._rules[1]
+
+    def begin(self, config: FleetConfig) -> None:
+        """A batch begins under ``config``."""
+        rules = self.rules(config)
+        self.active = self.topic is not None and rules.any
+        self.batch.outage_bucket_ms = rules.tool_outage.bucket_s * 1000
+        self.batch.loop_bucket_ms = rules.systemic_loop.bucket_s * 1000
+
+    @staticmethod
+    def prepare(event: ToolCall | ToolResult, config: FleetConfig) -> Prepared:
+        settings = config.settings
+        newest = config.for_agent(event.agent_id).newest
+        return prepare(event, digester_for(settings.digest), settings.provider_send_tools, newest)
+
+    def outages_open(self) -> bool:
+        """Whether any tool has an open outage (the only time calls can be refused)."""
+        return self.alerts is not None and bool(self.alerts.open_outages)
+
+    def fail_fast(self, scope: str, event: ToolCall, ts: int, config: FleetConfig) -> Verdict | None:
+        """F1's block of a call to a tool under an open outage, when ``toolOutage.block`` is on."""
+        board = self.alerts
+        assert board is not None
+        last_failure = board.last_failure(event.tool)
+        if last_failure is None or not is_blocking(last_failure, ts, self.rules(config).tool_outage):
+            return None
+        return fail_fast_verdict(
+            scope, event, board.open_outages[event.tool].runs, config.settings.observe_only
+        )
+
+    def call(self, event: ToolCall, scope: str, ts: int) -> None:
+        self.batch.call(event.agent_id, scope, ts)
+
+    def result(self, event: ToolResult, scope: str, ts: int, prepared: Prepared, config: FleetConfig) -> None:
+        result_hash = prepared.result_hash
+        if result_hash is None:
+            return  # no outcome: nothing for F1
+        if not result_hash.startswith("error:"):
+            self.batch.success(event.tool, scope, ts)
+            return
+        failure = result_fact(event, scope, ts, prepared, digester_for(config.settings.digest))
+        assert failure is not None
+        self.batch.failure(failure)
+        if self.alerts is not None:
+            self.alerts.note_failure(event.tool, ts)
+
+    def outputs(self, outputs: list[Output], scope: str, ts: int) -> None:
+        self.batch.outputs(outputs, scope, ts)
+
+    def wait(self, waiter: Callable[[], None]) -> None:
+        """Call ``waiter`` once the facts of this batch are confirmed."""
+        self._waiters.append(waiter)
+
+    async def send(self) -> None:
+        """The batch's facts, one record per subject; then the waiters, once they are confirmed."""
+        waiters, self._waiters = self._waiters, []
+        facts = self.batch.drain()
+        if self.topic is None or not facts:
+            for waiter in waiters:
+                waiter()
+            return
+        futures = [
+            await self._send(self.topic, subject.encode(), encode_facts(items), None)
+            for subject, items in facts.items()
+        ]
+        if not waiters:
+            return
+
+        def confirmed(future: asyncio.Future[Any]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                return  # the verdicts stay in their outboxes: re-published, facts and all
+            for waiter in waiters:
+                waiter()
+
+        asyncio.gather(*futures).add_done_callback(confirmed)

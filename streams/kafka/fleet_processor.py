@@ -1,0 +1,184 @@
+"""The fleet facts topic applied to the fleet rules' per-subject states: each offset once, in bulk.
+
+Run processors send the facts of their events and verdicts (:mod:`detectors.fleet.facts`)
+to the facts topic keyed by subject — ``tool:{tool}`` for F1, ``agent:{agent}`` for F2 —
+so one worker owns all of a tool's or an agent's facts, whichever runs they come from. This
+processor keeps each subject's state (:class:`SubjectState`: the rule's rolling window of
+event-time buckets, its open outage or alert marks) in the worker's ``fleet`` table, whose
+changelog is partitioned like the facts topic, and publishes the alerts on the alerts topic.
+
+The discipline is the run processor's (:mod:`streams.kafka.run_processor`): a batch is admitted
+against the partition's cursor; a record at or below the subject's last applied offset is a
+redelivery and only re-publishes the subject's unconfirmed alerts (same ``alert_id``); a new
+one steps the rule; at the end of the batch each changed subject is written once to the
+table and its changelog, and only then does the cursor move on. A worker killed mid-outage
+therefore neither loses the open outage (it is in the recovered state) nor opens it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+import msgspec
+import structlog
+
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.config.fleet_rules import FleetRules, fleet_rules
+from loopwatch.detectors.fleet import systemic_loop, tool_outage
+from loopwatch.detectors.fleet.alerts import FleetAlert, encode_alert
+from loopwatch.detectors.fleet.facts import decode_facts
+from loopwatch.detectors.fleet.watch import apply_fact
+from loopwatch.streams.kafka.input_cursors import InputCursors
+
+__all__ = ["FleetProcessor", "SubjectState"]
+
+NO_OFFSET: Final = -1
+_log = structlog.get_logger("loopwatch.worker")
+
+Send = Callable[[str, bytes | None, bytes | None, int | None], Awaitable["asyncio.Future[Any]"]]
+
+
+class SubjectState(msgspec.Struct, array_like=True):
+    """One subject's table value: the last facts offset applied, the rule's state, unconfirmed alerts."""
+
+    offset: int = NO_OFFSET
+    # the rule's state, under its tool or agent (one entry: a subject is one tool or one agent)
+    outages: dict[str, tool_outage.OutageState] = msgspec.field(default_factory=dict)
+    loops: dict[str, systemic_loop.AgentLoops] = msgspec.field(default_factory=dict)
+    outbox: list[bytes] = msgspec.field(default_factory=list)
+
+
+_ENCODER: Final = msgspec.msgpack.Encoder()
+_DECODER: Final[Any] = msgspec.msgpack.Decoder(SubjectState)
+
+
+class FleetProcessor:
+    def __init__(
+        self,
+        data: MutableMapping[bytes, bytes],
+        send: Send,
+        seek: Callable[[int, int], Awaitable[None]],
+        config: Callable[[], FleetConfig],
+        topics: dict[str, str],
+        on_alert: Callable[[FleetAlert], object] | None = None,
+    ) -> None:
+        self.data = data
+        self._send = send
+        self._seek = seek
+        self._config = config
+        self._alerts = topics["alerts"]
+        self._changelog = topics["changelog"]
+        self.on_alert = on_alert
+        self.cursors = InputCursors()
+        self.lock = asyncio.Lock()
+        # parsed states: subject -> (the blob parsed, None if changed since; state; partition)
+        self._states: dict[bytes, tuple[bytes | None, SubjectState, int]] = {}
+        self._dirty: dict[bytes, tuple[int, SubjectState]] = {}
+        self._rules: tuple[object, FleetRules] = (object(), fleet_rules(None))
+        self.applied = 0  # fact records applied
+
+    async def process(self, fetched: dict[Any, list[Any]]) -> None:
+        """Apply one fetched batch of the facts topic (topic-partition → records in offset order)."""
+        async with self.lock:
+            advanced: dict[int, int] = {}
+            for tp, records in fetched.items():
+                if not records:
+                    continue
+                partition = tp.partition
+                admission = self.cursors.admit(partition, records[0].offset)
+                if admission.seek_to is not None:
+                    await self._seek(partition, admission.seek_to)
+                    continue
+                if admission.apply_from is None:
+                    continue
+                if admission.gap:
+                    _log.error(
+                        "fleet facts missing on the broker were skipped",
+                        partition=partition,
+                        missing=admission.gap,
+                    )
+                for record in records:
+                    if record.offset >= admission.apply_from:
+                        await self._record(record)
+                advanced[partition] = records[-1].offset + 1
+            await self._write_dirty()
+            for partition, offset in advanced.items():
+                self.cursors.advance(partition, offset)
+
+    def forget_partitions(self, partitions: set[int]) -> None:
+        """Drop the parsed states of partitions this worker no longer owns."""
+        for key in [k for k, cached in self._states.items() if cached[2] in partitions]:
+            del self._states[key]
+
+    def _fleet_rules(self) -> FleetRules:
+        global_rules = self._config().global_rules
+        if self._rules[0] is not global_rules:
+            self._rules = (global_rules, fleet_rules(global_rules))
+        return self._rules[1]
+
+    def _load(self, key: bytes, partition: int) -> SubjectState:
+        blob = self.data.get(key)
+        cached = self._states.get(key)
+        if cached is not None and (cached[0] is None or cached[0] is blob):
+            return cached[1]
+        state = SubjectState()
+        if blob is not None:
+            try:
+                state = _DECODER.decode(blob)
+            except msgspec.DecodeError as exc:  # not written by this version: start afresh
+                _log.error(
+                    "unreadable fleet state replaced", subject=key.decode("utf-8", "replace"), error=str(exc)
+                )
+        self._states[key] = (blob, state, partition)
+        return state
+
+    async def _record(self, record: Any) -> None:
+        key: bytes = record.key or b""
+        state = self._load(key, record.partition)
+        if record.offset <= state.offset:  # applied before: re-publish what is unconfirmed
+            await self._publish(key, state, list(state.outbox))
+            return
+        try:
+            facts = decode_facts(record.value or b"")
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            _log.error(
+                "unreadable fleet facts skipped", subject=key.decode("utf-8", "replace"), error=str(exc)
+            )
+            facts = []
+        rules = self._fleet_rules()
+        alerts = [alert for fact in facts for alert in apply_fact(fact, rules, state.outages, state.loops)]
+        state.offset = record.offset
+        self.applied += 1
+        self._states[key] = (None, state, record.partition)
+        self._dirty[key] = (record.partition, state)
+        if alerts:
+            encoded = [encode_alert(alert) for alert in alerts]
+            state.outbox.extend(encoded)
+            for alert in alerts:
+                _log.warning("fleet alert", alert_id=alert.alert_id, kind=alert.kind, message=alert.message)
+                if self.on_alert is not None:
+                    self.on_alert(alert)
+            await self._publish(key, state, encoded)
+
+    async def _publish(self, key: bytes, state: SubjectState, encoded: list[bytes]) -> None:
+        """Send alerts; each leaves the subject's outbox once the broker confirmed it."""
+        for value in encoded:
+
+            def confirmed(future: asyncio.Future[Any], value: bytes = value) -> None:
+                if future.cancelled() or future.exception() is not None:
+                    return  # stays in the outbox: re-published if the facts come again
+                if value in state.outbox:
+                    state.outbox.remove(value)
+
+            future = await self._send(self._alerts, key, value, None)
+            future.add_done_callback(confirmed)
+
+    async def _write_dirty(self) -> None:
+        for key, (partition, state) in self._dirty.items():
+            blob = _ENCODER.encode(state)
+            self.data[key] = blob
+            self._states[key] = (blob, state, partition)
+            await self._send(self._changelog, key, blob, partition)
+        self._dirty.clear()

@@ -1,0 +1,471 @@
+"""Fetched input records applied to the runs' states: each offset once, in order, in bulk.
+
+The worker's consumer hands every fetched batch of the input topic here
+(:meth:`RunProcessor.process`). For each partition the batch is admitted against the
+partition's cursor (:mod:`streams.kafka.input_cursors`), then every record is applied to its run:
+
+* decode (invalid records go to the dead-letter topic with the reason and their origin);
+* the run's table value (:mod:`streams.kafka.run_table`) says whether the record is new: a record at
+  or below the run's last applied offset is a redelivery, and only its outputs still awaiting
+  broker confirmation are re-published, with the same verdict ids; an ended run's tombstone
+  makes every later record of it a counted no-op;
+* otherwise the core's step runs; its outputs are kept in the run's outbox, sent, and leave
+  the outbox when the broker confirms them.
+
+At the end of the batch the facts the fleet-wide rules need (:mod:`detectors.fleet.facts`)
+are sent to the facts topic, one record per subject (tool or agent) — those of redelivered
+events again, which changes nothing there; a verdict leaves the outbox only once its facts
+are confirmed too. Then every run changed in the batch is written once to the table and its
+changelog (on the run's input partition), and only then does the partition's cursor move
+past the batch. A ``tool_call`` of a tool under an open outage (known from the alerts topic)
+gets F1's fail-fast block first when ``toolOutage.block`` is on. The committer commits
+cursors after flushing the producer, so a committed offset always has its state changes,
+verdicts and facts on the broker before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final, Protocol
+
+import msgspec
+import structlog
+
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.events import (
+    EXPIRY_EVENT_PREFIX,
+    Abort,
+    Event,
+    InvalidEvent,
+    Output,
+    RunEnd,
+    ToolCall,
+    ToolResult,
+    Verdict,
+    encode_output,
+    run_scope,
+)
+from loopwatch.detectors.state import OUTBOX_LIMIT, RunState
+from loopwatch.detectors.step import apply, new_state
+from loopwatch.streams.fleet_view.alert_board import AlertBoard
+from loopwatch.streams.fleet_view.metrics import WorkerMetrics
+from loopwatch.streams.kafka.dead_letter import dead_letter
+from loopwatch.streams.kafka.fact_sender import FactSender
+from loopwatch.streams.kafka.input_cursors import InputCursors
+from loopwatch.streams.kafka.redis_cache import DecisionCache
+from loopwatch.streams.kafka.run_table import (
+    ENDED,
+    LIVE,
+    NO_OFFSET,
+    id_hash,
+    pack_ended_hashes,
+    pack_live,
+    unpack,
+)
+from loopwatch.streams.logs import verdict_log_fields
+
+__all__ = ["OUTBOX_FLUSH_AT", "REPLY_HEADER", "RunProcessor"]
+
+#: A run holding the unconfirmed outputs of this many events makes the batch wait for the
+#: broker's confirmations (which empty the outbox) before it goes on: the outbox stays bounded.
+OUTBOX_FLUSH_AT: Final = OUTBOX_LIMIT
+_GONE: Final = 0  # deleted in this batch
+
+_log = structlog.get_logger("loopwatch.worker")
+_OUTPUT: Any = msgspec.json.Decoder(Verdict | Abort)
+
+
+#: A record with this header (any value) asks for its outputs on the replies topic, at once:
+#: ``{"event_id": ..., "outputs": [...]}`` keyed by event id, also when there are none (the
+#: HTTP gateway's ``/v1/decide`` on Kafka answers "allow" without waiting out its timeout).
+REPLY_HEADER: Final = "loopwatch-reply"
+
+
+def _wants_reply(record: Any) -> bool:
+    headers = getattr(record, "headers", None) or ()
+    return any(name == REPLY_HEADER for name, _ in headers)
+
+
+class Record(Protocol):
+    """What is read of an aiokafka ``ConsumerRecord``."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+Send = Callable[[str, bytes | None, bytes | None, int | None], Awaitable["asyncio.Future[Any]"]]
+
+
+class _Run:
+    """A run's table value, parsed, with the bytes it was parsed from (None: changed since)."""
+
+    __slots__ = ("blob", "ended_ids", "ended_ms", "kind", "offset", "partition", "state")
+
+    def __init__(
+        self,
+        partition: int,
+        blob: bytes | None = None,
+        kind: int = LIVE,
+        offset: int = NO_OFFSET,
+        state: RunState | None = None,
+        ended_ms: int = 0,
+        ended_ids: frozenset[int] = frozenset(),
+    ) -> None:
+        self.partition = partition
+        self.blob = blob
+        self.kind = kind
+        self.offset = offset
+        self.state = state
+        self.ended_ms = ended_ms
+        self.ended_ids = ended_ids
+
+
+class RunProcessor:
+    def __init__(
+        self,
+        data: MutableMapping[bytes, bytes],
+        send: Send,
+        flush: Callable[[], Awaitable[None]],
+        seek: Callable[[int, int], Awaitable[None]],
+        config: Callable[[], FleetConfig],
+        metrics: WorkerMetrics,
+        topics: dict[str, str],
+        cache: DecisionCache | None = None,
+        fault_hook: Callable[[Event], None] | None = None,
+        alerts: AlertBoard | None = None,
+    ) -> None:
+        self.data = data
+        self._send = send
+        self._flush = flush
+        self._seek = seek
+        self._config = config
+        self.metrics = metrics
+        self.cache = cache
+        self.fault_hook = fault_hook
+        self._verdicts = topics["verdicts"]
+        self._dead_letter = topics["dead_letter"]
+        self._changelog = topics["changelog"]
+        self.facts = FactSender(topics.get("facts"), send, alerts)  # None: no fleet rules
+        self._replies = topics.get("replies")  # decisions asked for (REPLY_HEADER) go there
+        #: how replies are sent (the worker: its own producer without linger; default: ``send``)
+        self.send_reply: Send = send
+        self._answer: tuple[str, list[bytes]] | None = None  # the record being applied: its outputs
+        self.cursors = InputCursors()
+        #: Held while a batch is applied, and by whatever must not interleave with one
+        #: (revocation, shutdown, expiry).
+        self.lock = asyncio.Lock()
+        self._runs: dict[bytes, _Run] = {}
+        self._dirty: dict[bytes, _Run] = {}
+        self._flush_before_write = False
+        self.last_seen: dict[bytes, float] = {}
+
+    # -- batches -------------------------------------------------------------------------------
+
+    async def process(self, fetched: dict[Any, list[Any]]) -> None:
+        """Apply one fetched batch (topic-partition → records in offset order)."""
+        async with self.lock:
+            self.facts.begin(self._config())
+            advanced: dict[int, int] = {}
+            for tp, records in fetched.items():
+                if not records:
+                    continue
+                partition = tp.partition
+                admission = self.cursors.admit(partition, records[0].offset)
+                if admission.seek_to is not None:
+                    self.metrics.reseeks += 1
+                    _log.warning(
+                        "fetched records start past the last applied one: seeking back",
+                        partition=partition,
+                        first_offset=records[0].offset,
+                        seek_to=admission.seek_to,
+                    )
+                    await self._seek(partition, admission.seek_to)
+                    continue
+                if admission.apply_from is None:
+                    continue  # not ready: fetched again once it is
+                if admission.gap:
+                    self.metrics.gaps += admission.gap
+                    _log.error(
+                        "input records missing on the broker were skipped",
+                        partition=partition,
+                        first_missing=admission.apply_from - admission.gap,
+                        missing=admission.gap,
+                    )
+                start = admission.apply_from
+                for record in records:
+                    if record.offset >= start:
+                        await self._record(record)
+                advanced[partition] = records[-1].offset + 1
+            await self.facts.send()
+            await self._write_dirty()
+            for partition, offset in advanced.items():
+                self.cursors.advance(partition, offset)
+
+    def _redelivered_facts(self, key: bytes, event: Event, record: Record, outbox: list[bytes]) -> None:
+        """The facts of an event applied before (sent again: they may not have reached the topic)."""
+        facts = self.facts
+        if not facts.active:
+            return
+        scope = key.decode()
+        ts = event.ts if event.ts is not None else record.timestamp
+        if type(event) is ToolCall:
+            facts.call(event, scope, ts)
+        elif type(event) is ToolResult:
+            config = self._config()
+            facts.result(event, scope, ts, facts.prepare(event, config), config)
+        if outbox:
+            facts.outputs([_OUTPUT.decode(value) for value in outbox], scope, ts)
+
+    async def _write_dirty(self) -> None:
+        """One table and changelog write per run changed in the batch."""
+        data = self.data
+        send = self._send
+        if self._flush_before_write:
+            await self._flush()
+            self._flush_before_write = False
+        for key, run in self._dirty.items():
+            if run.kind == _GONE:
+                self._runs.pop(key, None)
+                if data.pop(key, None) is not None:
+                    await send(self._changelog, key, None, run.partition)
+                continue
+            if run.kind == ENDED:
+                blob = pack_ended_hashes(run.offset, run.ended_ms, run.ended_ids)
+            else:
+                assert run.state is not None
+                blob = pack_live(run.offset, run.state.to_bytes())
+            data[key] = blob
+            run.blob = blob
+            await send(self._changelog, key, blob, run.partition)
+        self._dirty.clear()
+
+    def forget_partitions(self, partitions: set[int]) -> None:
+        """Drop the parsed states of partitions this worker no longer owns."""
+        for key in [k for k, run in self._runs.items() if run.partition in partitions]:
+            del self._runs[key]
+            self.last_seen.pop(key, None)
+
+    # -- records -------------------------------------------------------------------------------
+
+    async def _record(self, record: Record) -> None:
+        started = time.perf_counter()
+        self._answer = None
+        kind = await self._apply(record)
+        self.metrics.event(kind, time.perf_counter() - started)
+        if self._replies is not None and self._answer is not None and _wants_reply(record):
+            event_id, encoded = self._answer
+            reply = (
+                b'{"event_id":' + msgspec.json.encode(event_id) + b',"outputs":[' + b",".join(encoded) + b"]}"
+            )
+            await self.send_reply(self._replies, event_id.encode(), reply, None)
+
+    async def _apply(self, record: Record) -> str:
+        """Apply one record; the kind counted for it."""
+        config = self._config()
+        value: bytes = record.value or b""
+        if len(value) > config.settings.max_event_bytes:
+            limit = config.settings.max_event_bytes
+            await self._refuse(record, f"event of {len(value)} bytes exceeds the limit of {limit}")
+            return "invalid"
+        try:
+            event = decode_event(value)
+        except InvalidEvent as exc:
+            await self._refuse(record, exc.reason)
+            return "invalid"
+        key = run_scope(event).encode()
+        kind = str(event.__struct_config__.tag)
+        self._answer = (event.event_id, [])
+        run = self._load(key, record.partition)
+        if run.kind == ENDED:
+            if record.offset <= run.offset or id_hash(event.event_id) in run.ended_ids:
+                self.metrics.ended_run_events += 1  # redelivered or republished
+                return kind
+            run = self._runs[key] = _Run(record.partition)  # a new run
+        if record.offset <= run.offset:  # applied before: re-publish what is unconfirmed
+            self.metrics.redelivered += 1
+            if run.state is not None:
+                outbox = run.state.outbox.get(event.event_id, [])
+                self._answer = (event.event_id, outbox)
+                self._redelivered_facts(key, event, record, outbox)
+                with_facts = bool(outbox) and self.facts.active
+                await self._publish(key, run.state, event.event_id, outbox, with_facts)
+            return kind
+        try:
+            if self.fault_hook is not None:
+                self.fault_hook(event)
+            await self._step(key, run, event, record)
+        except Exception as exc:  # noqa: BLE001 - one event's failure must not stop the others
+            _log.exception(
+                "event processing failed",
+                run_id=key.decode(),
+                partition=record.partition,
+                offset=record.offset,
+            )
+            await self._refuse(record, f"processing failed: {type(exc).__name__}: {exc}")
+            return "invalid"
+        return kind
+
+    async def _step(self, key: bytes, run: _Run, event: Event, record: Record) -> None:
+        run.offset = record.offset
+        run.blob = None
+        self._dirty[key] = run
+        if type(event) is RunEnd:
+            self.last_seen.pop(key, None)
+            if run.state is not None and run.state.outbox:
+                # the tombstone keeps no outbox: its verdicts must be on the broker before it
+                self._flush_before_write = True
+            if event.event_id.startswith(EXPIRY_EVENT_PREFIX):
+                run.kind = _GONE
+            else:
+                seen = list(run.state.seen) if run.state is not None else []
+                run.ended_ids = frozenset(id_hash(i) for i in [*seen, event.event_id])
+                run.kind, run.state, run.ended_ms = ENDED, None, record.timestamp or 0
+            if self.cache is not None:
+                await self.cache.forget(key.decode())
+            return
+        self.last_seen[key] = time.time()
+        config = self._config()
+        state = run.state
+        if state is None:
+            state = run.state = new_state(event, config)
+        loop_before = state.loop_spend_usd
+        outputs = self._apply_with_fleet(key, state, event, record, config)
+        usage = event.usage if isinstance(event, ToolCall) else None
+        if usage is not None:
+            self.metrics.spend(
+                event.agent_id, usage, state.loop_spend_usd - loop_before, state.first_detector
+            )
+        if not outputs:
+            return
+        encoded = [encode_output(out) for out in outputs]
+        self._answer = (event.event_id, encoded)
+        state.hold(event.event_id, encoded)  # persisted with the state at the end of the batch
+        scope = key.decode()
+        for out in outputs:
+            self.metrics.output(out)
+            _log.warning(
+                "tool loop",
+                run_id=scope,
+                partition=record.partition,
+                offset=record.offset,
+                **verdict_log_fields(out, scope),
+            )
+        await self._publish(key, state, event.event_id, encoded, self.facts.active)
+        if self.cache is not None:
+            for out in outputs:
+                await self.cache.record(scope, out)
+        if len(state.outbox) >= OUTBOX_FLUSH_AT:
+            await self.facts.send()  # the outbox waits for them too
+            await self._flush()  # confirmations empty the outbox
+
+    def _apply_with_fleet(
+        self, key: bytes, state: RunState, event: Event, record: Record, config: FleetConfig
+    ) -> list[Output]:
+        """The core's step, with F1's fail-fast block first and the event's facts noted."""
+        facts = self.facts
+        kind = type(event)
+        if not facts.active or (kind is not ToolCall and kind is not ToolResult):
+            return apply(state, event, config)
+        scope = key.decode()
+        ts = event.ts if event.ts is not None else record.timestamp
+        if kind is ToolCall:
+            assert isinstance(event, ToolCall)
+            block = None
+            if facts.outages_open() and event.event_id not in state.seen_set:
+                block = facts.fail_fast(scope, event, ts, config)
+            outputs = apply(state, event, config)
+            facts.call(event, scope, ts)
+            if block is not None:
+                outputs.insert(0, block)
+        else:
+            assert isinstance(event, ToolResult)
+            prepared = facts.prepare(event, config)
+            outputs = apply(state, event, config, prepared)
+            facts.result(event, scope, ts, prepared, config)
+        if outputs:
+            facts.outputs(outputs, scope, ts)
+        return outputs
+
+    def _load(self, key: bytes, partition: int) -> _Run:
+        """The run's parsed table value (cached while the table holds the same bytes)."""
+        blob = self.data.get(key)
+        run = self._runs.get(key)
+        if run is not None and (run.blob is None or run.blob is blob):
+            return run
+        if blob is None:
+            run = _Run(partition)
+        else:
+            try:
+                value = unpack(blob)
+                state = None
+                if value.kind == LIVE:
+                    state = RunState.from_bytes(value.state, self._config().settings.seen_event_ids)
+                run = _Run(partition, blob, value.kind, value.offset, state, value.ended_ms, value.ended_ids)
+            except (ValueError, msgspec.DecodeError) as exc:  # not written by this version: start afresh
+                _log.error(
+                    "unreadable run state replaced", run_id=key.decode("utf-8", "replace"), error=str(exc)
+                )
+                run = _Run(partition)
+        self._runs[key] = run
+        return run
+
+    async def _publish(
+        self, key: bytes, state: RunState, event_id: str, encoded: list[bytes], with_facts: bool = False
+    ) -> None:
+        """Send outputs; once the broker confirmed all of them (and, ``with_facts``, the batch's
+        fleet facts) they leave the run's outbox."""
+        if not encoded:
+            return
+        pending = len(encoded) + with_facts
+
+        def confirmed_one() -> None:
+            nonlocal pending
+            pending -= 1
+            if pending == 0:
+                state.delivered(event_id)
+
+        def confirmed(future: asyncio.Future[Any]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                return  # stays in the outbox: re-published if the event comes again
+            confirmed_one()
+
+        if with_facts:
+            self.facts.wait(confirmed_one)
+        for value in encoded:
+            future = await self._send(self._verdicts, key, value, None)
+            future.add_done_callback(confirmed)
+
+    async def _refuse(self, record: Record, reason: str) -> None:
+        self.metrics.invalid += 1
+        _log.warning(
+            "invalid event sent to dead-letter topic",
+            reason=reason,
+            partition=record.partition,
+            offset=record.offset,
+        )
+        letter = dead_letter(
+            reason,
+            record.topic,
+            record.partition,
+            record.offset,
+            record.key,
+            record.value,
+            record.timestamp,
+            self._config().settings.max_event_bytes,
+        )
+        await self._send(self._dead_letter, record.key, letter, None)
+
+    # -- housekeeping --------------------------------------------------------------------------
+
+    async def drop_ended(self, keys: list[bytes], partitions: dict[bytes, int]) -> None:
+        """Delete tombstones past their grace period (call with :attr:`lock` held)."""
+        for key in keys:
+            self._dirty[key] = _Run(partitions[key], kind=_GONE)
+        await self._write_dirty()

@@ -1,0 +1,131 @@
+"""What every worker follows besides its input, each with its own consumer (no group):
+
+* :func:`follow_fleet` — every event and verdict of the fleet, for the fleet view (/fleet);
+* :func:`follow_alerts` — every fleet alert from the start of the alerts topic: open
+  outages (F1's fail-fast blocks on this worker's runs), systemic loops, for the dashboard
+  and the metrics;
+* :func:`follow_config` — config overrides published after startup, for as long as the
+  worker runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+import structlog
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from loopwatch.config.stream_settings import StreamSettings
+from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.events import Abort, InvalidEvent, Verdict
+from loopwatch.detectors.fleet.alerts import decode_alert
+from loopwatch.streams.fleet_view.alert_board import AlertBoard
+from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.kafka.connect import aiokafka_auth
+
+__all__ = ["follow_alerts", "follow_config", "follow_fleet"]
+
+#: The fleet view's follower fetches in bulk (see :func:`follow_fleet`).
+FLEET_FETCH_MIN_BYTES: Final = 256 * 1024
+FLEET_FETCH_WAIT_MS: Final = 250
+FLEET_YIELD_EVERY: Final = 100
+
+_log = structlog.get_logger("loopwatch.worker")
+_OUTPUTS: Any = msgspec.json.Decoder(Verdict | Abort)
+
+
+def _consumer(settings: StreamSettings, **options: Any) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        enable_auto_commit=False,
+        **options,
+        **aiokafka_auth(settings),
+    )
+
+
+async def follow_fleet(settings: StreamSettings, view: FleetView, max_bytes: Callable[[], int]) -> None:
+    """Every event and verdict of the fleet (all partitions), from the view's horizon on.
+
+    Fetches wait up to FLEET_FETCH_WAIT_MS for FLEET_FETCH_MIN_BYTES: a dashboard a quarter
+    of a second behind costs far fewer fetch round trips than one that chases every record.
+    """
+    consumer = _consumer(
+        settings, fetch_min_bytes=FLEET_FETCH_MIN_BYTES, fetch_max_wait_ms=FLEET_FETCH_WAIT_MS
+    )
+    await consumer.start()
+    try:
+        topics = (settings.topic_events, settings.topic_verdicts)
+        partitions = [TopicPartition(t, p) for t in topics for p in range(settings.partitions)]
+        consumer.assign(partitions)
+        since = int(time.time() * 1000) - view.horizon_ms
+        ends = await consumer.end_offsets(partitions)  # before the time lookup: no gap
+        starts = await consumer.offsets_for_times(dict.fromkeys(partitions, since))
+        for tp in partitions:
+            found = starts.get(tp)
+            consumer.seek(tp, ends[tp] if found is None else found.offset)
+        while True:
+            batch = await consumer.getmany(timeout_ms=1000)
+            seen = 0
+            for tp, messages in batch.items():
+                is_verdict = tp.topic == settings.topic_verdicts
+                for message in messages:
+                    _observe(view, is_verdict, message.value, message.timestamp, max_bytes())
+                    seen += 1
+                    if seen % FLEET_YIELD_EVERY == 0:
+                        await asyncio.sleep(0)  # detection never waits for a whole fetch of the view
+    finally:
+        await consumer.stop()
+
+
+def _observe(view: FleetView, is_verdict: bool, value: bytes | None, ts_ms: int, max_bytes: int) -> None:
+    if not value or len(value) > max_bytes:
+        return  # refused by the workers too
+    try:
+        if is_verdict:
+            view.output(_OUTPUTS.decode(value), ts_ms)
+        else:
+            view.event(decode_event(value), ts_ms)
+    except (InvalidEvent, msgspec.DecodeError):
+        pass  # invalid input is counted by the metrics and kept in the dead-letter topic
+
+
+async def follow_alerts(settings: StreamSettings, board: AlertBoard) -> None:
+    """Every fleet alert from the start of the alerts topic, into ``board``."""
+    consumer = _consumer(settings, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(settings.topic_alerts, p) for p in range(settings.partitions)]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        while True:
+            batch = await consumer.getmany(timeout_ms=1000)
+            for messages in batch.values():
+                for message in messages:
+                    try:
+                        board.add(decode_alert(message.value or b""))
+                    except (msgspec.DecodeError, msgspec.ValidationError):
+                        _log.warning("unreadable fleet alert ignored", offset=message.offset)
+    finally:
+        await consumer.stop()
+
+
+async def follow_config(
+    settings: StreamSettings, offset: int, apply: Callable[[bytes | None, bytes | None], None]
+) -> None:
+    """Config overrides from ``offset`` of the config topic on, each handed to ``apply``."""
+    consumer = _consumer(settings)
+    await consumer.start()
+    try:
+        tp = TopicPartition(settings.topic_config, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, offset)
+        while True:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            for message in batch.get(tp, []):
+                apply(message.key, message.value)
+    finally:
+        await consumer.stop()

@@ -1,0 +1,385 @@
+"""The Kafka worker: a faust-streaming app built from settings (DESIGN §5).
+
+faust provides the group membership, the ``runs`` table (run scope → :mod:`streams.kafka.run_table`
+value) with its changelog co-partitioned with the input, recovery, timers and the web server.
+Input records reach the core in bulk (:mod:`streams.kafka.bulk_consumer`), are applied by
+:class:`streams.kafka.run_processor.RunProcessor` exactly once per offset, and are committed only
+once applied and flushed; why that holds through rebalances, crashes and redeliveries is
+written down in :mod:`streams.kafka.bulk_consumer`.
+
+* Verdicts are sent without waiting; until the broker confirms them they are also kept in
+  the run's state (its outbox), which the changelog records: a crash at any point either
+  replays the event from scratch or finds it applied and re-publishes its unconfirmed
+  verdicts — the same verdict ids, never a lost verdict.
+* Invalid records go to the dead-letter topic with the reason and their origin.
+* ``run_end`` leaves a small tombstone for ``LOOPWATCH_ENDED_RUN_GRACE_S``: redelivered or
+  republished events of an ended run are counted, not detected again. Runs idle longer than
+  the state TTL get a synthetic ``run_end`` on their own partition, which deletes the state.
+* Config overrides are followed on the compacted config topic and apply to the next event.
+* The fleet-wide rules (spec BEYOND-OPENCLAW F1, F2): run processors send the facts of
+  their events and verdicts to the facts topic keyed by tool or agent; the fleet processor
+  (:mod:`streams.kafka.fleet_processor`), fed in bulk like the input, keeps each subject's rolling
+  window in the ``fleet`` table (changelog, recovery) and publishes ``fleet_alert`` records on
+  the alerts topic. Every worker follows the alerts topic from its start (alerts are few) for
+  F1's fail-fast blocks on its own runs, for the dashboard and for the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any, Final
+
+import faust
+import structlog
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
+
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.config.stream_settings import StreamSettings
+from loopwatch.detectors.events import EXPIRY_EVENT_PREFIX, Event, RunEnd, encode_event
+from loopwatch.streams.fleet_view.alert_board import AlertBoard
+from loopwatch.streams.fleet_view.dashboard import Dashboard, register_faust_pages
+from loopwatch.streams.fleet_view.metrics import WorkerMetrics
+from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.kafka.bulk_consumer import LoopwatchApp
+from loopwatch.streams.kafka.config_topic import apply_config_record, apply_logged, read_config_overrides
+from loopwatch.streams.kafka.connect import aiokafka_auth, faust_credentials
+from loopwatch.streams.kafka.fleet_processor import FleetProcessor
+from loopwatch.streams.kafka.redis_cache import DecisionCache
+from loopwatch.streams.kafka.run_processor import RunProcessor
+from loopwatch.streams.kafka.run_table import ENDED, unpack
+from loopwatch.streams.kafka.topic_followers import follow_alerts, follow_config, follow_fleet
+
+__all__ = ["FAULT_ENV", "LoopwatchWorker", "apply_config_record", "read_config_overrides"]
+
+#: Applied offsets are committed this often (and on every revocation and at shutdown).
+COMMIT_INTERVAL_S: Final = 1.0
+#: At most this many records per fetch, all applied as one batch.
+MAX_POLL_RECORDS: Final = 1000
+#: A testing aid: processing an event whose id is listed here (comma-separated) raises.
+FAULT_ENV: Final = "LOOPWATCH_FAULT_EVENT_IDS"
+
+_log = structlog.get_logger("loopwatch.worker")
+
+
+class InjectedFault(RuntimeError):
+    """Raised for the event ids of :data:`FAULT_ENV`."""
+
+
+def _fault_hook() -> Any:
+    ids = {part.strip() for part in os.environ.get(FAULT_ENV, "").split(",") if part.strip()}
+    if not ids:
+        return None
+
+    def hook(event: Event) -> None:
+        if event.event_id in ids:
+            raise InjectedFault(f"injected fault for event {event.event_id}")
+
+    return hook
+
+
+class LoopwatchWorker:
+    """Owns the faust app, its topics and table, and the shell state around the core."""
+
+    def __init__(
+        self,
+        settings: StreamSettings,
+        config: FleetConfig,
+        config_offset: int = 0,
+        cache: DecisionCache | None = None,
+    ) -> None:
+        self.settings = settings
+        self.config = config
+        self._config_offset = config_offset
+        self.cache = cache
+        self.topic = settings.topic_events
+        self.facts_topic = settings.topic_fleet_facts
+        self.bulk_topics = frozenset({self.topic, self.facts_topic})
+        self.metrics = WorkerMetrics()
+        self.alerts = AlertBoard()
+        self.fleet = FleetView(
+            f"worker {settings.app_id}",
+            horizon_s=settings.fleet_horizon_s,
+            failing_runs=settings.fleet_failing_runs,
+            previews=settings.dashboard_previews,
+            enabled=settings.fleet_view,
+        )
+        self.fleet.alerts = self.alerts
+        app = LoopwatchApp(
+            settings.app_id,
+            broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
+            broker_credentials=faust_credentials(settings),
+            store="memory://",
+            topic_partitions=settings.partitions,
+            topic_replication_factor=settings.replication_factor,
+            topic_disable_leader=True,
+            processing_guarantee="at_least_once",
+            consumer_auto_offset_reset="earliest",
+            broker_session_timeout=settings.kafka_session_timeout_s,
+            broker_heartbeat_interval=min(3.0, settings.kafka_session_timeout_s / 3),
+            broker_max_poll_records=MAX_POLL_RECORDS,
+            producer_acks=-1,
+            producer_linger=0.005,
+            web_enabled=settings.web_enabled,
+            web_host=settings.web_host,
+            web_port=settings.web_port,
+            datadir=settings.data_dir,
+        )
+        self.app = app
+        events_topic = app.topic(
+            settings.topic_events,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+        self.events_topic = events_topic
+        # bytes keys and values: faust derives the "raw" codec for the table and its changelog
+        self.runs = app.Table(
+            "runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions
+        )
+        facts_topic = app.topic(
+            settings.topic_fleet_facts,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+        # subject (tool:..., agent:...) -> its rule's rolling window, partitioned like the facts
+        self.fleet_table = app.Table(
+            "fleet", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions
+        )
+        self.processor = RunProcessor(
+            self.runs.data,
+            self._send,
+            self._flush,
+            self._seek,
+            lambda: self.config,
+            self.metrics,
+            {
+                "verdicts": settings.topic_verdicts,
+                "dead_letter": settings.topic_dead_letter,
+                "changelog": self.runs.changelog_topic.get_topic_name(),
+                "facts": settings.topic_fleet_facts,
+                "replies": settings.topic_replies,
+            },
+            cache,
+            _fault_hook(),
+            self.alerts,
+        )
+        self.fleet_processor = FleetProcessor(
+            self.fleet_table.data,
+            self._send,
+            self._seek_facts,
+            lambda: self.config,
+            {"alerts": settings.topic_alerts, "changelog": self.fleet_table.changelog_topic.get_topic_name()},
+            self.alerts.add,
+        )
+        self.processor.send_reply = self._send_reply
+        self._reply_producer: AIOKafkaProducer | None = None
+        self._committed: dict[Any, int] = {}  # topic-partition -> committed offset
+        self._commit_lock = asyncio.Lock()
+        app.bulk_sink = self
+        app.topics.add(events_topic)  # subscribed by faust's conductor; read by the bulk consumer
+        app.topics.add(facts_topic)
+        app.on_partitions_revoked.connect(self._on_revoked)
+        worker = self
+
+        async def metrics(view: Any, request: Any) -> Any:  # faust binds pages to its views
+            return view.text(worker.metrics_text(), content_type="text/plain; version=0.0.4")
+
+        async def health(view: Any, request: Any) -> Any:
+            return view.json({"status": "ok", "events": sum(worker.metrics.events.values())})
+
+        app.page("/metrics")(metrics)
+        app.page("/health")(health)
+        register_faust_pages(app, Dashboard(self.fleet))  # /dashboard, /fleet, /fleet/overview, /fleet/run
+        if settings.fleet_view:  # every worker then also reads every event and verdict
+            app.task(self._follow_fleet)
+        app.timer(COMMIT_INTERVAL_S)(self._commit_applied)
+        app.timer(settings.expiry_interval_s)(self._expire_idle_runs)
+        app.task(self._follow_config)
+        app.task(self._follow_alerts)
+        if cache is not None:
+            app.timer(1.0)(cache.tick)
+
+    # -- the bulk sink (streams.kafka.bulk_consumer.BulkSink) ------------------------------------------
+
+    def _processors(self) -> tuple[tuple[str, Any], ...]:
+        return ((self.topic, self.processor), (self.facts_topic, self.fleet_processor))
+
+    def ready_partitions(self) -> set[Any]:
+        return {faust.types.TP(t, p) for t, proc in self._processors() for p in proc.cursors.ready()}
+
+    async def process(self, fetched: dict[Any, list[Any]]) -> None:
+        for topic, processor in self._processors():
+            part = {tp: records for tp, records in fetched.items() if tp.topic == topic}
+            if part:
+                await processor.process(part)
+
+    async def on_ready(self, offsets: dict[Any, int]) -> None:
+        """The tables are recovered for these partitions; apply from ``offsets``."""
+        for topic, processor in self._processors():
+            async with processor.lock:
+                for tp, offset in offsets.items():
+                    if tp.topic == topic:
+                        processor.cursors.start(tp.partition, offset)
+                        self._committed[tp] = offset
+        positions = {f"{tp.topic}[{tp.partition}]": o for tp, o in sorted(offsets.items())}
+        _log.info("partitions ready", positions=positions)
+
+    async def _on_revoked(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        """Finish the batch in progress, then commit everything applied (faust's signal)."""
+        revoked: set[Any] = args[0] if args else kwargs.get("revoked", set())
+        stopped: dict[Any, int] = {}
+        for topic, processor in self._processors():
+            partitions = {tp.partition for tp in revoked if tp.topic == topic}
+            async with processor.lock:
+                for partition, offset in processor.cursors.stop(partitions).items():
+                    stopped[faust.types.TP(topic, partition)] = offset
+                processor.forget_partitions(partitions)
+        await self._commit(stopped)
+        for tp in revoked:
+            self._committed.pop(faust.types.TP(tp.topic, tp.partition), None)
+
+    async def on_stop(self) -> None:
+        """Shutdown: finish the batch in progress, commit what was applied."""
+        stopped: dict[Any, int] = {}
+        for topic, processor in self._processors():
+            async with processor.lock:
+                for partition, offset in processor.cursors.stop_all().items():
+                    stopped[faust.types.TP(topic, partition)] = offset
+        await self._commit(stopped)
+        if self._reply_producer is not None:
+            await self._reply_producer.stop()
+
+    # -- producer, consumer and commits ----------------------------------------------------------
+
+    async def _send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None) -> Any:
+        return await self.app.producer.send(topic, key, value, partition, None, None)
+
+    async def _send_reply(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
+    ) -> Any:
+        """A decision's reply, at once: its own producer without linger (replies are answers
+        someone waits for, not state; losing one only makes that question time out)."""
+        producer = self._reply_producer
+        if producer is None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.settings.kafka_bootstrap,
+                linger_ms=0,
+                acks=1,
+                **aiokafka_auth(self.settings),
+            )
+            await producer.start()
+            self._reply_producer = producer
+        return await producer.send(topic, value, key=key, partition=partition)
+
+    async def _flush(self) -> None:
+        await self.app.producer.flush()
+
+    async def _seek(self, partition: int, offset: int) -> None:
+        consumer: Any = self.app.consumer
+        await consumer.seek_input(self.topic, partition, offset)
+
+    async def _seek_facts(self, partition: int, offset: int) -> None:
+        consumer: Any = self.app.consumer
+        await consumer.seek_input(self.facts_topic, partition, offset)
+
+    async def _commit_applied(self) -> None:
+        positions = {
+            faust.types.TP(topic, p): o
+            for topic, processor in self._processors()
+            for p, o in processor.cursors.positions().items()
+        }
+        await self._commit(positions)
+
+    async def _commit(self, positions: dict[Any, int]) -> None:
+        """Flush the producer, then commit ``positions`` (topic-partition → next offset)."""
+        async with self._commit_lock:
+            todo = {tp: o for tp, o in positions.items() if o > self._committed.get(tp, -1)}
+            if not todo:
+                return
+            await self._flush()  # state changes, verdicts and facts before the offsets that imply them
+            consumer: Any = self.app.consumer
+            if await consumer._commit(todo):
+                self._committed.update(todo)
+
+    # -- monitoring ------------------------------------------------------------------------------
+
+    def metrics_text(self) -> str:
+        """The Prometheus exposition of this worker."""
+        blobs = [blob for blob in list(self.runs.data.values()) if blob]
+        ended = sum(1 for blob in blobs if blob[0] == ENDED)
+        size = sum(len(blob) for blob in blobs)
+        lag: dict[int, int] = {}
+        for partition, position in self.processor.cursors.positions().items():
+            try:
+                highwater = self.app.consumer.highwater(faust.types.TP(self.topic, partition))
+            except Exception:  # noqa: BLE001 - a partition moved away during a rebalance
+                continue
+            if highwater is not None:
+                lag[partition] = max(0, int(highwater) - position)
+        now_ms = int(time.time() * 1000)
+        self.metrics.fleet_fact_records = self.fleet_processor.applied
+        return self.metrics.render(len(blobs) - ended, ended, size, lag, self.alerts, now_ms)
+
+    # -- expiry ----------------------------------------------------------------------------------
+
+    def _owned_partition(self, key: bytes) -> int | None:
+        partition = (murmur2(key) & 0x7FFFFFFF) % self.settings.partitions
+        return partition if partition in self.processor.cursors.ready() else None
+
+    async def _expire_idle_runs(self) -> None:
+        """``run_end`` for owned runs idle past the state TTL; tombstones past their grace dropped."""
+        now = time.time()
+        last_seen = self.processor.last_seen
+        ended: list[bytes] = []
+        partitions: dict[bytes, int] = {}
+        for key, blob in list(self.runs.data.items()):
+            partition = self._owned_partition(key)
+            if partition is None or not blob:
+                continue
+            if blob[0] == ENDED:  # only tombstones are unpacked: a state's bytes are not copied
+                try:
+                    value = unpack(blob)
+                except ValueError:
+                    continue
+                if now - value.ended_ms / 1000 > self.settings.ended_run_grace_s:
+                    ended.append(key)
+                    partitions[key] = partition
+                continue
+            last = last_seen.setdefault(key, now)
+            if now - last <= self.settings.state_ttl_s:
+                continue
+            scope = key.decode()
+            session = scope.removeprefix("session:") if scope.startswith("session:") else None
+            end = RunEnd(
+                event_id=f"{EXPIRY_EVENT_PREFIX}{scope}:{int(last)}",
+                run_id=None if session is not None else scope,
+                session_id=session,
+            )
+            await self._send(self.topic, key, encode_event(end), partition)
+            last_seen[key] = now
+            _log.info("idle run expired", run_id=scope, idle_s=round(now - last))
+        if ended:
+            async with self.processor.lock:
+                await self.processor.drop_ended(ended, partitions)
+
+    # -- followers (streams.kafka.topic_followers) ----------------------------------------------------
+
+    async def _follow_fleet(self) -> None:
+        await follow_fleet(self.settings, self.fleet, lambda: self.config.settings.max_event_bytes)
+
+    async def _follow_alerts(self) -> None:
+        await follow_alerts(self.settings, self.alerts)
+
+    async def _follow_config(self) -> None:
+        def apply(key: bytes | None, value: bytes | None) -> None:
+            self.config = apply_logged(self.config, key, value)
+
+        await follow_config(self.settings, self._config_offset, apply)
