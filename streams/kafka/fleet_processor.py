@@ -30,7 +30,7 @@ from loopwatch.detectors.fleet import systemic_loop, tool_outage
 from loopwatch.detectors.fleet.alerts import FleetAlert, encode_alert
 from loopwatch.detectors.fleet.facts import decode_facts
 from loopwatch.detectors.fleet.watch import apply_fact
-from loopwatch.streams.kafka.input_cursors import InputCursors
+from loopwatch.streams.kafka.input_cursors import InputCursors, apply_admitted
 
 __all__ = ["FleetProcessor", "SubjectState"]
 
@@ -82,30 +82,24 @@ class FleetProcessor:
     async def process(self, fetched: dict[Any, list[Any]]) -> None:
         """Apply one fetched batch of the facts topic (topic-partition → records in offset order)."""
         async with self.lock:
-            advanced: dict[int, int] = {}
-            for tp, records in fetched.items():
-                if not records:
-                    continue
-                partition = tp.partition
-                admission = self.cursors.admit(partition, records[0].offset)
-                if admission.seek_to is not None:
-                    await self._seek(partition, admission.seek_to)
-                    continue
-                if admission.apply_from is None:
-                    continue
-                if admission.gap:
-                    _log.error(
-                        "fleet facts missing on the broker were skipped",
-                        partition=partition,
-                        missing=admission.gap,
-                    )
-                for record in records:
-                    if record.offset >= admission.apply_from:
-                        await self._record(record)
-                advanced[partition] = records[-1].offset + 1
+            advanced = await apply_admitted(
+                self.cursors, fetched, self._record, self._seek_back, self._skipped
+            )
             await self._write_dirty()
             for partition, offset in advanced.items():
                 self.cursors.advance(partition, offset)
+
+    async def _seek_back(self, partition: int, first_offset: int, seek_to: int) -> None:
+        await self._seek(partition, seek_to)
+
+    @staticmethod
+    def _skipped(partition: int, first_missing: int, missing: int) -> None:
+        _log.error(
+            "fleet facts missing on the broker were skipped",
+            partition=partition,
+            first_missing=first_missing,
+            missing=missing,
+        )
 
     def forget_partitions(self, partitions: set[int]) -> None:
         """Drop the parsed states of partitions this worker no longer owns."""

@@ -18,9 +18,10 @@ and the committer reads it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
-__all__ = ["Admission", "InputCursors"]
+__all__ = ["Admission", "InputCursors", "apply_admitted"]
 
 
 class Admission(NamedTuple):
@@ -78,3 +79,38 @@ class InputCursors:
         if partition in self._next and next_offset > self._next[partition]:
             self._next[partition] = next_offset
             self._sought.pop(partition, None)
+
+
+async def apply_admitted(
+    cursors: InputCursors,
+    fetched: Mapping[Any, Sequence[Any]],
+    apply: Callable[[Any], Awaitable[None]],
+    seek_back: Callable[[int, int, int], Awaitable[None]],
+    skipped: Callable[[int, int, int], None],
+) -> dict[int, int]:
+    """Apply the admitted records of one fetched batch (topic-partition → records in offset
+    order), each once and in order; returns partition → the offset after its last record.
+
+    ``seek_back(partition, first_offset, seek_to)`` when a batch starts past the cursor (none of
+    it is applied); ``skipped(partition, first_missing, missing)`` when a gap is accepted. The
+    caller advances the cursors to the returned offsets once what was applied is written.
+    """
+    advanced: dict[int, int] = {}
+    for tp, records in fetched.items():
+        if not records:
+            continue
+        partition: int = tp.partition
+        admission = cursors.admit(partition, records[0].offset)
+        if admission.seek_to is not None:
+            await seek_back(partition, records[0].offset, admission.seek_to)
+            continue
+        if admission.apply_from is None:
+            continue  # not ready: fetched again once it is
+        start = admission.apply_from
+        if admission.gap:
+            skipped(partition, start - admission.gap, admission.gap)
+        for record in records:
+            if record.offset >= start:
+                await apply(record)
+        advanced[partition] = records[-1].offset + 1
+    return advanced

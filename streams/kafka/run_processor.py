@@ -54,7 +54,7 @@ from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.fleet_view.metrics import WorkerMetrics
 from loopwatch.streams.kafka.dead_letter import dead_letter
 from loopwatch.streams.kafka.fact_sender import FactSender
-from loopwatch.streams.kafka.input_cursors import InputCursors
+from loopwatch.streams.kafka.input_cursors import InputCursors, apply_admitted
 from loopwatch.streams.kafka.redis_cache import DecisionCache
 from loopwatch.streams.kafka.run_table import (
     ENDED,
@@ -172,41 +172,32 @@ class RunProcessor:
         """Apply one fetched batch (topic-partition → records in offset order)."""
         async with self.lock:
             self.facts.begin(self._config())
-            advanced: dict[int, int] = {}
-            for tp, records in fetched.items():
-                if not records:
-                    continue
-                partition = tp.partition
-                admission = self.cursors.admit(partition, records[0].offset)
-                if admission.seek_to is not None:
-                    self.metrics.reseeks += 1
-                    _log.warning(
-                        "fetched records start past the last applied one: seeking back",
-                        partition=partition,
-                        first_offset=records[0].offset,
-                        seek_to=admission.seek_to,
-                    )
-                    await self._seek(partition, admission.seek_to)
-                    continue
-                if admission.apply_from is None:
-                    continue  # not ready: fetched again once it is
-                if admission.gap:
-                    self.metrics.gaps += admission.gap
-                    _log.error(
-                        "input records missing on the broker were skipped",
-                        partition=partition,
-                        first_missing=admission.apply_from - admission.gap,
-                        missing=admission.gap,
-                    )
-                start = admission.apply_from
-                for record in records:
-                    if record.offset >= start:
-                        await self._record(record)
-                advanced[partition] = records[-1].offset + 1
+            advanced = await apply_admitted(
+                self.cursors, fetched, self._record, self._seek_back, self._skipped
+            )
             await self.facts.send()
             await self._write_dirty()
             for partition, offset in advanced.items():
                 self.cursors.advance(partition, offset)
+
+    async def _seek_back(self, partition: int, first_offset: int, seek_to: int) -> None:
+        self.metrics.reseeks += 1
+        _log.warning(
+            "fetched records start past the last applied one: seeking back",
+            partition=partition,
+            first_offset=first_offset,
+            seek_to=seek_to,
+        )
+        await self._seek(partition, seek_to)
+
+    def _skipped(self, partition: int, first_missing: int, missing: int) -> None:
+        self.metrics.gaps += missing
+        _log.error(
+            "input records missing on the broker were skipped",
+            partition=partition,
+            first_missing=first_missing,
+            missing=missing,
+        )
 
     def _redelivered_facts(self, key: bytes, event: Event, record: Record, outbox: list[bytes]) -> None:
         """The facts of an event applied before (sent again: they may not have reached the topic)."""

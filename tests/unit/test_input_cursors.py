@@ -47,3 +47,57 @@ def test_stopped_partitions_give_their_positions_for_the_last_commit() -> None:
     assert cursors.ready() == {1}
     assert cursors.stop_all() == {1: 9}
     assert cursors.admit(0, 8) == Admission(None, None, 0)
+
+
+def test_a_fetched_batch_applies_each_admitted_offset_once_in_order() -> None:
+    import asyncio
+    from typing import NamedTuple
+
+    from loopwatch.streams.kafka.input_cursors import apply_admitted
+
+    class TP(NamedTuple):
+        topic: str
+        partition: int
+
+    class Rec(NamedTuple):
+        offset: int
+
+    cursors = InputCursors()
+    cursors.start(0, 10)  # overlapping re-read: 8, 9 skipped
+    cursors.start(1, 5)  # starts past the cursor: sought back, nothing applied
+    cursors.start(3, 0)  # sought back already, the broker has lost 0..1: the gap is accepted
+    assert cursors.admit(3, 2) == Admission(None, 0, 0)
+    applied: list[tuple[int, int]] = []
+    seeks: list[tuple[int, int, int]] = []
+    gaps: list[tuple[int, int, int]] = []
+
+    async def apply(record: Rec) -> None:
+        applied.append((current[0], record.offset))
+
+    async def seek_back(partition: int, first: int, to: int) -> None:
+        seeks.append((partition, first, to))
+
+    current = [0]
+    fetched = {
+        TP("in", 0): [Rec(8), Rec(9), Rec(10), Rec(11)],
+        TP("in", 1): [Rec(7), Rec(8)],
+        TP("in", 2): [Rec(0)],  # no cursor: not ready
+        TP("in", 3): [Rec(2), Rec(3)],
+        TP("in", 4): [],
+    }
+
+    async def scenario() -> dict[int, int]:
+        result: dict[int, int] = {}
+        for tp, records in fetched.items():  # one partition at a time, to know which applied
+            current[0] = tp.partition
+            result |= await apply_admitted(
+                cursors, {tp: records}, apply, seek_back, lambda *gap: gaps.append(gap)
+            )
+        return result
+
+    advanced = asyncio.run(scenario())
+    assert applied == [(0, 10), (0, 11), (3, 2), (3, 3)]
+    assert seeks == [(1, 7, 5)]
+    assert gaps == [(3, 0, 2)]
+    assert advanced == {0: 12, 3: 4}
+    assert cursors.positions() == {0: 10, 1: 5, 3: 0}  # the caller advances, once written
