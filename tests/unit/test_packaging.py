@@ -128,3 +128,25 @@ def test_the_public_api_imports_beside_an_application_own_config_module(tmp_path
     )
     assert module.returncode == 0, module.stderr
     assert "usage: loopwatch" in module.stdout
+
+
+def test_the_files_and_modules_the_documents_name_exist() -> None:
+    import importlib
+    import importlib.util
+
+    documents = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "integrations/openclaw/README.md"]
+    text = "\n".join(p.read_text() for p in documents)
+    paths = set(re.findall(r"\b(?:config|detectors|streams|tests|docker|integrations)/[\w/.-]+\.\w+", text))
+    modules = set(re.findall(r"\bloopwatch(?:\.\w+)+", text)) - {"loopwatch.yaml"}
+    assert paths, "no paths found: the pattern is wrong"
+    assert modules, "no modules found: the pattern is wrong"
+    assert [p for p in sorted(paths) if not (ROOT / p).exists()] == []
+    topics = {m for m in modules if m.split(".")[1] not in ("config", "detectors", "streams")}
+
+    def exists(name: str) -> bool:  # a module, or a name in one
+        if importlib.util.find_spec(name) is not None:
+            return True
+        parent, _, attribute = name.rpartition(".")
+        return hasattr(importlib.import_module(parent), attribute)
+
+    assert [m for m in sorted(modules - topics) if not exists(m.rstrip("."))] == []
