@@ -62,7 +62,10 @@ java_cmd() {  # java_cmd HEAP MAIN [ARGS...] -> global array CMD
 format_storage() {
   [ -f "$DATA/meta.properties" ] && return 0
   local cluster_id
-  cluster_id="$("$PYTHON" -c 'import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
+  # a random id as Kafka's own, which never starts with "-" (the tool would read it as an option)
+  cluster_id="$("$PYTHON" -c 'import base64,uuid
+ids = (base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=") for _ in iter(int, 1))
+print(next(i for i in ids if not i.startswith("-")))')"
   java_cmd "-Xmx256m" kafka.tools.StorageTool format --cluster-id "$cluster_id" --config "$CONF/server.properties"
   "${CMD[@]}" > "$LOGS/format.out" 2>&1 || { cat "$LOGS/format.out" >&2; exit 1; }
 }

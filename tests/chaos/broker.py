@@ -19,8 +19,10 @@ def own_broker(port: int) -> Iterator[str]:
     """A fresh single-node broker on 127.0.0.1:``port``; stopped and deleted afterwards."""
     env = dict(os.environ, KAFKA_PORT=str(port), KAFKA_CONTROLLER_PORT=str(port + 1), PYTHON=sys.executable)
     script = str(ROOT / "docker" / "kafka" / "broker.sh")
-    subprocess.run([script, "reset"], env=env, check=True, cwd=ROOT, capture_output=True)
-    subprocess.run([script, "start"], env=env, check=True, cwd=ROOT, capture_output=True)
+    for action in ("reset", "start"):
+        done = subprocess.run([script, action], env=env, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"broker.sh {action} on port {port} failed:\n{done.stderr[-3000:]}")
     try:
         yield f"127.0.0.1:{port}"
     finally:
