@@ -99,3 +99,32 @@ def with_revision(revision: str, config: Any = None) -> Any:
 
     base = config if config is not None else FleetConfig.enabled_default()
     return replace(base, settings=replace(base.settings, openclaw_revision=revision))
+
+
+def wait_for_line(stream: Any, pattern: str, timeout: float = 60) -> str:
+    """The first line of a process's text ``stream`` that contains ``pattern`` (read in a thread,
+    so a process that never prints it fails the test after ``timeout`` instead of hanging it)."""
+    import queue
+    import threading
+
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+            if pattern in line:
+                return
+        lines.put("")  # the stream ended
+
+    threading.Thread(target=read, daemon=True).start()
+    seen: list[str] = []
+    while True:
+        try:
+            line = lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no line with {pattern!r} within {timeout} s; saw {seen}") from None
+        if pattern in line:
+            return line
+        if not line:
+            raise AssertionError(f"the stream ended without a line with {pattern!r}; saw {seen}")
+        seen.append(line.rstrip())

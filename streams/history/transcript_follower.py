@@ -47,6 +47,7 @@ class Follower:
         self.offsets: dict[str, dict[str, int]] = self._load()
         self.sizes: dict[str, int] = {}
         self.published = 0
+        self.transcripts: set[str] = set()  # the files seen that are transcripts
 
     def _load(self) -> dict[str, dict[str, int]]:
         try:
@@ -83,6 +84,7 @@ class Follower:
             return 0
         if not is_transcript(data.split(b"\n", 1)[0]):
             return 0
+        self.transcripts.add(key)
         known = self.offsets.get(key)
         if known is None or known.get("inode") != inode or known.get("size", 0) > size:
             known = {"inode": inode, "published": 0}  # new, replaced or truncated: from the start
@@ -99,12 +101,24 @@ class Follower:
         return len(fresh)
 
     async def run(self, interval_s: float, stop: asyncio.Event) -> None:
+        resumed = sum(known.get("published", 0) for known in self.offsets.values())
+        first = True
         while not stop.is_set():
             try:
                 count = await self.poll()
             except OSError as exc:  # the gateway or broker is down: try again next time
                 print(f"loopwatch: publishing failed ({exc}); retrying", file=self.err, flush=True)
                 count = 0
+            else:
+                if first:  # where a restart resumed, once every file has been looked at
+                    first = False
+                    print(
+                        f"loopwatch: first scan: {len(self.transcripts)} transcripts, "
+                        f"{resumed} events published before, {count} now",
+                        file=self.err,
+                        flush=True,
+                    )
+                    count = 0
             if count:
                 print(
                     f"loopwatch: published {count} events ({self.published} in all)",

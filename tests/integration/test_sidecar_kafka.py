@@ -6,14 +6,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from loopwatch.detectors.events import RunEnd
 from loopwatch.streams.history.transcripts import transcript_events
-from tests.helpers import DATA, ROOT
+from tests.helpers import DATA, ROOT, wait_for_line
 from tests.integration.harness import Names, WorkerProcess, consume, expected_outputs, per_run, run
 from tests.integration.test_worker import start_worker
 
@@ -22,7 +21,7 @@ pytestmark = pytest.mark.integration
 SOURCE = DATA / "transcripts" / "openclaw-process-poll-loop.session.jsonl"
 
 
-def sidecar(names: Names, bootstrap: str, folder: Path, offsets: Path) -> subprocess.Popen[bytes]:
+def sidecar(names: Names, bootstrap: str, folder: Path, offsets: Path) -> subprocess.Popen[str]:
     args = [
         "import",
         "--follow",
@@ -34,12 +33,22 @@ def sidecar(names: Names, bootstrap: str, folder: Path, offsets: Path) -> subpro
         "--interval",
         "0.1",
     ]
-    return subprocess.Popen([sys.executable, "-m", "loopwatch", *args], env=names.env(bootstrap), cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "loopwatch", *args],
+        env=names.env(bootstrap),
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[str]) -> None:
     proc.send_signal(signal.SIGTERM)
+    if proc.stderr is not None:
+        proc.stderr.read()  # drained, so the process is never stuck writing to it
     assert proc.wait(20) == 0
+    if proc.stderr is not None:
+        proc.stderr.close()
 
 
 def test_a_growing_transcript_reaches_the_worker_once(
@@ -68,7 +77,9 @@ def test_a_growing_transcript_reaches_the_worker_once(
         stop(first)
     again = sidecar(names, kafka_bootstrap, tmp_path / "agents", offsets)  # resumes: nothing twice
     try:
-        time.sleep(1.5)  # several scans
+        assert again.stderr is not None
+        line = wait_for_line(again.stderr, "first scan")
+        assert f"1 transcripts, {len(expected)} events published before, 0 now" in line, line
     finally:
         stop(again)
     published = run(consume(kafka_bootstrap, names.events, until=len(expected) + 1, timeout=5))

@@ -19,7 +19,7 @@ from loopwatch.config import FleetConfig
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import RunEnd
 from loopwatch.streams.history.transcripts import transcript_events
-from tests.helpers import DATA, ROOT
+from tests.helpers import DATA, ROOT, wait_for_line
 
 SOURCE = DATA / "transcripts" / "openclaw-process-poll-loop.session.jsonl"
 
@@ -95,7 +95,9 @@ def test_a_growing_transcript_reaches_the_gateway_once(gateway: str, tmp_path: P
     assert json.loads(offsets.read_text())[str(transcript)]["published"] == len(expected)
     again = spawn(*args)  # a restart resumes: nothing is published twice
     try:
-        time.sleep(1.0)  # several scans
+        assert again.stderr is not None
+        line = wait_for_line(again.stderr, "first scan")
+        assert f"1 transcripts, {len(expected)} events published before, 0 now" in line, line
         assert events_seen(gateway) == len(expected)
     finally:
         stop(again)
