@@ -112,8 +112,9 @@ class Follower:
             else:
                 if first:  # where a restart resumed, once every file has been looked at
                     first = False
+                    files = len(self.transcripts)
                     print(
-                        f"loopwatch: first scan: {len(self.transcripts)} transcripts, "
+                        f"loopwatch: first scan: {files} transcript{'' if files == 1 else 's'}, "
                         f"{resumed} events published before, {count} now",
                         file=self.err,
                         flush=True,

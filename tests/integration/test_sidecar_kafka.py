@@ -79,7 +79,7 @@ def test_a_growing_transcript_reaches_the_worker_once(
     try:
         assert again.stderr is not None
         line = wait_for_line(again.stderr, "first scan")
-        assert f"1 transcripts, {len(expected)} events published before, 0 now" in line, line
+        assert f"1 transcript, {len(expected)} events published before, 0 now" in line, line
     finally:
         stop(again)
     published = run(consume(kafka_bootstrap, names.events, until=len(expected) + 1, timeout=5))

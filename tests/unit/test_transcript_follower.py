@@ -97,7 +97,7 @@ def test_a_growing_transcript_reaches_the_gateway_once(gateway: str, tmp_path: P
     try:
         assert again.stderr is not None
         line = wait_for_line(again.stderr, "first scan")
-        assert f"1 transcripts, {len(expected)} events published before, 0 now" in line, line
+        assert f"1 transcript, {len(expected)} events published before, 0 now" in line, line
         assert events_seen(gateway) == len(expected)
     finally:
         stop(again)
