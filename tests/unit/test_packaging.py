@@ -150,3 +150,11 @@ def test_the_files_and_modules_the_documents_name_exist() -> None:
         return hasattr(importlib.import_module(parent), attribute)
 
     assert [m for m in sorted(modules - topics) if not exists(m.rstrip("."))] == []
+
+
+def test_the_docker_image_builds_from_every_folder_the_package_installs() -> None:
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    copied = set(re.findall(r"^COPY (\S+) \./\1$", dockerfile, re.M))
+    links = {p.name for p in (ROOT / "loopwatch").iterdir() if p.is_symlink()}
+    assert links == {"config", "detectors", "streams"}
+    assert copied >= {*links, "loopwatch"}, copied
