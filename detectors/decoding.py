@@ -11,6 +11,13 @@ import msgspec
 from msgspec import UNSET
 
 from loopwatch.detectors.events import Event, InvalidEvent, ToolCall, ToolResult
+from loopwatch.detectors.input_limits import (
+    IDENTITY_FIELDS,
+    MAX_NESTING,
+    identity_problem,
+    int64_problem,
+    nesting_exceeds,
+)
 from loopwatch.detectors.stable_json import _float_hook
 
 __all__ = ["decode_event", "validate_event"]
@@ -18,8 +25,13 @@ __all__ = ["decode_event", "validate_event"]
 _DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
 
 
-def validate_event(event: Event) -> None:
-    """Checks msgspec's types cannot express; raises :class:`InvalidEvent`."""
+def validate_event(event: Event, deep: bool = True) -> None:
+    """Checks msgspec's types cannot express, and the input limits
+    (:mod:`detectors.input_limits`); raises :class:`InvalidEvent`.
+
+    ``deep=False`` skips the nesting walk (the caller knows the JSON holds too few brackets).
+    """
+    _check_limits(event, deep)
     if not event.event_id:
         raise InvalidEvent("event_id: must be a non-empty string")
     run_id, session_id = event.run_id, event.session_id
@@ -43,6 +55,21 @@ def validate_event(event: Event) -> None:
         _validate_digested_outcome(event)  # type: ignore[arg-type]
 
 
+def _check_limits(event: Event, deep: bool) -> None:
+    fields = event.__struct_fields__
+    for name in IDENTITY_FIELDS:
+        if name in fields:
+            value = getattr(event, name)
+            if type(value) is str and (problem := identity_problem(value)) is not None:
+                raise InvalidEvent(f"{name}: {problem}")
+    if event.ts is not None and (problem := int64_problem(event.ts)) is not None:
+        raise InvalidEvent(f"ts: {problem}")
+    if deep and type(event) in (ToolCall, ToolResult):
+        for name in ("params", "result", "error"):
+            if name in fields and nesting_exceeds(getattr(event, name), MAX_NESTING):
+                raise InvalidEvent(f"{name}: nests more than {MAX_NESTING} arrays and objects")
+
+
 def _validate_digested_outcome(event: ToolResult) -> None:
     """The 2026-08 classification fields come only with ``result_digest`` and agree with it."""
     kind = event.outcome_kind
@@ -60,16 +87,30 @@ def _validate_digested_outcome(event: ToolResult) -> None:
         raise InvalidEvent("failure_digest: required with outcome_kind terminal-exec-failure, and only then")
 
 
+_TOO_DEEP: Final = f"nests more than {MAX_NESTING} arrays and objects"
+
+
 def decode_event(data: bytes | str) -> Event:
-    """Decode and validate one JSON event; raises :class:`InvalidEvent` with the reason."""
+    """Decode and validate one JSON event; raises :class:`InvalidEvent` with the reason.
+
+    Never raises anything else for any input (deep nesting included)."""
     try:
         event: Event = _DECODER.decode(data)
     except msgspec.ValidationError as exc:
         raise InvalidEvent(f"invalid event: {exc}") from exc
     except msgspec.DecodeError as exc:
         event = _decode_fallback(data, exc)
-    validate_event(event)
+    except RecursionError as exc:
+        raise InvalidEvent(f"the event {_TOO_DEEP}") from exc
+    validate_event(event, _brackets(data) > MAX_NESTING)
     return event
+
+
+def _brackets(data: bytes | str) -> int:
+    """An upper bound of the JSON's nesting depth (brackets inside strings counted too)."""
+    if isinstance(data, str):
+        return data.count("[") + data.count("{")
+    return data.count(b"[") + data.count(b"{")
 
 
 def _decode_fallback(data: bytes | str, error: msgspec.DecodeError) -> Event:
@@ -81,8 +122,17 @@ def _decode_fallback(data: bytes | str, error: msgspec.DecodeError) -> Event:
         value = json.loads(data, parse_float=_float_hook, parse_int=int)
     except (ValueError, TypeError):
         raise InvalidEvent(f"not valid JSON: {error}") from error
+    except RecursionError as exc:
+        raise InvalidEvent(f"the event {_TOO_DEEP}") from exc
     try:
         converted: Event = msgspec.convert(value, Event, strict=True)
     except msgspec.ValidationError as exc:
-        raise InvalidEvent(f"invalid event: {exc}") from exc
+        raise InvalidEvent(f"invalid event: {_printable(str(exc))}") from exc
+    except RecursionError as exc:
+        raise InvalidEvent(f"the event {_TOO_DEEP}") from exc
     return converted
+
+
+def _printable(text: str) -> str:
+    """``text`` with lone surrogates escaped, so a reason can always be encoded."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -18,6 +18,7 @@ from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.events import EXPIRY_EVENT_PREFIX, Event, Output, RunEnd, run_scope
 from loopwatch.detectors.state import RunState
 from loopwatch.detectors.step import Prepared, apply, new_state
+from loopwatch.detectors.tombstone import Tombstone
 
 __all__ = ["ENDED_RUNS_KEPT", "Engine"]
 
@@ -33,7 +34,7 @@ class Engine:
         self.config = config
         self.states: dict[str, RunState] = {}
         # scope -> the event ids an ended run had seen; insertion-ordered: oldest forgotten first
-        self.ended: dict[str, frozenset[str]] = {}
+        self.ended: dict[str, Tombstone] = {}
         self.ended_limit = ended_limit
         self.late = 0
 
@@ -50,8 +51,8 @@ class Engine:
         if type(event) is RunEnd:
             state = self.states.pop(scope, None)
             if self.ended_limit > 0 and not event.event_id.startswith(EXPIRY_EVENT_PREFIX):
-                seen = frozenset(state.seen) if state is not None else frozenset()
-                self.ended[scope] = seen | {event.event_id}
+                seen = list(state.seen) if state is not None else []
+                self.ended[scope] = Tombstone([*seen, event.event_id])
                 if len(self.ended) > self.ended_limit:
                     del self.ended[next(iter(self.ended))]
             return []

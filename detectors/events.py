@@ -57,8 +57,8 @@ class _Base(msgspec.Struct, kw_only=True, frozen=True, tag_field="type"):
 class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """What the model turn that proposed a call cost (on the turn's first call only)."""
 
-    input_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
-    output_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
+    input_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
+    output_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
     cost_usd: Annotated[float, msgspec.Meta(ge=0)] = 0.0
 
 

@@ -128,3 +128,22 @@ def wait_for_line(stream: Any, pattern: str, timeout: float = 60) -> str:
         if not line:
             raise AssertionError(f"the stream ended without a line with {pattern!r}; saw {seen}")
         seen.append(line.rstrip())
+
+
+def post_json(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """POST ``body`` (bytes as they are, anything else as JSON) with a JSON content type; the
+    status and the decoded answer, also for an error status."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json", **(headers or {})}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as refused:
+        with refused:
+            return refused.code, json.loads(refused.read() or b"{}")

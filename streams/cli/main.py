@@ -419,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  loopwatch gateway\n  LOOPWATCH_GATEWAY_TOKENS=s3cret loopwatch gateway "
         "--listen 0.0.0.0:6070 --config openclaw.json\n  loopwatch gateway --kafka 127.0.0.1:9092 "
-        "--decide-timeout-ms 200\n  curl -s localhost:6070/v1/decide -d "
+        "--decide-timeout-ms 200\n  curl -s localhost:6070/v1/decide -H 'Content-Type: application/json' -d "
         '\'{"run_id": "r1", "tool": "read", "params": {"path": "a"}}\'',
     )
     gateway.add_argument(
@@ -436,6 +436,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=200,
         metavar="MS",
         help="with --kafka: the longest /v1/decide waits for the workers, then allows (default 200)",
+    )
+    gateway.add_argument(
+        "--allowed-hosts",
+        metavar="NAMES",
+        help="comma-separated host names the gateway answers to besides its listen address and "
+        "loopback (a foreign Host header answers 421: DNS rebinding)",
+    )
+    gateway.add_argument(
+        "--allowed-origins",
+        metavar="ORIGINS",
+        help="comma-separated web origins (https://ops.example.com) whose pages may call the "
+        "gateway; any other Origin answers 403",
+    )
+    gateway.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="listen beyond loopback without LOOPWATCH_GATEWAY_TOKENS (refused otherwise)",
     )
     _config_flag(gateway)
     gateway.set_defaults(func=cmd_gateway)

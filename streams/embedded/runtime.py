@@ -9,11 +9,18 @@ The fleet-wide rules (:mod:`detectors.fleet`) see every event with its outputs a
 released, in input order, so the same input gives the same alerts; their fail-fast blocks
 apply to the calls processed after the outage opened. Alerts are kept in :attr:`alerts`,
 handed to ``on_alert`` and to the fleet view, and given with the outputs by :meth:`run`.
+
+Bounded: with ``state_ttl_s`` (the gateway: ``LOOPWATCH_STATE_TTL_S``, as the worker has) a
+run that sends nothing for that long is forgotten, without a tombstone, like the worker's
+expiry; ended runs are kept as small tombstones (:class:`detectors.tombstone.Tombstone`).
+One event that fails never holds up the others: its caller gets the exception, and its
+input position is released like any other (:meth:`stalled` tells when that ever stops).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any
@@ -23,7 +30,7 @@ from aiokafka.partitioner import murmur2
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.fleet_rules import fleet_rules
 from loopwatch.detectors.engine import Engine
-from loopwatch.detectors.events import Event, Output, ToolCall, run_scope
+from loopwatch.detectors.events import Event, Output, RunEnd, ToolCall, run_scope
 from loopwatch.detectors.fleet.alerts import FleetAlert
 from loopwatch.detectors.fleet.engine_step import step_event
 from loopwatch.detectors.fleet.watch import FleetWatch
@@ -34,6 +41,9 @@ from loopwatch.streams.fleet_view.view import FleetView
 __all__ = ["EmbeddedRuntime", "partition_for"]
 
 _STOP: Any = object()
+_SWEEP: Any = object()
+#: How many states the state-bytes gauge serialises (the rest is estimated from them).
+GAUGE_SAMPLE: int = 256
 AlertHandler = Callable[[FleetAlert], None]
 
 
@@ -53,7 +63,7 @@ class _Done:
 
 def partition_for(scope: str, partitions: int) -> int:
     """The partition Kafka's default partitioner gives the key ``scope``."""
-    return int(murmur2(scope.encode()) & 0x7FFFFFFF) % partitions
+    return int(murmur2(scope.encode("utf-8", "surrogatepass")) & 0x7FFFFFFF) % partitions
 
 
 class EmbeddedRuntime:
@@ -65,8 +75,16 @@ class EmbeddedRuntime:
         workers: int = 4,
         view: FleetView | None = None,
         on_alert: AlertHandler | None = None,
+        state_ttl_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.workers = workers
+        self.state_ttl_s = state_ttl_s
+        self.clock = clock
+        # per worker: scope -> when it last had an event, least recently active first
+        self._last_seen: list[dict[str, float]] = [{} for _ in range(workers)]
+        self._progress_at = clock()  # when the released position last moved (or work arrived)
+        self.expired = 0
         self.view = view  # fed every event and output, for the dashboard
         self.engines = [Engine(config) for _ in range(workers)]
         self.fleet = FleetWatch(fleet_rules(config.global_rules), digester_for(config.settings.digest))
@@ -94,12 +112,47 @@ class EmbeddedRuntime:
             self.view.gauges = self.gauges
         self._queues = [asyncio.Queue(maxsize=10_000) for _ in range(self.workers)]
         self._tasks = [asyncio.create_task(self._work(index)) for index in range(self.workers)]
+        if self.state_ttl_s is not None:
+            self._tasks.append(asyncio.create_task(self._sweep_every(max(0.05, self.state_ttl_s / 4))))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         for queue in self._queues:
             await queue.put(_STOP)
-        await asyncio.gather(*self._tasks)
+        sweeper = self._tasks[self.workers :]
+        for task in sweeper:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _sweep_every(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(min(interval, 10.0))
+            for queue in self._queues:
+                await queue.put(_SWEEP)
+
+    def _expire(self, index: int) -> None:
+        """Forget the runs of worker ``index`` idle past the state TTL (oldest first)."""
+        assert self.state_ttl_s is not None
+        last_seen, engine = self._last_seen[index], self.engines[index]
+        horizon = self.clock() - self.state_ttl_s
+        while last_seen:
+            scope, seen_at = next(iter(last_seen.items()))
+            if seen_at > horizon:
+                return
+            del last_seen[scope]
+            if engine.states.pop(scope, None) is not None:
+                self.expired += 1
+
+    def _touch(self, index: int, event: Event) -> None:
+        last_seen = self._last_seen[index]
+        scope = run_scope(event)
+        last_seen.pop(scope, None)
+        if type(event) is not RunEnd:
+            last_seen[scope] = self.clock()
+
+    def stalled(self, after_s: float) -> bool:
+        """Whether events wait and none was released for ``after_s`` seconds."""
+        return self.events > self._released and self.clock() - self._progress_at > after_s
 
     async def _work(self, index: int) -> None:
         engine, queue = self.engines[index], self._queues[index]
@@ -107,40 +160,45 @@ class EmbeddedRuntime:
             item = await queue.get()
             if item is _STOP:
                 return
+            if item is _SWEEP:
+                self._expire(index)
+                continue
             position, done = item
-            event = done.event
-            view = self.view
-            started = time.perf_counter()
             try:
-                if view is not None and isinstance(event, ToolCall) and event.usage is not None:
-                    done.outputs, done.prepared = self._process_counting_spend(engine, event, done.ts, view)
-                else:
-                    done.outputs, done.prepared = step_event(engine, event, done.ts, self.fleet)
+                self._step(index, engine, done)
             except Exception as exc:  # noqa: BLE001 - handed to the caller awaiting this event
                 done.error = exc
-            if view is not None and done.error is None:
-                view.metrics.event(str(event.__struct_config__.tag), time.perf_counter() - started)
-                for output in done.outputs:
-                    view.metrics.output(output)
-                self._observe(event, done.outputs)
-            self._pending[position] = done
-            self._release()
+            finally:  # the position is released whatever happened: no event holds up the others
+                self._pending[position] = done
+                self._release()
+
+    def _step(self, index: int, engine: Engine, done: _Done) -> None:
+        event = done.event
+        view = self.view
+        started = time.perf_counter()
+        if self.state_ttl_s is not None:
+            self._touch(index, event)
+        if view is not None and isinstance(event, ToolCall) and event.usage is not None:
+            done.outputs, done.prepared = self._process_counting_spend(engine, event, done.ts, view)
+        else:
+            done.outputs, done.prepared = step_event(engine, event, done.ts, self.fleet)
+        if view is not None:
+            view.metrics.event(str(event.__struct_config__.tag), time.perf_counter() - started)
+            for output in done.outputs:
+                view.metrics.output(output)
+            self._observe(event, done.outputs)
 
     def _release(self) -> None:
         """Hand processed events on in input order: fleet rules first, then their callers."""
         while (done := self._pending.pop(self._released, None)) is not None:
             self._released += 1
+            self._progress_at = self.clock()
             alerts: list[FleetAlert] = []
             if done.error is None:
-                event = done.event
-                scope = run_scope(event)
-                alerts = self.fleet.observe(event, scope, done.ts, done.prepared, done.outputs)
-                for alert in alerts:
-                    self.alerts.append(alert)
-                    if self.view is not None:
-                        self.view.alert(alert)
-                    if self.on_alert is not None:
-                        self.on_alert(alert)
+                try:
+                    alerts = self._observe_fleet(done)
+                except Exception as exc:  # noqa: BLE001 - handed to the caller awaiting this event
+                    done.error = exc
             future = done.future
             if future.done():  # the caller may have been cancelled meanwhile
                 continue
@@ -150,6 +208,18 @@ class EmbeddedRuntime:
                 if alerts:
                     self._alerts_of[future] = alerts
                 future.set_result(done.outputs)
+
+    def _observe_fleet(self, done: _Done) -> list[FleetAlert]:
+        """The fleet rules see the released event; their alerts go to the view and ``on_alert``."""
+        event = done.event
+        alerts = self.fleet.observe(event, run_scope(event), done.ts, done.prepared, done.outputs)
+        for alert in alerts:
+            self.alerts.append(alert)
+            if self.view is not None:
+                self.view.alert(alert)
+            if self.on_alert is not None:
+                self.on_alert(alert)
+        return alerts
 
     def _process_counting_spend(
         self, engine: Engine, event: ToolCall, ts: int, view: FleetView
@@ -165,10 +235,19 @@ class EmbeddedRuntime:
         return processed
 
     def gauges(self) -> tuple[int, int, int]:
-        """Active runs, ended runs remembered, and the bytes of the active runs' state."""
+        """Active runs, ended runs remembered, and the bytes of the active runs' state.
+
+        O(1) in runs: the bytes are measured on at most :data:`GAUGE_SAMPLE` states (the most
+        recently created of each worker) and scaled to all of them."""
         active = sum(len(engine.states) for engine in self.engines)
         ended = sum(len(engine.ended) for engine in self.engines)
-        size = sum(len(state.to_bytes()) for engine in self.engines for state in list(engine.states.values()))
+        per_worker = max(1, GAUGE_SAMPLE // self.workers)
+        sample = [
+            len(state.to_bytes())
+            for engine in self.engines
+            for state in itertools.islice(reversed(engine.states.values()), per_worker)
+        ]
+        size = round(sum(sample) * active / len(sample)) if sample else 0
         return active, ended, size
 
     def _observe(self, event: Event, outputs: list[Output]) -> None:
@@ -180,12 +259,14 @@ class EmbeddedRuntime:
 
     def submit(self, event: Event) -> asyncio.Future[list[Output]]:
         """Queue an event on its run's worker; the future resolves to its outputs, in input order."""
+        queue = self._queues[partition_for(run_scope(event), self.workers)]  # before taking a position
         future: asyncio.Future[list[Output]] = asyncio.get_running_loop().create_future()
         ts = event.ts if event.ts is not None else int(time.time() * 1000)  # event time (F0)
         done = _Done(event, future, ts)
-        position = self.events
+        if self.events == self._released:
+            self._progress_at = self.clock()  # idle until now: nothing was waiting
+        queue.put_nowait((self.events, done))  # QueueFull (too much in flight) takes no position
         self.events += 1
-        self._queues[partition_for(run_scope(event), self.workers)].put_nowait((position, done))
         return future
 
     def alerts_of(self, future: asyncio.Future[list[Output]]) -> list[FleetAlert]:

@@ -100,7 +100,7 @@ class Dashboard:
             return _json(200, {"as_of_ms": now_ms, "source": self.view.source, **run})
         if path in ("/fleet", "/fleet/overview"):
             raw = query.get("minutes", "5")
-            if not raw.isdigit() or not 1 <= int(raw) <= MAX_MINUTES:
+            if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_MINUTES:
                 return _json(400, {"error": f"query parameter minutes: {raw!r} is not 1..{MAX_MINUTES}"})
             if path == "/fleet":
                 return _json(200, self.view.summary(now_ms, int(raw)))
@@ -149,7 +149,7 @@ async def start_server(dashboard: Dashboard, host: str, port: int) -> Any:
 def parse_address(text: str) -> tuple[str, int]:
     """``PORT`` or ``HOST:PORT`` (port 0 picks a free port)."""
     host, _, port = text.rpartition(":")
-    if not port.isdigit() or int(port) > 65535:
+    if not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise LoopwatchError(f"--serve {text!r}: expected PORT or HOST:PORT, e.g. 127.0.0.1:6066")
     return host.strip("[]") or "127.0.0.1", int(port)
 

@@ -55,6 +55,8 @@ class KafkaBackend:
         self._consumer: AIOKafkaConsumer | None = None
         self._follower: asyncio.Task[None] | None = None
         self._waiting: dict[str, asyncio.Future[list[Output]]] = {}
+        self._answered_at = time.monotonic()  # when a worker last answered a decision (start: now)
+        self._timed_out_at = 0.0  # when a decision last timed out
 
     async def start(self) -> None:
         auth = aiokafka_auth(self.settings)
@@ -141,12 +143,21 @@ class KafkaBackend:
             try:
                 outputs = await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
             except TimeoutError:
+                self._timed_out_at = time.monotonic()
                 self._observe(call, [])
                 return [], True
+            self._answered_at = time.monotonic()
             self._observe(call, outputs)
             return outputs, False
         finally:
             self._waiting.pop(call.event_id, None)
+
+    def stalled(self) -> bool:
+        """The last decision timed out, and no worker answered one for ``STALL_S`` seconds."""
+        from loopwatch.streams.gateway.server import STALL_S
+
+        answered = self._answered_at
+        return self._timed_out_at > answered and time.monotonic() - answered > STALL_S
 
     async def refuse(self, body: bytes, reason: str) -> None:
         """Invalid input: to the dead-letter topic, with the reason."""

@@ -16,22 +16,27 @@ Backends: the embedded runtime (default: the same core in-process, no broker), o
 * ``GET /health``, ``GET /metrics`` (Prometheus), and the dashboard routes.
 
 With tokens configured (``LOOPWATCH_GATEWAY_TOKENS``, comma-separated), every route but
-``/health`` needs ``Authorization: Bearer <token>`` (401 without one). A body over
-``maxEventBytes`` is refused with 413, bad JSON and invalid events with 400 and the reason.
-Bad input never gives a 500.
+``/health`` and the dashboard's page needs ``Authorization: Bearer <token>`` (401 without one).
+Host, origin and content type are checked first (:mod:`streams.gateway.web_safety`). A body
+over ``maxEventBytes`` is refused with 413, one not sent within ``BODY_TIMEOUT_S`` with 408,
+bad JSON and invalid events (:mod:`detectors.input_limits`) with 400 and the reason, more than
+``MAX_IN_FLIGHT`` requests at once with 503. Bad input never gives a 500, and one request's
+failure never holds up another. ``/health`` answers 503 once events wait and none has been
+processed for ``STALL_S`` seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
+import json
 import os
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TextIO
 
 import msgspec
+import structlog
 from aiohttp import web
 
 from loopwatch.config.errors import LoopwatchError
@@ -41,10 +46,28 @@ from loopwatch.detectors.facade import decision_of
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.dashboard import Dashboard
 from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.gateway.web_safety import WebSafety, is_loopback
 
-__all__ = ["Backend", "EmbeddedBackend", "gateway_app", "run_gateway"]
+__all__ = [
+    "BODY_TIMEOUT_S",
+    "MAX_IN_FLIGHT",
+    "STALL_S",
+    "Backend",
+    "EmbeddedBackend",
+    "gateway_app",
+    "run_gateway",
+]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: The longest a client may take to send a body.
+BODY_TIMEOUT_S = 10.0
+#: Requests handled at once; more answer 503 at once (hooks fail open, nothing piles up).
+MAX_IN_FLIGHT = 1024
+#: ``/health`` is unhealthy when events wait and none was processed for this long.
+STALL_S = 5.0
+
+_log = structlog.get_logger("loopwatch.gateway")
 
 
 class Backend(Protocol):
@@ -55,6 +78,8 @@ class Backend(Protocol):
     async def decide(self, call: ToolCall) -> tuple[list[Output], bool]: ...
 
     async def refuse(self, body: bytes, reason: str) -> None: ...
+
+    def stalled(self) -> bool: ...
 
 
 class EmbeddedBackend:
@@ -75,6 +100,9 @@ class EmbeddedBackend:
     async def refuse(self, body: bytes, reason: str) -> None:
         """Counted only (the gateway's 400 says what and where)."""
 
+    def stalled(self) -> bool:
+        return self.runtime.stalled(STALL_S)
+
 
 def _error(status: int, reason: str) -> web.Response:
     return web.json_response({"error": reason}, status=status)
@@ -92,17 +120,42 @@ def _answer(fields: dict[str, Any], outputs: list[Output], key: str) -> web.Resp
     return web.Response(body=body, content_type="application/json")
 
 
+_TOO_DEEP = "not valid JSON: nested too deeply"
+
+
+def _loads(body: bytes) -> tuple[Any, bool]:
+    """The JSON value of ``body``, and whether it holds lone surrogates (then only the standard
+    library reads it, and :func:`_dumps` must write it back)."""
+    try:
+        return msgspec.json.decode(body), False
+    except msgspec.DecodeError as exc:
+        try:  # lone UTF-16 surrogates: JavaScript sends them, msgspec refuses them
+            return json.loads(body), True
+        except (ValueError, TypeError):
+            raise InvalidEvent(f"not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise InvalidEvent(_TOO_DEEP) from exc
+    except RecursionError as exc:
+        raise InvalidEvent(_TOO_DEEP) from exc
+
+
+def _dumps(value: Any, surrogates: bool) -> bytes:
+    if surrogates:
+        return json.dumps(value).encode()  # ASCII, surrogates escaped: decode_event reads them
+    return msgspec.json.encode(value)
+
+
 def _split_body(body: bytes) -> list[bytes]:
     """The events of a body: a JSON array, one JSON object, or NDJSON lines."""
     stripped = body.strip()
     if stripped.startswith(b"["):
-        try:
-            items = msgspec.json.decode(stripped)
-        except msgspec.DecodeError as exc:
-            raise InvalidEvent(f"not valid JSON: {exc}") from exc
+        items, surrogates = _loads(stripped)
         if not isinstance(items, list):
             raise InvalidEvent("not valid JSON: expected an array")
-        return [msgspec.json.encode(item) for item in items]
+        try:
+            return [_dumps(item, surrogates) for item in items]
+        except RecursionError as exc:
+            raise InvalidEvent(_TOO_DEEP) from exc
     return [line for line in stripped.split(b"\n") if line.strip()]
 
 
@@ -120,39 +173,91 @@ def _decode_all(body: bytes) -> list[Event]:
 
 
 def _proposed_call(body: bytes) -> ToolCall:
-    try:
-        value = msgspec.json.decode(body)
-    except msgspec.DecodeError as exc:
-        raise InvalidEvent(f"not valid JSON: {exc}") from exc
+    value, surrogates = _loads(body)
     if not isinstance(value, dict):
         raise InvalidEvent("the body must be a JSON object (a proposed tool call)")
     call = {"type": "tool_call", "event_id": f"gateway-{uuid.uuid4().hex}", **value}
-    event = decode_event(msgspec.json.encode(call))
+    try:
+        encoded = _dumps(call, surrogates)
+    except RecursionError as exc:
+        raise InvalidEvent(_TOO_DEEP) from exc
+    event = decode_event(encoded)
     if not isinstance(event, ToolCall):
         raise InvalidEvent("type: a decision is asked for a tool_call")
     return event
 
 
-def gateway_app(backend: Backend, view: FleetView, tokens: frozenset[str], max_bytes: int) -> web.Application:
-    """The gateway's routes over a started backend."""
-    dashboard = Dashboard(view, serve_metrics=True)
+class _BodyTimeout(Exception):
+    pass
+
+
+class _Guard:
+    """Every request: the web-safety checks first, at most :data:`MAX_IN_FLIGHT` at once, and
+    every failure answered (4xx for the client's, one logged line and 500 for a bug)."""
+
+    def __init__(self, checks: WebSafety, view: FleetView, max_bytes: int) -> None:
+        self.checks = checks
+        self.view = view
+        self.max_bytes = max_bytes
+        self.in_flight = 0
 
     @web.middleware
-    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if tokens and request.path != "/health":
-            given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-            if not any(hmac.compare_digest(given, token) for token in tokens):
-                return _error(401, "a bearer token is required (Authorization: Bearer <token>)")
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        headers = request.headers
+        refusal = self.checks.check(
+            request.method,
+            request.path,
+            host=headers.get("Host"),
+            origin=headers.get("Origin"),
+            authorization=headers.get("Authorization"),
+            content_type=headers.get("Content-Type"),
+        )
+        if refusal is not None:
+            return _error(refusal.status, refusal.reason)
+        if self.in_flight >= MAX_IN_FLIGHT:
+            return _error(503, f"more than {MAX_IN_FLIGHT} requests at once: try again")
+        self.in_flight += 1
         try:
             return await handler(request)
         except web.HTTPRequestEntityTooLarge:
-            return _error(413, f"the body exceeds maxEventBytes ({max_bytes} bytes)")
-        except InvalidEvent as exc:
-            view.metrics.invalid += 1
+            return _error(413, f"the body exceeds maxEventBytes ({self.max_bytes} bytes)")
+        except web.HTTPException:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure gets its answer
+            return self._answer_failure(request, exc)
+        finally:
+            self.in_flight -= 1
+
+    def _answer_failure(self, request: web.Request, exc: Exception) -> web.Response:
+        if isinstance(exc, InvalidEvent):
+            self.view.metrics.invalid += 1
             return _error(400, exc.reason)
+        if isinstance(exc, _BodyTimeout):
+            return _error(408, f"the body was not sent within {BODY_TIMEOUT_S:g} s")
+        if isinstance(exc, (ConnectionError, asyncio.IncompleteReadError)):
+            return _error(400, "the client went away")  # nobody reads it: no traceback either
+        _log.error("request failed", path=request.path, error=f"{type(exc).__name__}: {exc}")
+        return _error(500, "internal error (logged)")
+
+
+def gateway_app(
+    backend: Backend,
+    view: FleetView,
+    tokens: frozenset[str],
+    max_bytes: int,
+    safety: WebSafety | None = None,
+) -> web.Application:
+    """The gateway's routes over a started backend (``safety``: the listen address's checks;
+    default: a loopback gateway with ``tokens``)."""
+    dashboard = Dashboard(view, serve_metrics=True)
+    checks = safety if safety is not None else WebSafety.of("127.0.0.1", 0, tokens)
+    guard = _Guard(checks, view, max_bytes)
 
     async def read(request: web.Request, parse: Callable[[bytes], Any]) -> Any:
-        body = await request.read()
+        try:
+            body = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise _BodyTimeout from exc
         try:
             return parse(body)
         except InvalidEvent as exc:
@@ -182,11 +287,13 @@ def gateway_app(backend: Backend, view: FleetView, tokens: frozenset[str], max_b
     async def other(request: web.Request) -> web.StreamResponse:
         if request.path == "/":
             raise web.HTTPFound("/dashboard")
+        if request.path.rstrip("/") == "/health" and backend.stalled():
+            return _error(503, f"stalled: events wait and none was processed for {STALL_S:g} s")
         answer = dashboard.respond(request.path, request.query)
         headers = {"Content-Type": answer.content_type, "Cache-Control": "no-store"}
         return web.Response(body=answer.body, status=answer.status, headers=headers)
 
-    app = web.Application(middlewares=[guard], client_max_size=max_bytes)
+    app = web.Application(middlewares=[guard.middleware], client_max_size=max_bytes)
     app.router.add_post("/v1/events", events)
     app.router.add_post("/v1/decide", decide)
     app.router.add_get("/{tail:.*}", other)
@@ -201,6 +308,18 @@ async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) 
 
     config = load_config(args.config)
     host, port = parse_address(args.listen)
+    if not tokens and not is_loopback(host) and not getattr(args, "insecure_no_auth", False):
+        raise LoopwatchError(
+            f"--listen {args.listen}: a gateway reachable beyond this machine needs a token "
+            "(LOOPWATCH_GATEWAY_TOKENS); --insecure-no-auth serves it without one"
+        )
+    safety = WebSafety.of(
+        host,
+        port,
+        tokens,
+        _listed(getattr(args, "allowed_hosts", None)),
+        _listed(getattr(args, "allowed_origins", None)),
+    )
     max_bytes = config.settings.max_event_bytes
     async with AsyncExitStack() as stack:
         backend: Backend
@@ -218,10 +337,18 @@ async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) 
             stack.push_async_callback(kafka.stop)
             backend = kafka
         else:
+            from loopwatch.config.stream_settings import parse_stream_settings
+
+            ttl = parse_stream_settings(os.environ).state_ttl_s
             view = FleetView("loopwatch gateway (embedded)")
-            runtime = await stack.enter_async_context(EmbeddedRuntime(config, view=view))
+            runtime = await stack.enter_async_context(EmbeddedRuntime(config, view=view, state_ttl_s=ttl))
             backend = EmbeddedBackend(runtime)
-        await _listen(gateway_app(backend, view, tokens, max_bytes), host, port, args.listen, tokens, err)
+        app = gateway_app(backend, view, tokens, max_bytes, safety)
+        await _listen(app, host, port, args.listen, tokens, err)
+
+
+def _listed(text: str | None) -> list[str]:
+    return [part for part in (text or "").split(",") if part.strip()]
 
 
 async def _listen(

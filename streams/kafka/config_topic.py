@@ -39,6 +39,8 @@ def _json_object(value: bytes, agent: str) -> dict[str, Any] | None:
         block = json5.loads(value.decode("utf-8"))
     except ValueError as exc:
         raise ConfigError([ConfigProblem(f"agents.{agent}", f"not valid JSON: {exc}")]) from exc
+    except RecursionError as exc:
+        raise ConfigError([ConfigProblem(f"agents.{agent}", "nested too deeply")]) from exc
     if block is not None and not isinstance(block, dict):
         raise ConfigError([ConfigProblem(f"agents.{agent}.tools.loopDetection", "must be an object")])
     return block
@@ -72,6 +74,13 @@ def apply_logged(config: FleetConfig, key: bytes | None, value: bytes | None) ->
             "config override refused",
             agent=(key or b"").decode("utf-8", "replace"),
             problems=[str(p) for p in exc.problems] or [str(exc)],
+        )
+        return config
+    except Exception as exc:  # noqa: BLE001 - a record that breaks the parser must not stop workers
+        _log.error(
+            "config override refused",
+            agent=(key or b"").decode("utf-8", "replace"),
+            problems=[f"unreadable: {type(exc).__name__}: {exc}"],
         )
         return config
     _log.info("config override applied", agent=(key or b"").decode("utf-8", "replace"), removed=not value)

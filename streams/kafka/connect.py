@@ -13,11 +13,23 @@ from aiokafka.errors import KafkaError
 from loopwatch.config.errors import LoopwatchError
 from loopwatch.config.stream_settings import StreamSettings
 
-__all__ = ["BrokerUnavailable", "aiokafka_auth", "ensure_topics", "faust_credentials", "wait_for_broker"]
+__all__ = [
+    "BrokerUnavailable",
+    "TopicMismatch",
+    "aiokafka_auth",
+    "ensure_topics",
+    "faust_credentials",
+    "partition_problems",
+    "wait_for_broker",
+]
 
 
 class BrokerUnavailable(LoopwatchError):
     """The Kafka broker did not answer within the configured startup timeout."""
+
+
+class TopicMismatch(LoopwatchError):
+    """Existing topics have partition counts the worker cannot work with (each one named)."""
 
 
 def _ssl_context(settings: StreamSettings) -> ssl.SSLContext | None:
@@ -111,5 +123,31 @@ async def ensure_topics(settings: StreamSettings) -> None:
         missing = [topic for topic in wanted if topic.name not in existing]
         if missing:
             await admin.create_topics(missing)
+        needed = {topic.name: topic.num_partitions for topic in wanted}
+        # the tables' changelogs (faust creates them) go with the input's partitions too
+        for table in ("runs", "fleet"):
+            changelog = f"{settings.app_id}-{table}-changelog"
+            if changelog in existing:
+                needed[changelog] = settings.partitions
+        found = {
+            described["topic"]: len(described["partitions"])
+            for described in await admin.describe_topics(list(needed))
+            if not described.get("error_code")
+        }
     finally:
         await admin.close()
+    problems = partition_problems(needed, found)
+    if problems:
+        raise TopicMismatch(
+            "existing topics do not have the partitions loopwatch needs "
+            "(LOOPWATCH_PARTITIONS, or recreate the topics):\n  " + "\n  ".join(problems)
+        )
+
+
+def partition_problems(needed: dict[str, int], found: dict[str, int]) -> list[str]:
+    """One line per topic whose partition count is not the one needed."""
+    return [
+        f"topic {name}: {found[name]} partition(s) found, {count} needed"
+        for name, count in needed.items()
+        if name in found and found[name] != count
+    ]

@@ -39,7 +39,7 @@ def dead_letter(
     raw = value or b""
     return _ENCODER.encode(
         DeadLetter(
-            reason=reason,
+            reason=reason.encode("utf-8", "backslashreplace").decode(),  # always encodable
             topic=topic,
             partition=partition,
             offset=offset,

@@ -136,9 +136,13 @@ class FleetProcessor:
             return
         try:
             facts = decode_facts(record.value or b"")
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except Exception as exc:  # noqa: BLE001 - one bad record is skipped, never fatal
             _log.error(
-                "unreadable fleet facts skipped", subject=key.decode("utf-8", "replace"), error=str(exc)
+                "unreadable fleet facts skipped",
+                subject=key.decode("utf-8", "replace"),
+                partition=record.partition,
+                offset=record.offset,
+                error=f"{type(exc).__name__}: {exc}",
             )
             facts = []
         rules = self._fleet_rules()

@@ -267,10 +267,26 @@ class RunProcessor:
             return "invalid"
         try:
             event = decode_event(value)
+            key = run_scope(event).encode()
         except InvalidEvent as exc:
             await self._refuse(record, exc.reason)
             return "invalid"
-        key = run_scope(event).encode()
+        except Exception as exc:  # noqa: BLE001 - whatever one record breaks, the worker goes on
+            await self._refuse(record, f"undecodable: {type(exc).__name__}: {exc}")
+            return "invalid"
+        try:
+            return await self._apply_event(record, event, key)
+        except Exception as exc:  # noqa: BLE001 - one event's failure must not stop the others
+            _log.exception(
+                "event processing failed",
+                run_id=key.decode(),
+                partition=record.partition,
+                offset=record.offset,
+            )
+            await self._refuse(record, f"processing failed: {type(exc).__name__}: {exc}")
+            return "invalid"
+
+    async def _apply_event(self, record: Record, event: Event, key: bytes) -> str:
         kind = str(event.__struct_config__.tag)
         self._answer = (event.event_id, [])
         run = self._load(key, record.partition)
@@ -288,19 +304,9 @@ class RunProcessor:
                 with_facts = bool(outbox) and self.facts.active
                 await self._publish(key, run.state, event.event_id, outbox, with_facts)
             return kind
-        try:
-            if self.fault_hook is not None:
-                self.fault_hook(event)
-            await self._step(key, run, event, record)
-        except Exception as exc:  # noqa: BLE001 - one event's failure must not stop the others
-            _log.exception(
-                "event processing failed",
-                run_id=key.decode(),
-                partition=record.partition,
-                offset=record.offset,
-            )
-            await self._refuse(record, f"processing failed: {type(exc).__name__}: {exc}")
-            return "invalid"
+        if self.fault_hook is not None:
+            self.fault_hook(event)
+        await self._step(key, run, event, record)
         return kind
 
     async def _step(self, key: bytes, run: _Run, event: Event, record: Record) -> None:
@@ -434,6 +440,7 @@ class RunProcessor:
             future.add_done_callback(confirmed)
 
     async def _refuse(self, record: Record, reason: str) -> None:
+        reason = reason.encode("utf-8", "backslashreplace").decode()  # the log line encodes too
         self.metrics.invalid += 1
         _log.warning(
             "invalid event sent to dead-letter topic",

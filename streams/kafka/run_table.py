@@ -23,7 +23,7 @@ import struct
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-import xxhash
+from loopwatch.detectors.tombstone import id_hash
 
 __all__ = [
     "ENDED",
@@ -51,10 +51,6 @@ class TableValue(NamedTuple):
     state: bytes  # LIVE: the state bytes; ENDED: b""
     ended_ms: int  # ENDED: broker timestamp of the run_end record; LIVE: 0
     ended_ids: frozenset[int] = frozenset()  # ENDED: hashes of the event ids the run had seen
-
-
-def id_hash(event_id: str) -> int:
-    return xxhash.xxh3_64_intdigest(event_id.encode())
 
 
 def pack_live(offset: int, state: bytes) -> bytes:

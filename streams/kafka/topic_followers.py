@@ -89,7 +89,7 @@ def _observe(view: FleetView, is_verdict: bool, value: bytes | None, ts_ms: int,
             view.output(_OUTPUTS.decode(value), ts_ms)
         else:
             view.event(decode_event(value), ts_ms)
-    except (InvalidEvent, msgspec.DecodeError):
+    except (InvalidEvent, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         pass  # invalid input is counted by the metrics and kept in the dead-letter topic
 
 
@@ -107,8 +107,13 @@ async def follow_alerts(settings: StreamSettings, board: AlertBoard) -> None:
                 for message in messages:
                     try:
                         board.add(decode_alert(message.value or b""))
-                    except (msgspec.DecodeError, msgspec.ValidationError):
-                        _log.warning("unreadable fleet alert ignored", offset=message.offset)
+                    except Exception as exc:  # noqa: BLE001 - one bad record is skipped, never fatal
+                        _log.warning(
+                            "unreadable fleet alert ignored",
+                            partition=message.partition,
+                            offset=message.offset,
+                            error=f"{type(exc).__name__}: {exc}",
+                        )
     finally:
         await consumer.stop()
 

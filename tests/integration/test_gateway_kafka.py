@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,7 @@ from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import ToolCall, ToolResult
 from loopwatch.detectors.facade import decision_of
 from loopwatch.detectors.stable_json import from_python
-from tests.helpers import ROOT
+from tests.helpers import ROOT, post_json
 from tests.integration.harness import Names, WorkerProcess, consume, run
 from tests.integration.test_worker import start_worker
 
@@ -59,13 +56,8 @@ class Gateway:
             raise AssertionError("the gateway exited: " + "".join(seen))
 
     def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        try:
-            with urllib.request.urlopen(self.url + path, data=data, timeout=30) as answer:
-                return answer.status, json.loads(answer.read())
-        except urllib.error.HTTPError as error:
-            with error:
-                return error.code, json.loads(error.read())
+        status, answer = post_json(self.url + path, body)
+        return status, answer
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)

@@ -28,7 +28,7 @@ import pytest
 
 from loopwatch import LoopDetector
 from loopwatch.detectors.events import Verdict
-from tests.helpers import ROOT
+from tests.helpers import ROOT, post_json
 
 PLUGIN = ROOT / "integrations" / "openclaw"
 TOKEN = "openclaw-test-token"
@@ -36,18 +36,7 @@ RUN = "agent:main:main"  # the session OpenClaw resolves for /tools/invoke witho
 
 
 def _post(url: str, body: object, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={"content-type": "application/json", **(headers or {})},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as refused:
-        with refused:
-            return refused.code, json.loads(refused.read() or b"{}")
+    return post_json(url, body, headers)
 
 
 def _free_port() -> int:

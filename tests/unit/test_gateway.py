@@ -8,13 +8,10 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
-import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from loopwatch.config import FleetConfig
@@ -23,7 +20,7 @@ from loopwatch.detectors.events import encode_event
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.gateway.server import EmbeddedBackend, gateway_app
-from tests.helpers import FIXTURES, ROOT, Trace
+from tests.helpers import FIXTURES, ROOT, Trace, post_json
 
 Client = TestClient[Any, Any]
 
@@ -32,7 +29,8 @@ Client = TestClient[Any, Any]
 async def gateway(tokens: frozenset[str] = frozenset(), max_bytes: int = 1_048_576) -> AsyncIterator[Client]:
     view = FleetView("test gateway")
     async with EmbeddedRuntime(FleetConfig.enabled_default(), view=view) as runtime:
-        client = TestClient(TestServer(gateway_app(EmbeddedBackend(runtime), view, tokens, max_bytes)))
+        app = gateway_app(EmbeddedBackend(runtime), view, tokens, max_bytes)
+        client = TestClient(TestServer(app), headers={"Content-Type": "application/json"})
         await client.start_server()
         try:
             yield client
@@ -152,15 +150,8 @@ def test_the_command_serves_until_sigterm() -> None:
         assert found, line
         url = found.group(1)
         event = (FIXTURES / "openclaw-post-compaction-abort.events.jsonl").read_bytes().splitlines()[0]
-        request = urllib.request.Request(
-            url + "/v1/events", data=event, headers={"Authorization": "Bearer t2"}
-        )
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            assert json.loads(answer.read()) == {"outputs": []}
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(url + "/v1/events", data=event, timeout=10)
-        assert refused.value.code == 401
-        refused.value.close()
+        assert post_json(url + "/v1/events", event, {"Authorization": "Bearer t2"}) == (200, {"outputs": []})
+        assert post_json(url + "/v1/events", event)[0] == 401
     finally:
         proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 20

@@ -1,0 +1,278 @@
+"""The doors never fall: every malformed input is refused where it enters, and nothing else
+is lost — the worker's record path, the config topic, the gateway, the embedded runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from loopwatch.config import FleetConfig
+from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.events import InvalidEvent, ToolCall
+from loopwatch.detectors.input_limits import MAX_ID_BYTES, MAX_NESTING
+from loopwatch.detectors.tombstone import Tombstone
+from loopwatch.streams.embedded.runtime import EmbeddedRuntime
+from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.gateway.server import EmbeddedBackend, gateway_app
+from loopwatch.streams.gateway.web_safety import WebSafety
+from loopwatch.streams.kafka.config_topic import apply_logged
+from loopwatch.streams.kafka.connect import partition_problems
+from tests.poison import POISON
+from tests.unit.test_run_processor import TP, Broker, Record, expected, loop_trace, processor, records
+
+Client = TestClient[Any, Any]
+JSON = {"Content-Type": "application/json"}
+
+
+# -- the limits themselves ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(POISON))
+def test_every_poison_class_is_an_invalid_event_never_another_exception(kind: str) -> None:
+    with pytest.raises(InvalidEvent):
+        decode_event(POISON[kind]("run", 1))
+
+
+def test_the_limits_let_their_edges_through() -> None:
+    def call(**fields: Any) -> bytes:
+        return json.dumps(
+            {"type": "tool_call", "event_id": "e", "run_id": "r", "tool": "t", **fields}
+        ).encode()
+
+    nested: Any = 1
+    for _ in range(MAX_NESTING):
+        nested = [nested]
+    assert decode_event(call(params=nested)).params == nested
+    with pytest.raises(InvalidEvent, match="params: nests more than 64"):
+        decode_event(call(params=[nested]))
+    assert decode_event(call(params={}, run_id="é" * (MAX_ID_BYTES // 2))).run_id == "é" * 256
+    with pytest.raises(InvalidEvent, match="run_id: holds 514 bytes"):
+        decode_event(call(params={}, run_id="é" * 257))
+    assert decode_event(call(params={}, ts=2**63 - 1)).ts == 2**63 - 1
+    # lone surrogates stay valid inside params (OpenClaw sanitises them before hashing)
+    assert decode_event(call(params={"q": "\ud800"})).params == {"q": "\ud800"}
+
+
+# -- the worker's record path -----------------------------------------------------------------
+
+
+def test_every_poison_record_is_dead_lettered_once_and_the_worker_goes_on() -> None:
+    async def go() -> None:
+        broker = Broker()
+        proc = processor(broker)
+        proc.cursors.start(0, 0)
+        valid = loop_trace(calls=25).events
+        batch = records(valid)
+        poisons = [
+            Record("in", 0, 0, 1, b"k", maker("run-1", index)) for index, maker in enumerate(POISON.values())
+        ]
+        mixed: list[Record] = []
+        for index, record in enumerate(batch):  # a poison record after every third valid one
+            mixed.append(record)
+            if index % 3 == 0 and poisons:
+                mixed.append(poisons.pop())
+        mixed.extend(poisons)
+        for offset, record in enumerate(mixed):
+            record.offset = offset
+        await proc.process({TP("in", 0): mixed})
+        assert broker.on("v") == expected(valid)
+        letters = [json.loads(value) for value in broker.on("dl")]
+        assert len(letters) == len(POISON)
+        assert sorted(letter["offset"] for letter in letters) == sorted(
+            r.offset for r in mixed if r.key == b"k"
+        )
+        assert all(letter["reason"] for letter in letters)
+        assert proc.cursors.positions() == {0: len(mixed)}
+
+    asyncio.run(go())
+
+
+# -- the followed topics ----------------------------------------------------------------------
+
+
+def test_a_config_override_nested_3000_deep_is_refused_and_the_config_kept() -> None:
+    config = FleetConfig.enabled_default()
+    deep = b"{" + b'"a":{' * 3000 + b"}" * 3001
+    assert apply_logged(config, b"agent-1", deep) is config
+    assert apply_logged(config, b"agent-1", b"\xff\xfe") is config
+    changed = apply_logged(config, b"agent-1", b'{"warningThreshold": 5}')
+    assert changed is not config
+
+
+def test_topics_with_another_partition_count_are_each_named() -> None:
+    needed = {"loopwatch.tool-events": 6, "loopwatch.fleet-facts": 6, "loopwatch.config": 1}
+    found = {"loopwatch.tool-events": 6, "loopwatch.fleet-facts": 3, "loopwatch.config": 2}
+    assert partition_problems(needed, found) == [
+        "topic loopwatch.fleet-facts: 3 partition(s) found, 6 needed",
+        "topic loopwatch.config: 2 partition(s) found, 1 needed",
+    ]
+
+
+# -- the embedded runtime ---------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_idle_runs_expire_after_the_state_ttl_without_a_tombstone() -> None:
+    async def go() -> None:
+        clock = Clock()
+        async with EmbeddedRuntime(FleetConfig.enabled_default(), state_ttl_s=0.2, clock=clock) as runtime:
+            for event in (
+                loop_trace(calls=3, run_id="idle").events + loop_trace(calls=3, run_id="busy").events
+            ):
+                await runtime.process(event)
+            clock.now += 0.1
+            await runtime.process(loop_trace(calls=1, run_id="busy").events[0])
+            clock.now += 0.15  # idle: 0.25 s; busy: 0.15 s
+            await asyncio.sleep(0.3)  # the sweeper runs every ttl / 4 (at least 50 ms)
+            live = {scope for engine in runtime.engines for scope in engine.states}
+            assert live == {"busy"}
+            assert runtime.expired == 1
+            assert not any(engine.ended for engine in runtime.engines)
+
+    asyncio.run(go())
+
+
+class BrokenView(FleetView):
+    def event(self, event: Any, now_ms: int) -> None:
+        if event.event_id == "breaks-the-view":
+            raise RuntimeError("view broke")
+        super().event(event, now_ms)
+
+
+def test_an_event_that_fails_holds_up_no_other_and_health_tells_a_stall() -> None:
+    async def go() -> None:
+        clock = Clock()
+        view = BrokenView("test")
+        async with EmbeddedRuntime(FleetConfig.enabled_default(), view=view, clock=clock) as runtime:
+            bad = ToolCall(event_id="breaks-the-view", run_id="r", tool="read", params={})
+            with pytest.raises(RuntimeError, match="view broke"):
+                await asyncio.wait_for(runtime.process(bad), 5)
+            good = loop_trace(calls=1, run_id="fine").events[0]
+            assert await asyncio.wait_for(runtime.process(good), 5) == []
+            assert not runtime.stalled(5)
+            runtime.events += 1  # an input position that is never released
+            assert not runtime.stalled(5)
+            clock.now += 6
+            assert runtime.stalled(5)
+
+    asyncio.run(go())
+
+
+def test_an_ended_run_costs_about_two_kilobytes() -> None:
+    ids = [f"{'e' * 30}-{i}" for i in range(257)]  # the default window of 256 ids and the run_end
+    tombstone = Tombstone(ids)
+    size = sys.getsizeof(tombstone) + sys.getsizeof(tombstone.hashes)
+    assert size <= 2_200, size
+    assert all(i in tombstone for i in ids)
+    assert "another" not in tombstone
+
+
+# -- the gateway ------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def gateway(
+    safety: WebSafety | None = None, tokens: frozenset[str] = frozenset()
+) -> AsyncIterator[Client]:
+    view = FleetView("test gateway")
+    async with EmbeddedRuntime(FleetConfig.enabled_default(), view=view) as runtime:
+        app = gateway_app(EmbeddedBackend(runtime), view, tokens, 1_048_576, safety)
+        client = TestClient(TestServer(app), headers=JSON)
+        await client.start_server()
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+async def decide_works(client: Client, run_id: str = "after") -> None:
+    body = {"run_id": run_id, "tool": "read", "params": {"path": "a"}}
+    answer = await asyncio.wait_for(client.post("/v1/decide", json=body), 1)
+    assert answer.status == 200
+    assert (await answer.json())["decision"] == "allow"
+
+
+def test_every_poison_class_answers_400_naming_the_problem_in_every_body_form() -> None:
+    async def go() -> None:
+        async with gateway() as client:
+            for kind, maker in POISON.items():
+                raw = maker("run", 1)
+                array = b"[" + raw + b"]"
+                for path, body in (("/v1/events", raw), ("/v1/events", array), ("/v1/decide", raw)):
+                    answer = await asyncio.wait_for(client.post(path, data=body), 2)
+                    text = await answer.text()
+                    assert answer.status == 400, (kind, path, answer.status, text)
+                    assert json.loads(text)["error"], (kind, path)
+                await decide_works(client, f"after {kind}")
+            metrics = await client.get("/metrics")
+            assert metrics.status == 200
+            health = await client.get("/health")
+            assert health.status == 200
+
+    asyncio.run(go())
+
+
+def test_surrogate_ids_name_their_field() -> None:
+    async def go() -> None:
+        async with gateway() as client:
+            for field in ("run_id", "session_id", "event_id", "tool", "agent_id", "tool_call_id"):
+                body = json.dumps({"run_id": "r", "tool": "read", "params": {}, field: "x\ud800"})
+                answer = await client.post("/v1/decide", data=body)
+                assert answer.status == 400
+                assert (await answer.json())["error"].startswith(f"{field}: must be valid Unicode")
+            await decide_works(client)
+
+    asyncio.run(go())
+
+
+def test_web_safety_refuses_foreign_hosts_origins_and_content_types() -> None:
+    async def go() -> None:
+        async with gateway(WebSafety.of("127.0.0.1", 0, ["s3cret"])) as client:
+            auth = {"Authorization": "Bearer s3cret"}
+            body = json.dumps({"run_id": "r", "tool": "read", "params": {}})
+            plain = await client.post("/v1/decide", data=body, headers={**auth, "Content-Type": "text/plain"})
+            assert plain.status == 415
+            form = await client.post(
+                "/v1/decide", data=body, headers={**auth, "Content-Type": "application/x-www-form-urlencoded"}
+            )
+            assert form.status == 415
+            evil = await client.post(
+                "/v1/decide", data=body, headers={**auth, "Origin": "https://evil.example"}
+            )
+            assert evil.status == 403
+            rebound = await client.get("/fleet/overview", headers={**auth, "Host": "evil.example:6070"})
+            assert rebound.status == 421
+            no_token = await client.post("/v1/decide", data=body)
+            assert no_token.status == 401
+            odd_token = await client.post("/v1/decide", data=body, headers={"Authorization": "Bearer s3crét"})
+            assert odd_token.status == 401
+            page = await client.get("/dashboard")  # the page holds no data; its fetches send the token
+            assert page.status == 200
+            fine = await client.post("/v1/decide", data=body, headers=auth)
+            assert fine.status == 200
+
+    asyncio.run(go())
+
+
+def test_a_non_ascii_digit_in_a_query_number_answers_400() -> None:
+    async def go() -> None:
+        async with gateway() as client:
+            for raw in ("\u0663", "\u00b2", "5\u0660"):
+                answer = await client.get("/fleet/overview", params={"minutes": raw})
+                assert answer.status == 400, raw
+
+    asyncio.run(go())
