@@ -38,6 +38,11 @@ class Engine:
         self.ended_limit = ended_limit
         self.late = 0
 
+    def aborted(self, scope: str) -> tuple[str, str] | None:
+        """The (reason, message) of the run's first enforced abort, while the run lives."""
+        state = self.states.get(scope)
+        return state.aborted if state is not None else None
+
     def process(self, event: Event, prepared: Prepared | None = None) -> list[Output]:
         """Apply one event; the verdicts and aborts it produced."""
         run_id = event.run_id

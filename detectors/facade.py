@@ -32,6 +32,7 @@ from loopwatch.detectors.events import (
     Usage,
     Verdict,
     as_usage,
+    run_scope,
 )
 from loopwatch.detectors.outcomes import MISSING
 from loopwatch.detectors.stable_json import from_python
@@ -46,6 +47,10 @@ class Decision:
     action: str
     message: str | None = None
     outputs: tuple[Output, ...] = field(default_factory=tuple)
+    #: the abort's reason, or the verdict's detector (None for ``allow``)
+    reason: str | None = None
+    #: an abort given earlier in the run, repeated for this call (no new verdict was published)
+    sticky: bool = False
 
     @property
     def proceed(self) -> bool:
@@ -53,16 +58,19 @@ class Decision:
         return self.action in ("allow", "warn")
 
 
-def decision_of(outputs: list[Output]) -> Decision:
-    """What to do with a call, given the outputs its tool_call gave."""
-    if not outputs:
-        return Decision("allow")
+def decision_of(outputs: list[Output], aborted: tuple[str, str] | None = None) -> Decision:
+    """What to do with a call, given the outputs its tool_call gave and the run's first
+    enforced abort (``aborted``: (reason, message); an aborted run stays aborted)."""
     aborts = [out for out in outputs if isinstance(out, Abort) and out.enforced]
     if aborts:
-        return Decision("abort", aborts[0].message, tuple(outputs))
+        return Decision("abort", aborts[0].message, tuple(outputs), aborts[0].reason)
+    if aborted is not None:
+        return Decision("abort", aborted[1], tuple(outputs), aborted[0], sticky=True)
+    if not outputs:
+        return Decision("allow")
     verdict = next(out for out in outputs if isinstance(out, (Verdict, Abort)))
     if isinstance(verdict, Verdict) and verdict.enforced:
-        return Decision(verdict.action, verdict.message, tuple(outputs))
+        return Decision(verdict.action, verdict.message, tuple(outputs), verdict.detector)
     return Decision("allow", verdict.message, tuple(outputs))
 
 
@@ -99,7 +107,8 @@ class LoopDetector:
         ts: int | None = None,
         usage: Usage | dict[str, Any] | None = None,
     ) -> Decision:
-        """Detect before executing ``tool``; a blocked call is not recorded.
+        """Detect before executing ``tool``; once the run was aborted, every later call of the
+        run answers that abort (until :meth:`end_run`).
 
         ``usage``: what the model turn that proposed the call cost (its first call only).
         """
@@ -114,7 +123,8 @@ class LoopDetector:
             tool_call_id=tool_call_id,
             usage=as_usage(usage),
         )
-        return decision_of(self._engine.process(event))
+        outputs = self._engine.process(event)
+        return decision_of(outputs, self._engine.aborted(run_scope(event)))
 
     def after_tool_call(
         self,

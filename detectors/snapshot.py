@@ -46,6 +46,8 @@ class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
     since_new: int = 0
     seen_pairs: list[str] = []
     edits: list[tuple[str, list[str], list[str], int]] = []
+    # the first enforced abort's (reason, message) (absent in older snapshots): sticky decisions
+    aborted: tuple[str, str] | None = None
 
 
 ENCODER: Final = msgspec.msgpack.Encoder()

@@ -40,6 +40,7 @@ class RunState:
 
     __slots__ = (
         "_seen_limit",
+        "aborted",
         "agent_id",
         "buckets",
         "budget_aborted",
@@ -113,6 +114,9 @@ class RunState:
         # Encoded outputs whose delivery the shell has not confirmed yet, by trigger event id:
         # a redelivered event re-publishes them (at most OUTBOX_LIMIT events).
         self.outbox: dict[str, list[bytes]] = {}
+        # the run's first enforced abort (reason, message): every later decision of the run is
+        # that abort (a sticky decision; no new verdict is published for it)
+        self.aborted: tuple[str, str] | None = None
 
     def remember(self, event_id: str) -> bool:
         """Record an event id; ``False`` if it was already seen (a redelivery)."""
@@ -168,6 +172,7 @@ class RunState:
             last_ts=self.last_ts,
             events=self.events,
             outbox=list(self.outbox.items()),
+            aborted=self.aborted,
         )
 
     def to_bytes(self) -> bytes:
@@ -209,6 +214,7 @@ class RunState:
         state.since_new = snap.since_new
         state.seen_pairs = dict.fromkeys(snap.seen_pairs)
         state.edits = {path: PathEdits(list(c), list(h), n) for path, c, h, n in snap.edits}
+        state.aborted = (snap.aborted[0], snap.aborted[1]) if snap.aborted is not None else None
         return state
 
     @classmethod

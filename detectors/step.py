@@ -178,8 +178,12 @@ def apply(
                 resolved.newest,
             )
         if kind is ToolCall:
-            return _on_call(state, event, prepared, resolved, config)  # type: ignore[arg-type]
-        return _on_result(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
+            outputs = _on_call(state, event, prepared, resolved, config)  # type: ignore[arg-type]
+        else:
+            outputs = _on_result(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
+        if outputs and state.aborted is None:
+            _note_abort(state, outputs)
+        return outputs
     if isinstance(event, CompactionRetry):
         resolved = config.for_agent(event.agent_id)
         if resolved.guard_enabled:
@@ -394,6 +398,14 @@ def _on_result(
 def _stale_limit(settings: DetectorSettings, resolved: ResolvedLoopDetection) -> int:
     """Seconds of churn that abort a run; 0 when the stale-churn abort does not apply."""
     return settings.churn_stale_after_s if resolved.newest and resolved.enabled else 0
+
+
+def _note_abort(state: RunState, outputs: list[Output]) -> None:
+    """Remember the run's first enforced abort (the run's decisions stay that abort)."""
+    for output in outputs:
+        if type(output) is Abort and output.enforced:
+            state.aborted = (output.reason, output.message)
+            return
 
 
 def _abort_kind(reason: str) -> str:

@@ -127,6 +127,7 @@ class LoopwatchClient:
         self._alert_consumer: AIOKafkaConsumer | None = None
         self._alert_follower: asyncio.Task[None] | None = None
         self._call_tools: dict[str, str] = {}  # event id of a call -> its tool (for the gate)
+        self._call_runs: dict[str, str] = {}  # event id of a call -> its run scope (for the gate)
 
     @classmethod
     def from_env(cls, agent_id: str = "default", **kwargs: Any) -> LoopwatchClient:
@@ -241,8 +242,10 @@ class LoopwatchClient:
             usage=as_usage(usage),
         )
         self._call_tools[event.event_id] = tool
+        self._call_runs[event.event_id] = run_scope(event)
         if len(self._call_tools) > 10_000:
             del self._call_tools[next(iter(self._call_tools))]
+            del self._call_runs[next(iter(self._call_runs))]
         return await self._publish(self._digested(event) if self.digest_only else event)
 
     async def tool_result(
@@ -359,6 +362,9 @@ class LoopwatchClient:
         blocked = self._outage_block(event_id)
         if blocked is not None:
             return blocked
+        aborted = self._latest.get(self._call_runs.get(event_id, ""))
+        if isinstance(aborted, Abort) and aborted.enforced:
+            return RunDecision.of(aborted)  # an aborted run stays aborted: every later call too
         outputs = self._by_trigger.get(event_id)
         if outputs:
             return _strongest(outputs)

@@ -31,6 +31,7 @@ from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.fleet_rules import fleet_rules
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Event, Output, RunEnd, ToolCall, run_scope
+from loopwatch.detectors.facade import Decision, decision_of
 from loopwatch.detectors.fleet.alerts import FleetAlert
 from loopwatch.detectors.fleet.engine_step import step_event
 from loopwatch.detectors.fleet.watch import FleetWatch
@@ -50,7 +51,7 @@ AlertHandler = Callable[[FleetAlert], None]
 class _Done:
     """A processed event waiting for its turn (input order) to be released."""
 
-    __slots__ = ("error", "event", "future", "outputs", "prepared", "ts")
+    __slots__ = ("aborted", "decides", "error", "event", "future", "outputs", "prepared", "ts")
 
     def __init__(self, event: Event, future: asyncio.Future[list[Output]], ts: int) -> None:
         self.event = event
@@ -59,6 +60,8 @@ class _Done:
         self.outputs: list[Output] = []
         self.prepared: Prepared | None = None
         self.error: BaseException | None = None
+        self.aborted: tuple[str, str] | None = None  # a call's run: its first enforced abort
+        self.decides = False  # asked for by decide(): the run's abort is handed over too
 
 
 def partition_for(scope: str, partitions: int) -> int:
@@ -95,6 +98,7 @@ class EmbeddedRuntime:
         self._pending: dict[int, _Done] = {}  # processed, by input position
         self._released = 0  # the input position released next
         self._alerts_of: dict[asyncio.Future[list[Output]], list[FleetAlert]] = {}
+        self._aborted_of: dict[asyncio.Future[list[Output]], tuple[str, str]] = {}
         self.events = 0
 
     @property
@@ -182,6 +186,8 @@ class EmbeddedRuntime:
             done.outputs, done.prepared = self._process_counting_spend(engine, event, done.ts, view)
         else:
             done.outputs, done.prepared = step_event(engine, event, done.ts, self.fleet)
+        if done.decides:
+            done.aborted = engine.aborted(run_scope(event))
         if view is not None:
             view.metrics.event(str(event.__struct_config__.tag), time.perf_counter() - started)
             for output in done.outputs:
@@ -207,6 +213,8 @@ class EmbeddedRuntime:
             else:
                 if alerts:
                     self._alerts_of[future] = alerts
+                if done.aborted is not None:
+                    self._aborted_of[future] = done.aborted
                 future.set_result(done.outputs)
 
     def _observe_fleet(self, done: _Done) -> list[FleetAlert]:
@@ -257,12 +265,13 @@ class EmbeddedRuntime:
         for output in outputs:
             self.view.output(output, now_ms)
 
-    def submit(self, event: Event) -> asyncio.Future[list[Output]]:
+    def submit(self, event: Event, decides: bool = False) -> asyncio.Future[list[Output]]:
         """Queue an event on its run's worker; the future resolves to its outputs, in input order."""
         queue = self._queues[partition_for(run_scope(event), self.workers)]  # before taking a position
         future: asyncio.Future[list[Output]] = asyncio.get_running_loop().create_future()
         ts = event.ts if event.ts is not None else int(time.time() * 1000)  # event time (F0)
         done = _Done(event, future, ts)
+        done.decides = decides
         if self.events == self._released:
             self._progress_at = self.clock()  # idle until now: nothing was waiting
         queue.put_nowait((self.events, done))  # QueueFull (too much in flight) takes no position
@@ -279,6 +288,16 @@ class EmbeddedRuntime:
             return await future
         finally:
             self._alerts_of.pop(future, None)
+
+    async def decide(self, call: ToolCall) -> Decision:
+        """A proposed call recorded and decided (an aborted run's calls all answer its abort)."""
+        future = self.submit(call, decides=True)
+        try:
+            outputs = await future
+        finally:
+            self._alerts_of.pop(future, None)
+            aborted = self._aborted_of.pop(future, None)
+        return decision_of(outputs, aborted)
 
     async def run(
         self, events: Iterable[Event] | AsyncIterable[Event], window: int = 1024

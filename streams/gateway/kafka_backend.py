@@ -7,6 +7,9 @@
   when there are none), so an allowed call is answered as soon as it is applied. Without
   an answer within ``--decide-timeout-ms`` the call is allowed (``"timed_out": true``); a
   verdict that comes later still reaches the run's next decision through the worker.
+* An aborted run stays aborted: the worker's answer carries the run's first enforced abort,
+  and the gateway also remembers the runs it saw aborted (the latest ``ABORTED_KEPT``), so
+  their calls answer that abort even when the workers are slow, until the run's ``run_end``.
 * Invalid input is refused with 400 and also sent to the dead-letter topic, with the reason.
 
 The replies topic is read from its end when the gateway starts, on all partitions: every
@@ -24,7 +27,17 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from loopwatch.config.stream_settings import StreamSettings
-from loopwatch.detectors.events import Abort, Event, Output, ToolCall, Verdict, encode_event, run_scope
+from loopwatch.detectors.events import (
+    Abort,
+    Event,
+    Output,
+    RunEnd,
+    ToolCall,
+    Verdict,
+    encode_event,
+    run_scope,
+)
+from loopwatch.detectors.facade import Decision, decision_of
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.kafka.connect import aiokafka_auth
 from loopwatch.streams.kafka.dead_letter import dead_letter
@@ -36,6 +49,11 @@ __all__ = ["KafkaBackend"]
 class _Reply(msgspec.Struct):
     event_id: str
     outputs: list[Verdict | Abort]
+    aborted: tuple[str, str] | None = None  # the run's first enforced abort (reason, message)
+
+
+#: Aborted runs the gateway remembers (beyond them, the workers' answers still say it).
+ABORTED_KEPT = 100_000
 
 
 _REPLY: Any = msgspec.json.Decoder(_Reply)
@@ -54,7 +72,8 @@ class KafkaBackend:
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._follower: asyncio.Task[None] | None = None
-        self._waiting: dict[str, asyncio.Future[list[Output]]] = {}
+        self._waiting: dict[str, asyncio.Future[tuple[list[Output], tuple[str, str] | None]]] = {}
+        self._aborted: dict[str, tuple[str, str]] = {}  # run scope -> its abort, oldest first
         self._answered_at = time.monotonic()  # when a worker last answered a decision (start: now)
         self._timed_out_at = 0.0  # when a decision last timed out
 
@@ -102,7 +121,7 @@ class KafkaBackend:
                         reply = _REPLY.decode(message.value or b"")
                     except msgspec.DecodeError:
                         continue
-                    waiter.set_result(list(reply.outputs))
+                    waiter.set_result((list(reply.outputs), reply.aborted))
 
     async def events(self, events: list[Event]) -> list[Output] | None:
         """Produce the events; returns once the broker has all of them."""
@@ -113,6 +132,8 @@ class KafkaBackend:
         ]
         await asyncio.gather(*sent)
         for event in events:
+            if type(event) is RunEnd:
+                self._aborted.pop(run_scope(event), None)
             self._observe(event, [])
         return None
 
@@ -127,30 +148,42 @@ class KafkaBackend:
             view.output(output, now)
             view.metrics.output(output)
 
-    async def decide(self, call: ToolCall) -> tuple[list[Output], bool]:
-        """The call's outputs, and whether the answer timed out (then: none, allowed)."""
+    async def decide(self, call: ToolCall) -> tuple[Decision, bool]:
+        """The call's decision, and whether the answer timed out (then: allowed, unless the
+        run is known to be aborted)."""
         assert self._producer is not None
-        waiter: asyncio.Future[list[Output]] = asyncio.get_running_loop().create_future()
+        scope = run_scope(call)
+        waiter: asyncio.Future[tuple[list[Output], tuple[str, str] | None]]
+        waiter = asyncio.get_running_loop().create_future()
         self._waiting[call.event_id] = waiter
         deadline = time.monotonic() + self.decide_timeout_s
         try:
             await self._producer.send_and_wait(
                 self.settings.topic_events,
                 encode_event(call),
-                key=run_scope(call).encode(),
+                key=scope.encode(),
                 headers=[(REPLY_HEADER, b"1")],
             )
             try:
-                outputs = await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
+                outputs, aborted = await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 self._timed_out_at = time.monotonic()
                 self._observe(call, [])
-                return [], True
+                return decision_of([], self._aborted.get(scope)), True
             self._answered_at = time.monotonic()
             self._observe(call, outputs)
-            return outputs, False
+            decision = decision_of(outputs, aborted)
+            if decision.action == "abort" and decision.reason is not None and decision.message is not None:
+                self._remember_abort(scope, (decision.reason, decision.message))
+            return decision, False
         finally:
             self._waiting.pop(call.event_id, None)
+
+    def _remember_abort(self, scope: str, aborted: tuple[str, str]) -> None:
+        if scope not in self._aborted:
+            self._aborted[scope] = aborted
+            if len(self._aborted) > ABORTED_KEPT:
+                del self._aborted[next(iter(self._aborted))]
 
     def stalled(self) -> bool:
         """The last decision timed out, and no worker answered one for ``STALL_S`` seconds."""

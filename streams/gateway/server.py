@@ -42,7 +42,7 @@ from aiohttp import web
 from loopwatch.config.errors import LoopwatchError
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import Event, InvalidEvent, Output, ToolCall, encode_output
-from loopwatch.detectors.facade import decision_of
+from loopwatch.detectors.facade import Decision
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.dashboard import Dashboard
 from loopwatch.streams.fleet_view.view import FleetView
@@ -75,7 +75,7 @@ class Backend(Protocol):
 
     async def events(self, events: list[Event]) -> list[Output] | None: ...
 
-    async def decide(self, call: ToolCall) -> tuple[list[Output], bool]: ...
+    async def decide(self, call: ToolCall) -> tuple[Decision, bool]: ...
 
     async def refuse(self, body: bytes, reason: str) -> None: ...
 
@@ -94,8 +94,8 @@ class EmbeddedBackend:
             outputs.extend(await self.runtime.process(event))
         return outputs
 
-    async def decide(self, call: ToolCall) -> tuple[list[Output], bool]:
-        return await self.runtime.process(call), False
+    async def decide(self, call: ToolCall) -> tuple[Decision, bool]:
+        return await self.runtime.decide(call), False
 
     async def refuse(self, body: bytes, reason: str) -> None:
         """Counted only (the gateway's 400 says what and where)."""
@@ -273,16 +273,19 @@ def gateway_app(
 
     async def decide(request: web.Request) -> web.Response:
         call = await read(request, _proposed_call)
-        outputs, timed_out = await backend.decide(call)
-        decision = decision_of(outputs)
+        decision, timed_out = await backend.decide(call)
         fields: dict[str, Any] = {
             "decision": decision.action,
             "message": decision.message,
             "event_id": call.event_id,
         }
+        if decision.reason is not None:
+            fields["reason"] = decision.reason
+        if decision.sticky:
+            fields["sticky"] = True
         if timed_out:
             fields["timed_out"] = True
-        return _answer(fields, outputs, "verdicts")
+        return _answer(fields, list(decision.outputs), "verdicts")
 
     async def other(request: web.Request) -> web.StreamResponse:
         if request.path == "/":

@@ -35,7 +35,9 @@ JSON_TYPES = frozenset(
 )
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
 #: Routes served without a token: the page itself holds no data (its fetches send the token).
-OPEN_PATHS = frozenset({"/health", "/dashboard", "/dashboard/", "/app.js", "/app.css", "/favicon.ico"})
+OPEN_PATHS = frozenset(
+    {"/", "/health", "/dashboard", "/dashboard/", "/dashboard/app.js", "/dashboard/app.css"}
+)
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,7 @@ class RunProcessor:
         #: how replies are sent (the worker: its own producer without linger; default: ``send``)
         self.send_reply: Send = send
         self._answer: tuple[str, list[bytes]] | None = None  # the record being applied: its outputs
+        self._answer_key: bytes | None = None  # ... and its run's key
         self.cursors = InputCursors()
         #: Held while a batch is applied, and by whatever must not interleave with one
         #: (revocation, shutdown, expiry).
@@ -248,14 +249,17 @@ class RunProcessor:
     async def _record(self, record: Record) -> None:
         started = time.perf_counter()
         self._answer = None
+        self._answer_key = None
         kind = await self._apply(record)
         self.metrics.event(kind, time.perf_counter() - started)
         if self._replies is not None and self._answer is not None and _wants_reply(record):
             event_id, encoded = self._answer
-            reply = (
-                b'{"event_id":' + msgspec.json.encode(event_id) + b',"outputs":[' + b",".join(encoded) + b"]}"
-            )
-            await self.send_reply(self._replies, event_id.encode(), reply, None)
+            head = b'{"event_id":' + msgspec.json.encode(event_id)
+            reply = head + b',"outputs":[' + b",".join(encoded) + b"]"
+            run = self._runs.get(self._answer_key) if self._answer_key is not None else None
+            if run is not None and run.state is not None and run.state.aborted is not None:
+                reply += b',"aborted":' + msgspec.json.encode(run.state.aborted)  # sticky: an aborted run
+            await self.send_reply(self._replies, event_id.encode(), reply + b"}", None)
 
     async def _apply(self, record: Record) -> str:
         """Apply one record; the kind counted for it."""
@@ -289,6 +293,7 @@ class RunProcessor:
     async def _apply_event(self, record: Record, event: Event, key: bytes) -> str:
         kind = str(event.__struct_config__.tag)
         self._answer = (event.event_id, [])
+        self._answer_key = key
         run = self._load(key, record.partition)
         if run.kind == ENDED:
             if record.offset <= run.offset or id_hash(event.event_id) in run.ended_ids:

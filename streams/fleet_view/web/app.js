@@ -245,13 +245,42 @@
     status.textContent = text;
   }
 
+  // A gateway with tokens answers 401: the page asks for one once and keeps it for this tab
+  // (sessionStorage, never in a URL); every fetch sends it as a bearer token.
+  const TOKEN_KEY = "loopwatch-token";
+  function authHeaders() {
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    return token ? { Authorization: `Bearer ${token}` } : {};
+  }
+  function askForToken(message) {
+    const input = h("input", { id: "token", type: "password", autocomplete: "current-password",
+      placeholder: "bearer token", "aria-label": "bearer token" });
+    const form = h("form", { id: "login", class: "notice" },
+      h("p", {}, message), input, h("button", { type: "submit" }, "open"));
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+      refresh();
+    });
+    main.replaceChildren(form);
+    input.focus();
+    setStatus("error", "a token is needed");
+  }
+
   async function refresh() {
     const mine = ++generation;
     clearTimeout(timer);
     const match = location.hash.match(/^#\/run\/(.+)$/);
     const url = match ? `/fleet/run?id=${match[1]}` : `/fleet/overview?minutes=${minutes.value}`;
     try {
-      const response = await fetch(url, { cache: "no-store" });
+      const response = await fetch(url, { cache: "no-store", headers: authHeaders() });
+      if (response.status === 401) {
+        if (mine !== generation) return;
+        const had = sessionStorage.getItem(TOKEN_KEY);
+        sessionStorage.removeItem(TOKEN_KEY);
+        askForToken(had ? "That token was refused. Bearer token:" : "This loopwatch needs a bearer token:");
+        return;  // polling resumes once a token is given
+      }
       const body = await response.json();
       if (mine !== generation) return;
       if (match && response.status === 404) {
