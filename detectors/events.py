@@ -32,6 +32,7 @@ __all__ = [
     "Usage",
     "Verdict",
     "as_usage",
+    "chain_of",
     "encode_event",
     "encode_output",
     "run_scope",
@@ -52,6 +53,11 @@ class _Base(msgspec.Struct, kw_only=True, frozen=True, tag_field="type"):
     session_id: str | None = None
     agent_id: str = "default"
     ts: int | None = None
+    # the delegation chain (BEYOND-OPENCLAW F6): a run's first event fixes it; absent on the
+    # wire when not given
+    parent_run_id: str | UnsetType = UNSET
+    root_run_id: str | UnsetType = UNSET
+    depth: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] | UnsetType = UNSET
 
 
 class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -165,6 +171,19 @@ def run_scope(event: Event) -> str:
     if run_id:
         return run_id
     return f"session:{(event.session_id or '').strip()}"
+
+
+def chain_of(event: Event) -> tuple[str, str, int] | None:
+    """``(parent, root, depth)`` of a run whose first event is ``event``; None for a root run.
+
+    Without ``parent_run_id`` the run is a root (whatever the other two say); with one, a
+    missing ``root_run_id`` is the parent and a missing ``depth`` is 1 (F6's wire rule)."""
+    parent = event.parent_run_id
+    if parent is UNSET or not parent:
+        return None
+    root = event.root_run_id if event.root_run_id is not UNSET and event.root_run_id else parent
+    depth = event.depth if event.depth is not UNSET else 1
+    return parent, root, depth
 
 
 def encode_output(output: Output) -> bytes:

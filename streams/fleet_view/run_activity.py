@@ -34,6 +34,7 @@ from loopwatch.detectors.events import (
     ToolCall,
     ToolResult,
     Verdict,
+    chain_of,
     run_scope,
 )
 from loopwatch.detectors.stable_json import canonical_bytes, wire_enc_hook
@@ -95,11 +96,16 @@ class RunRecord:
     verdicts: deque[Fired] = field(default_factory=deque)
     # (detector, action) -> [verdicts, first ms, last ms, highest count]: every verdict, unbounded
     fired: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    chain: tuple[str, str, int] | None = None  # (parent, root, depth): fixed by the first event
 
     def summary(self) -> dict[str, Any]:
+        parent, root, depth = self.chain if self.chain is not None else (None, self.scope, 0)
         return {
             "run": self.scope,
             "agent_id": self.agent_id,
+            "parent_run_id": parent,
+            "root_run_id": root,
+            "depth": depth,
             "status": "ended" if self.ended else "active",
             "first_ms": self.first_ms,
             "last_ms": self.last_ms,
@@ -131,7 +137,7 @@ class RunActivity:
         self.runs: OrderedDict[str, RunRecord] = OrderedDict()
         self.feed: deque[tuple[Fired, str, str]] = deque(maxlen=feed_size)
 
-    def _record(self, scope: str, agent_id: str, ts_ms: int) -> RunRecord:
+    def _record(self, scope: str, agent_id: str, ts_ms: int, first: Event | None = None) -> RunRecord:
         record = self.runs.get(scope)
         if record is None:
             record = RunRecord(
@@ -141,6 +147,7 @@ class RunActivity:
                 ts_ms,
                 recent=deque(maxlen=self.recent_per_run),
                 verdicts=deque(maxlen=self.verdicts_per_run),
+                chain=chain_of(first) if first is not None else None,
             )
             self.runs[scope] = record
             while len(self.runs) > self.max_runs:
@@ -151,7 +158,7 @@ class RunActivity:
         return record
 
     def event(self, event: Event, ts_ms: int) -> None:
-        record = self._record(run_scope(event), event.agent_id, ts_ms)
+        record = self._record(run_scope(event), event.agent_id, ts_ms, event)
         if isinstance(event, RunEnd):
             record.ended = True
             record.recent.append(Step("run_end", ts_ms))

@@ -13,6 +13,9 @@ Backends: the embedded runtime (default: the same core in-process, no broker), o
   like a ``tool_call`` and answered with ``{"decision": "allow" | "warn" | "block" | "abort",
   "message", "verdicts"}``. On Kafka the answer waits at most ``--decide-timeout-ms`` for
   the worker; then it is ``allow`` with ``"timed_out": true``.
+* ``POST /v1/hooks/RUNTIME`` (``claude-code``, …): a runtime's HTTP hook — its hook input in,
+  its hook output out, decided like ``loopwatch hook RUNTIME`` does (no process per call).
+  ``?agent_id=`` names the runs' agent, ``?show_warnings=1`` shows warnings to the user too.
 * ``GET /health``, ``GET /metrics`` (Prometheus), and the dashboard routes.
 
 With tokens configured (``LOOPWATCH_GATEWAY_TOKENS``, comma-separated), every route but
@@ -46,6 +49,8 @@ from loopwatch.detectors.facade import Decision
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.dashboard import Dashboard
 from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.gateway.hooks.plan import MemoryPrompts
+from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES
 from loopwatch.streams.gateway.web_safety import WebSafety, is_loopback
 
 __all__ = [
@@ -187,6 +192,21 @@ def _proposed_call(body: bytes) -> ToolCall:
     return event
 
 
+def _decision_fields(decision: Decision, call: ToolCall, timed_out: bool) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "decision": decision.action,
+        "message": decision.message,
+        "event_id": call.event_id,
+    }
+    if decision.reason is not None:
+        fields["reason"] = decision.reason
+    if decision.sticky:
+        fields["sticky"] = True
+    if timed_out:
+        fields["timed_out"] = True
+    return fields
+
+
 class _BodyTimeout(Exception):
     pass
 
@@ -240,6 +260,68 @@ class _Guard:
         return _error(500, "internal error (logged)")
 
 
+class _Routes:
+    """The gateway's routes over one backend."""
+
+    def __init__(self, backend: Backend, view: FleetView) -> None:
+        self.backend = backend
+        self.dashboard = Dashboard(view, serve_metrics=True)
+        self.prompts = MemoryPrompts()  # each session's prompt number (HTTP hooks: a run per prompt)
+
+    async def read(self, request: web.Request, parse: Callable[[bytes], Any]) -> Any:
+        try:
+            body = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise _BodyTimeout from exc
+        try:
+            return parse(body)
+        except InvalidEvent as exc:
+            await self.backend.refuse(body, exc.reason)
+            raise
+
+    async def events(self, request: web.Request) -> web.Response:
+        parsed = await self.read(request, _decode_all)
+        outputs = await self.backend.events(parsed)
+        if outputs is None:
+            return web.json_response({"accepted": len(parsed)}, status=202)
+        return _answer({}, outputs, "outputs")
+
+    async def decide(self, request: web.Request) -> web.Response:
+        call = await self.read(request, _proposed_call)
+        decision, timed_out = await self.backend.decide(call)
+        return _answer(_decision_fields(decision, call, timed_out), list(decision.outputs), "verdicts")
+
+    async def hook(self, request: web.Request) -> web.Response:
+        """A runtime's HTTP hook: its hook JSON in, its hook JSON out (an empty object: go on)."""
+        name = request.match_info["runtime"]
+        runtime = RUNTIMES.get(name)
+        if runtime is None:
+            return _error(404, f"no hooks for {name!r} (known: {', '.join(RUNTIMES)})")
+        value, surrogates = await self.read(request, _loads)
+        if not isinstance(value, dict):
+            raise InvalidEvent("the body must be the runtime's hook input (a JSON object)")
+        agent = request.query.get("agent_id") or runtime.default_agent
+        plan = runtime.plan(value, self.prompts, agent, request.query.get("show_warnings") in ("1", "true"))
+        if plan.events:
+            await self.backend.events([decode_event(_dumps(event, surrogates)) for event in plan.events])
+        answer = None
+        if plan.decide is not None:
+            call = _proposed_call(_dumps(plan.decide, surrogates))
+            decision, timed_out = await self.backend.decide(call)
+            answer = _decision_fields(decision, call, timed_out)
+            answer["verdicts"] = [msgspec.to_builtins(output) for output in decision.outputs]
+        return web.json_response(plan.respond(answer) or {})
+
+    async def other(self, request: web.Request) -> web.StreamResponse:
+        if request.path == "/":
+            raise web.HTTPFound("/dashboard")
+        if request.path.rstrip("/") == "/health" and self.backend.stalled():
+            return _error(503, f"stalled: events wait and none was processed for {STALL_S:g} s")
+        answer = self.dashboard.respond(request.path, request.query)
+        headers = {"Content-Type": answer.content_type, "Cache-Control": "no-store"}
+        return web.Response(body=answer.body, status=answer.status, headers=headers)
+
+
 def gateway_app(
     backend: Backend,
     view: FleetView,
@@ -249,57 +331,14 @@ def gateway_app(
 ) -> web.Application:
     """The gateway's routes over a started backend (``safety``: the listen address's checks;
     default: a loopback gateway with ``tokens``)."""
-    dashboard = Dashboard(view, serve_metrics=True)
     checks = safety if safety is not None else WebSafety.of("127.0.0.1", 0, tokens)
     guard = _Guard(checks, view, max_bytes)
-
-    async def read(request: web.Request, parse: Callable[[bytes], Any]) -> Any:
-        try:
-            body = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
-        except TimeoutError as exc:
-            raise _BodyTimeout from exc
-        try:
-            return parse(body)
-        except InvalidEvent as exc:
-            await backend.refuse(body, exc.reason)
-            raise
-
-    async def events(request: web.Request) -> web.Response:
-        parsed = await read(request, _decode_all)
-        outputs = await backend.events(parsed)
-        if outputs is None:
-            return web.json_response({"accepted": len(parsed)}, status=202)
-        return _answer({}, outputs, "outputs")
-
-    async def decide(request: web.Request) -> web.Response:
-        call = await read(request, _proposed_call)
-        decision, timed_out = await backend.decide(call)
-        fields: dict[str, Any] = {
-            "decision": decision.action,
-            "message": decision.message,
-            "event_id": call.event_id,
-        }
-        if decision.reason is not None:
-            fields["reason"] = decision.reason
-        if decision.sticky:
-            fields["sticky"] = True
-        if timed_out:
-            fields["timed_out"] = True
-        return _answer(fields, list(decision.outputs), "verdicts")
-
-    async def other(request: web.Request) -> web.StreamResponse:
-        if request.path == "/":
-            raise web.HTTPFound("/dashboard")
-        if request.path.rstrip("/") == "/health" and backend.stalled():
-            return _error(503, f"stalled: events wait and none was processed for {STALL_S:g} s")
-        answer = dashboard.respond(request.path, request.query)
-        headers = {"Content-Type": answer.content_type, "Cache-Control": "no-store"}
-        return web.Response(body=answer.body, status=answer.status, headers=headers)
-
+    routes = _Routes(backend, view)
     app = web.Application(middlewares=[guard.middleware], client_max_size=max_bytes)
-    app.router.add_post("/v1/events", events)
-    app.router.add_post("/v1/decide", decide)
-    app.router.add_get("/{tail:.*}", other)
+    app.router.add_post("/v1/events", routes.events)
+    app.router.add_post("/v1/decide", routes.decide)
+    app.router.add_post("/v1/hooks/{runtime}", routes.hook)
+    app.router.add_get("/{tail:.*}", routes.other)
     return app
 
 

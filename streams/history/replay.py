@@ -34,7 +34,7 @@ from rich.table import Table
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.fleet_rules import fleet_rules
 from loopwatch.detectors.engine import Engine
-from loopwatch.detectors.events import Abort, Event, ToolCall, Verdict, run_scope
+from loopwatch.detectors.events import Abort, Event, ToolCall, Verdict, chain_of, run_scope
 from loopwatch.detectors.fleet.alerts import FleetAlert
 from loopwatch.detectors.fleet.engine_step import step_event
 from loopwatch.detectors.fleet.watch import FleetWatch
@@ -58,6 +58,9 @@ class RunSummary:
     first_abort: int | None = None
     verdicts: int = 0
     detectors: dict[str, int] = field(default_factory=dict)
+    parent_run_id: str | None = None  # the delegation chain, from the run's first event
+    root_run_id: str | None = None
+    depth: int = 0
 
     def outcome(self) -> tuple[int | None, int | None, int | None]:
         return self.first_warning, self.first_block, self.first_abort
@@ -82,6 +85,9 @@ def replay(
         summary = runs.get(scope)
         if summary is None:
             summary = runs[scope] = RunSummary(scope, event.agent_id)
+            chain = chain_of(event)
+            if chain is not None:
+                summary.parent_run_id, summary.root_run_id, summary.depth = chain
         if isinstance(event, ToolCall):
             summary.calls += 1
         ts = event.ts if event.ts is not None else read_ms
@@ -359,6 +365,7 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
                 (
                     s.run,
                     s.agent,
+                    s.parent_run_id or "",
                     str(s.calls),
                     _fmt(s.first_warning),
                     _fmt(s.first_block),
@@ -366,7 +373,7 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
                 )
                 for s in flagged
             ],
-            ("run", "agent", "calls", "warning", "block", "abort"),
+            ("run", "agent", "started by", "calls", "warning", "block", "abort"),
         )
     )
     if compared is not None:

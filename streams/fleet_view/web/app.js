@@ -217,6 +217,8 @@
       h("p", {}, "agent ", h("strong", { id: "run-agent" }, run.agent_id), " · ", badge(run.status), " ",
         run.worst ? badge(run.worst, `worst: ${run.worst}`) : "",
         h("span", { class: "legend" }, ` first seen ${time(run.first_ms)}, last ${time(run.last_ms)}`)),
+      run.parent_run_id ? h("p", { id: "run-chain" }, "started by ", runLink(run.parent_run_id),
+        ` · depth ${run.depth}`, run.root_run_id !== run.parent_run_id ? [" · root ", runLink(run.root_run_id)] : "") : "",
       h("div", { class: "kpis" },
         kpi("calls", "tool calls", run.calls), kpi("results", "results", run.results),
         kpi("errors", "error results", run.errors), kpi("compactions", "compactions", run.compactions),
