@@ -41,6 +41,12 @@ def cmd_gateway(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     return run_gateway(args, err)
 
 
+def _interval(text: str) -> float:
+    from loopwatch.streams.history.transcript_follower import interval_seconds
+
+    return interval_seconds(text)
+
+
 def _hook_runtimes() -> list[str]:
     from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES
 
@@ -396,7 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=".loopwatch-import-offsets.json",
         help="with --follow: where the published count per file is kept",
     )
-    imp.add_argument("--interval", type=float, default=0.5, help="with --follow: seconds between scans")
+    imp.add_argument(
+        "--interval", type=_interval, default=0.5, help="with --follow: seconds between scans (0.05 to 3600)"
+    )
     imp.set_defaults(func=cmd_import)
 
     check = sub.add_parser(

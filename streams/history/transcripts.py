@@ -16,6 +16,13 @@ Rules (the importer notes, A.6–A.8):
   ``compaction_retry`` (R9); other compactions produce nothing (R10). Every run with events
   ends with ``run_end`` at the time of its last entry (R11).
 * ``ts`` is milliseconds since the first event, from entry timestamps.
+* Event ids come from the entries, never from positions, so the same entry gives the same id
+  however the file was written, rewritten or re-imported: ``<prefix>-<entry id>`` for a tool
+  result or a ``compaction_retry``, ``<prefix>-<entry id>.<k>`` for the k-th call (from 1) of
+  an assistant message, ``<prefix>-<entry id>.end`` for the ``run_end`` of the run that
+  entry's user message started. An entry without an ``id`` is named ``L<line>``; an id
+  already given in the file gets ``~2``, ``~3``, … (ids stay unique per file).
+* A line that is not a JSON object (invalid, or nested too deeply to decode) is skipped.
 """
 
 from __future__ import annotations
@@ -33,7 +40,13 @@ from msgspec import UNSET
 from loopwatch.detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult
 from loopwatch.detectors.stable_json import WIRE_DECODER
 
-__all__ = ["agent_from_path", "is_transcript", "read_transcript", "transcript_events"]
+__all__ = [
+    "agent_from_path",
+    "is_transcript",
+    "read_transcript",
+    "transcript_events",
+    "transcript_events_by_line",
+]
 
 _OVERFLOW = re.compile(
     r"prompt too long|context length|context window|context_window|maximum context|"
@@ -49,7 +62,7 @@ def is_transcript(first_line: bytes) -> bool:
     """Whether a JSONL file starts with an OpenClaw/pi session header."""
     try:
         head = _DECODER.decode(first_line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # msgspec refuses deep nesting this way
         return False
     return isinstance(head, dict) and head.get("type") == "session" and isinstance(head.get("id"), str)
 
@@ -84,24 +97,37 @@ def _text(content: object) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class _Origin:
+    """Where an event comes from: the entry's line (from 1) and its id (``L<line>`` if none)."""
+
+    line: int
+    key: str
+
+
 @dataclass
 class _Run:
     number: int
     prompt: str
+    start: _Origin  # the user message that started the run
     run_id: str | None = None
-    events: list[tuple[int | None, Event]] = field(default_factory=list)
+    # (time, origin, id suffix, event) in append order
+    events: list[tuple[int | None, _Origin, str, Event]] = field(default_factory=list)
     calls: dict[str, Any] = field(default_factory=dict)  # tool call id -> params
     pending: set[str] = field(default_factory=set)
     failed: bool = False  # an attempt failed, and no reply ended the turn since
     overflowed: bool = False  # the latest failed attempt was a context overflow
     last_entry_ms: int | None = None
+    last_line: int = 0
 
 
 def _injected(message: dict[str, Any]) -> bool:
     return message.get("provider") == "openclaw"
 
 
-def _entries(lines: Iterable[bytes], skipped: list[tuple[int, str]] | None) -> list[dict[str, Any]]:
+def _entries(
+    lines: Iterable[bytes], skipped: list[tuple[int, str]] | None
+) -> list[tuple[int, dict[str, Any]]]:
     entries = []
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
@@ -112,8 +138,12 @@ def _entries(lines: Iterable[bytes], skipped: list[tuple[int, str]] | None) -> l
             if skipped is not None:
                 skipped.append((number, f"not valid JSON: {exc}"))
             continue
+        except RecursionError:  # msgspec refuses nesting deeper than Python's recursion limit
+            if skipped is not None:
+                skipped.append((number, "not valid JSON: nested too deeply"))
+            continue
         if isinstance(entry, dict):
-            entries.append(entry)
+            entries.append((number, entry))
         elif skipped is not None:
             skipped.append((number, f"not a JSON object but {type(entry).__name__}"))
     return entries
@@ -126,7 +156,13 @@ class _Segmenter:
         self.runs: list[_Run] = []
         self.run: _Run | None = None
 
-    def message(self, message: dict[str, Any], at: int | None) -> None:
+    def _touch(self, at: int | None, origin: _Origin) -> _Run | None:
+        if self.run is not None:
+            self.run.last_entry_ms = at
+            self.run.last_line = origin.line
+        return self.run
+
+    def message(self, message: dict[str, Any], at: int | None, origin: _Origin) -> None:
         run = self.run
         role = message.get("role")
         if role == "user":
@@ -134,31 +170,28 @@ class _Segmenter:
             retry = run is not None and run.failed and text == run.prompt
             steering = run is not None and bool(run.pending)
             if run is None or not (retry or steering):
-                run = self.run = _Run(len(self.runs) + 1, text)
-                self.runs.append(run)
-            run.last_entry_ms = at
+                self.run = _Run(len(self.runs) + 1, text, origin)
+                self.runs.append(self.run)
+            self._touch(at, origin)
             return
+        run = self._touch(at, origin)
         if run is None:
             return
-        run.last_entry_ms = at
         if role == "assistant" and not _injected(message):
-            _assistant(run, message, at)
+            _assistant(run, message, at, origin)
         elif role == "toolResult":
-            _tool_result(run, message, at)
+            _tool_result(run, message, at, origin)
 
-    def compaction(self, at: int | None) -> None:
-        if self.run is None:
-            return
-        self.run.last_entry_ms = at
-        if self.run.failed and self.run.overflowed:
-            self.run.events.append((at, CompactionRetry(event_id="", run_id="")))
-            self.run.overflowed = False
+    def compaction(self, at: int | None, origin: _Origin) -> None:
+        run = self._touch(at, origin)
+        if run is not None and run.failed and run.overflowed:
+            run.events.append((at, origin, origin.key, CompactionRetry(event_id="", run_id="")))
+            run.overflowed = False
 
-    def run_id_entry(self, kind: str, data: dict[str, Any], at: int | None) -> None:
-        run = self.run
+    def run_id_entry(self, kind: str, data: dict[str, Any], at: int | None, origin: _Origin) -> None:
+        run = self._touch(at, origin)
         if run is None:
             return
-        run.last_entry_ms = at
         if run.run_id is None and isinstance(data.get("runId"), str):
             run.run_id = data["runId"]
         if kind == "openclaw:prompt-error":
@@ -174,24 +207,48 @@ def transcript_events(
     Lines that are not JSON objects are skipped, as OpenClaw does; ``skipped`` receives their
     line numbers (from 1) and why.
     """
+    return [event for _, event in transcript_events_by_line(lines, agent_id, id_prefix, skipped)]
+
+
+def transcript_events_by_line(
+    lines: Iterable[bytes], agent_id: str, id_prefix: str, skipped: list[tuple[int, str]] | None = None
+) -> list[tuple[int, Event]]:
+    """:func:`transcript_events`, each event with the line number of the entry it comes from
+    (a ``run_end``: the run's last entry)."""
     entries = _entries(lines, skipped)
-    if not entries or entries[0].get("type") != "session":
+    if not entries or entries[0][1].get("type") != "session":
         return []
     segmenter = _Segmenter()
-    for entry in entries[1:]:
+    keys: set[str] = set()
+    for line, entry in entries[1:]:
+        origin = _Origin(line, _key(entry, line, keys))
         kind = entry.get("type")
         at = _ms(entry.get("timestamp"))
         if kind == "message" and isinstance(entry.get("message"), dict):
-            segmenter.message(entry["message"], at)
+            segmenter.message(entry["message"], at, origin)
         elif kind == "compaction":
-            segmenter.compaction(at)
+            segmenter.compaction(at, origin)
         elif kind == "custom" and entry.get("customType") in _RUN_ID_ENTRIES:
             data = entry.get("data")
-            segmenter.run_id_entry(str(entry["customType"]), data if isinstance(data, dict) else {}, at)
-    return _finish(segmenter.runs, str(entries[0]["id"]), agent_id, id_prefix)
+            segmenter.run_id_entry(
+                str(entry["customType"]), data if isinstance(data, dict) else {}, at, origin
+            )
+    return _finish(segmenter.runs, str(entries[0][1]["id"]), agent_id, id_prefix)
 
 
-def _assistant(run: _Run, message: dict[str, Any], at: int | None) -> None:
+def _key(entry: dict[str, Any], line: int, used: set[str]) -> str:
+    """The entry's id (``L<line>`` without one), made unique in the file with ``~2``, ``~3``…"""
+    given = entry.get("id")
+    key = given if isinstance(given, str) and given else f"L{line}"
+    unique, copy = key, 1
+    while unique in used:
+        copy += 1
+        unique = f"{key}~{copy}"
+    used.add(unique)
+    return unique
+
+
+def _assistant(run: _Run, message: dict[str, Any], at: int | None, origin: _Origin) -> None:
     stop = message.get("stopReason")
     if stop == "error":
         run.failed = True
@@ -199,6 +256,7 @@ def _assistant(run: _Run, message: dict[str, Any], at: int | None) -> None:
     elif stop in ("stop", "length"):
         run.failed = False
     content = message.get("content")
+    calls = 0
     for block in content if isinstance(content, list) else []:
         if not isinstance(block, dict) or str(block.get("type", "")).lower() not in _CALL_BLOCKS:
             continue
@@ -207,17 +265,14 @@ def _assistant(run: _Run, message: dict[str, Any], at: int | None) -> None:
         if call_id is not None:
             run.calls[call_id] = params
             run.pending.add(call_id)
-        run.events.append(
-            (
-                at,
-                ToolCall(
-                    event_id="", run_id="", tool=str(block.get("name")), params=params, tool_call_id=call_id
-                ),
-            )
+        calls += 1
+        call = ToolCall(
+            event_id="", run_id="", tool=str(block.get("name")), params=params, tool_call_id=call_id
         )
+        run.events.append((at, origin, f"{origin.key}.{calls}", call))
 
 
-def _tool_result(run: _Run, message: dict[str, Any], at: int | None) -> None:
+def _tool_result(run: _Run, message: dict[str, Any], at: int | None, origin: _Origin) -> None:
     call_id = message.get("toolCallId") if isinstance(message.get("toolCallId"), str) else None
     params = run.calls.get(call_id, {}) if call_id is not None else {}
     if call_id is not None:
@@ -238,44 +293,42 @@ def _tool_result(run: _Run, message: dict[str, Any], at: int | None) -> None:
         result = {"content": message.get("content")}
         if "details" in message:
             result["details"] = details
-    run.events.append(
-        (
-            at,
-            ToolResult(
-                event_id="",
-                run_id="",
-                tool=str(message.get("toolName")),
-                params=params,
-                result=result,
-                error=error,
-                tool_call_id=call_id,
-            ),
-        )
+    outcome = ToolResult(
+        event_id="",
+        run_id="",
+        tool=str(message.get("toolName")),
+        params=params,
+        result=result,
+        error=error,
+        tool_call_id=call_id,
     )
+    run.events.append((at, origin, origin.key, outcome))
 
 
-def _finish(runs: list[_Run], session: str, agent_id: str, id_prefix: str) -> list[Event]:
-    stamped: list[tuple[int | None, Event]] = []
+def _finish(runs: list[_Run], session: str, agent_id: str, id_prefix: str) -> list[tuple[int, Event]]:
+    stamped: list[tuple[int | None, int, str, Event]] = []
     for run in runs:
         if not run.events:
             continue
         run_id = run.run_id or f"{session}#{run.number}"
-        for at, event in run.events:
-            stamped.append((at, msgspec.structs.replace(event, run_id=run_id)))
-        stamped.append((run.last_entry_ms, RunEnd(event_id="", run_id=run_id)))
-    origin = next((at for at, _ in stamped if at is not None), 0)
-    out: list[Event] = []
-    for number, (at, event) in enumerate(stamped, start=1):
-        out.append(
+        for at, origin, suffix, event in run.events:
+            stamped.append((at, origin.line, suffix, msgspec.structs.replace(event, run_id=run_id)))
+        end = RunEnd(event_id="", run_id=run_id)
+        stamped.append((run.last_entry_ms, run.last_line, f"{run.start.key}.end", end))
+    first_ms = next((at for at, *_ in stamped if at is not None), 0)
+    return [
+        (
+            line,
             msgspec.structs.replace(
                 event,
-                event_id=f"{id_prefix}-{number}",
+                event_id=f"{id_prefix}-{suffix}",
                 session_id=session,
                 agent_id=agent_id,
-                ts=None if at is None else at - origin,
-            )
+                ts=None if at is None else at - first_ms,
+            ),
         )
-    return out
+        for at, line, suffix, event in stamped
+    ]
 
 
 def read_transcript(path: Path, agent_id: str, err: TextIO) -> list[Event]:

@@ -1,10 +1,13 @@
 """``loopwatch import --follow DIR --gateway URL``: a transcript that grows while followed
-reaches a real gateway once, also across a restart of the sidecar."""
+reaches a real gateway once, also across a restart of the sidecar; SIGTERM stops it at once,
+even in the middle of a publish; ``--interval`` is checked."""
 
+import argparse
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +21,7 @@ import pytest
 from loopwatch.config import FleetConfig
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import RunEnd
+from loopwatch.streams.history.transcript_follower import interval_seconds
 from loopwatch.streams.history.transcripts import transcript_events
 from tests.helpers import DATA, ROOT, wait_for_line
 
@@ -120,3 +124,81 @@ def test_follow_needs_a_destination_and_a_folder(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "--gateway URL or --kafka BOOTSTRAP" in done.stderr
+
+
+def test_sigterm_stops_the_sidecar_within_a_second_even_while_it_publishes(tmp_path: Path) -> None:
+    folder = tmp_path / "agents" / "ops" / "sessions"
+    folder.mkdir(parents=True)
+    (folder / "sess.jsonl").write_bytes(SOURCE.read_bytes())
+    offsets = tmp_path / "offsets.json"
+    with socket.socket() as silent:  # a gateway that takes the request and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        silent.settimeout(60)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        sidecar = spawn(
+            "import", "--follow", str(tmp_path / "agents"), "--gateway", url, "--offsets", str(offsets)
+        )
+        try:
+            connection, _ = silent.accept()  # the publish has started and waits for an answer
+            sent = time.monotonic()
+            sidecar.send_signal(signal.SIGTERM)
+            code = sidecar.wait(20)
+            took = time.monotonic() - sent
+            connection.close()
+        finally:
+            if sidecar.poll() is None:
+                sidecar.kill()
+            if sidecar.stderr is not None:
+                sidecar.stderr.close()
+    assert code == 0
+    assert took < 1.0, f"{took:.2f} s"
+    state = json.loads(offsets.read_text())  # consistent: the abandoned publish is not counted
+    assert state[str(folder / "sess.jsonl")]["published"] == 0
+
+
+@pytest.mark.parametrize("value", ["nan", "0"])
+def test_an_interval_out_of_range_is_refused(tmp_path: Path, value: str) -> None:
+    args = ["import", "--follow", str(tmp_path), "--gateway", "http://127.0.0.1:9", "--interval", value]
+    done = subprocess.run(
+        [sys.executable, "-m", "loopwatch", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--interval: must be a number of seconds from 0.05 to 3600" in done.stderr
+
+
+def test_the_interval_type_takes_seconds_within_bounds() -> None:
+    assert interval_seconds("0.5") == 0.5
+    assert interval_seconds("3600") == 3600
+    for text in ("-1", "0", "0.001", "nan", "inf", "-inf", "1e9", "soon", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            interval_seconds(text)
+
+
+def test_an_event_the_gateway_refuses_is_skipped_and_the_rest_arrives(gateway: str, tmp_path: Path) -> None:
+    lines = SOURCE.read_bytes().split(b"\n")
+    entry = json.loads(lines[5])
+    assert entry["message"]["content"][1]["type"] == "toolCall"
+    entry["message"]["content"][1]["name"] = ""  # an empty tool name: an invalid event
+    broken = [*lines[:5], json.dumps(entry).encode(), *lines[6:]]
+    folder = tmp_path / "agents" / "ops" / "sessions"
+    folder.mkdir(parents=True)
+    (folder / "a.jsonl").write_bytes(b"\n".join(broken))
+    (folder / "b.jsonl").write_bytes(b"\n".join(lines))
+    good = transcript_events(broken, "ops", "a")[:-1] + transcript_events(lines, "ops", "b")[:-1]
+    want = len([e for e in good if getattr(e, "tool", "x")])
+    offsets = str(tmp_path / "offsets.json")
+    sidecar = spawn(
+        "import", "--follow", str(tmp_path / "agents"), "--gateway", gateway, "--offsets", offsets
+    )
+    try:
+        assert sidecar.stderr is not None
+        line = wait_for_line(sidecar.stderr, "skipped")
+        assert f"{folder / 'a.jsonl'}:6: event a-s831.1 skipped: gateway answered 400: event" in line, line
+        wait_for(lambda: events_seen(gateway) == want)
+    finally:
+        stop(sidecar)
