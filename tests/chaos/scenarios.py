@@ -12,13 +12,16 @@ whose verdicts differ in any way (one missing, one extra, one changed) is report
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from loopwatch.detectors.events import Event, run_scope
 from tests.chaos.fleet import ChaosFleet, chaos_fleet
@@ -308,6 +311,66 @@ def _broker(bootstrap: str, action: str) -> None:
     )
 
 
+#: About one input record in this many is a poison pill (a malformed record of some class).
+POISON_EVERY = 30
+
+
+async def poison_pills(ctx: Context) -> None:
+    """A few percent of malformed records of every class mixed into the input, and malformed
+    config overrides on the config topic (one read at start-up, one while running), through a
+    ``kill -9`` and a rebalance. No worker may exit; every pill goes to the dead-letter topic
+    (once per delivery), no valid event does; every valid run gives the core's verdicts."""
+    from tests.poison import POISON
+
+    rng = random.Random(ctx.fleet.seed)
+    valid = event_records(ctx.fleet.events)
+    keys = sorted({key for key, _ in valid if key is not None})
+    makers = list(POISON.values())
+    records: list[tuple[bytes | None, bytes]] = []
+    pills: set[bytes] = set()
+    for record in valid:
+        records.append(record)
+        if rng.randrange(POISON_EVERY) == 0:
+            index = len(pills)
+            pill = makers[index % len(makers)]("chaos", index) + b" " * (index // len(makers))  # unique
+            pills.add(pill)
+            records.append((rng.choice(keys), pill))
+    deep_override = b"{" + b'"a":{' * 3000 + b"}" * 3001
+    admin = AIOKafkaAdminClient(bootstrap_servers=ctx.bootstrap)
+    await admin.start()
+    try:  # as the workers create it (a produce would auto-create it with the broker's default)
+        await admin.create_topics(
+            [NewTopic(ctx.names.config, 1, 1, topic_configs={"cleanup.policy": "compact"})]
+        )
+    finally:
+        await admin.close()
+    await produce(ctx.bootstrap, ctx.names.config, [(b"agent-poison", deep_override)])
+    await ctx.start_worker()
+    second = await ctx.start_worker()
+    await produce(ctx.bootstrap, ctx.names.config, [(b"agent-poison-2", deep_override), (b"x", b"\xff\xfe")])
+    await produce(ctx.bootstrap, ctx.names.events, records)
+    await ctx.wait_verdicts(len(ctx.expected) // 4)
+    second.kill()
+    await ctx.start_worker()  # a rebalance while the pills of the killed worker come again
+    await ctx.wait_processed()
+    alive = [w for w in ctx.workers if w is not second]
+    exited = [w.log.name for w in alive if w.proc.poll() is not None]
+    if exited:
+        raise AssertionError(f"workers exited: {exited}:\n{ctx.tails()}")
+    letters = await _read_all(ctx.bootstrap, ctx.names.dead_letter)
+    lettered = Counter(base64.b64decode(letter["value_base64"]) for letter in letters)
+    missing = pills - set(lettered)
+    wrong = set(lettered) - pills
+    if missing or wrong:
+        raise AssertionError(
+            f"{len(missing)} of {len(pills)} pills not dead-lettered; "
+            f"{len(wrong)} valid records dead-lettered"
+        )
+    repeated = [count for count in lettered.values() if count > 2]  # one delivery, one after the kill
+    if repeated:
+        raise AssertionError(f"{len(repeated)} pills dead-lettered more than once per delivery")
+
+
 Scenario = Callable[[Context], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "join-mid-backlog": join_mid_backlog,
@@ -316,6 +379,7 @@ SCENARIOS: dict[str, Scenario] = {
     "sigterm-one-of-two": sigterm_one_of_two,
     "broker-restart": broker_restart,
     "redelivery-after-run-end": redelivery_after_run_end,
+    "poison-pills": poison_pills,
 }
 #: Scenarios that restart the broker run on a broker of their own (started and stopped here).
 OWN_BROKER = {"broker-restart"}
