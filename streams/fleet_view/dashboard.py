@@ -50,6 +50,8 @@ _STATIC = {
 }
 _JSON = "application/json"
 MAX_MINUTES = 24 * 60
+#: How long a rendered /metrics is served again (Prometheus scrapes every 15 s or so).
+METRICS_TTL_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,17 @@ class Dashboard:
         self.serve_metrics = serve_metrics
         self.clock = clock
         self.static = {path: (WEB / name).read_bytes() for path, (name, _) in _STATIC.items()}
+        self._rendered: tuple[int, bytes] = (-METRICS_TTL_MS, b"")  # (when, the exposition)
+
+    def _metrics(self, now_ms: int) -> bytes:
+        """The exposition, rendered at most once per :data:`METRICS_TTL_MS`: any number of
+        scrapers cost one rendering a second, whatever the number of runs."""
+        when, text = self._rendered
+        if now_ms - when >= METRICS_TTL_MS or now_ms < when:
+            active, ended, size = self.view.gauges()
+            text = self.view.metrics.render(active, ended, size, {}, self.view.alerts, now_ms).encode()
+            self._rendered = (now_ms, text)
+        return text
 
     def respond(self, path: str, query: Mapping[str, str]) -> Response:
         path = path.rstrip("/") or "/"
@@ -84,9 +97,7 @@ class Dashboard:
             return Response(200, _STATIC[path][1], self.static[path])
         now_ms = int(self.clock() * 1000)
         if path == "/metrics" and self.serve_metrics:
-            active, ended, size = self.view.gauges()
-            text = self.view.metrics.render(active, ended, size, {}, self.view.alerts, now_ms)
-            return Response(200, _PROMETHEUS, text.encode())
+            return Response(200, _PROMETHEUS, self._metrics(now_ms))
         if path == "/health" and self.serve_metrics:
             events = sum(self.view.metrics.events.values())
             return _json(200, {"status": "ok", "source": self.view.source, "events": events})

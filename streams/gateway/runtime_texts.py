@@ -55,8 +55,11 @@ def warning_text(detector: str, tool: str, count: int | None) -> str:
 
 
 def block_text(detector: str, tool: str, count: int | None) -> str:
+    loop = _loop(detector, tool, count)
+    if detector == "generic_repeat":  # a critical repeat is one with identical outcomes too
+        loop += " and identical outcomes"
     return (
-        f"loopwatch blocked this {tool} call: {_loop(detector, tool, count)} [{detector}]. "
+        f"loopwatch blocked this {tool} call: {loop} [{detector}]. "
         "The call was not run. Do not repeat it: try a different approach, or stop and tell "
         "the user what is blocking you."
     )

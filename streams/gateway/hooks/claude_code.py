@@ -2,6 +2,8 @@
 
 * ``UserPromptSubmit``: a new run begins (a run per user prompt, like OpenClaw's runs); the
   previous run of the session gets its ``run_end``. Run id: ``{session_id}#{prompt number}``.
+  A background subagent's ``<task-notification>`` (sent as a prompt in ``-p`` mode) is not
+  a new prompt.
 * ``PreToolUse``: the call is decided. ``block`` denies it (``permissionDecision: "deny"``,
   the reason for the model); ``abort`` denies it and ends the turn (``continue: false`` with a
   ``stopReason`` for the user) — and every later call of that run is denied the same way; a
@@ -75,6 +77,8 @@ def plan(hook: dict[str, Any], prompts: PromptCounter, agent: str, show_warnings
     name = hook.get("hook_event_name")
     session = str(hook.get("session_id") or "unknown-session")
     if name == "UserPromptSubmit":
+        if str(hook.get("prompt") or "").startswith("<task-notification>"):
+            return HookPlan()  # a background subagent reporting back: the same run goes on
         previous = prompts.current(session)
         number = prompts.advance(session)
         if number > 1:

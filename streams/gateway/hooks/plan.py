@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["FilePrompts", "HookPlan", "MemoryPrompts", "PromptCounter", "wire_event"]
+__all__ = ["FilePrompts", "HookPlan", "MemoryPrompts", "PromptCounter", "call_key", "wire_event"]
 
 Answer = dict[str, Any]
 
@@ -38,11 +38,26 @@ def wire_event(kind: str, run_id: str, session: str, agent: str, **fields: Any) 
 
 
 class PromptCounter(Protocol):
-    """The number of the current user prompt of each session (a run per prompt)."""
+    """What a hook remembers between calls, per session: the number of the current user prompt
+    (a run per prompt), and notes left by one hook call for a later one (a warning decided
+    before a call, given to the model with its result where the runtime only allows that)."""
 
     def current(self, session: str) -> int: ...
 
     def advance(self, session: str) -> int: ...
+
+    def leave_note(self, session: str, key: str, text: str) -> None: ...
+
+    def take_note(self, session: str, key: str) -> str | None: ...
+
+
+def call_key(tool: str, params: Any) -> str:
+    """A call's key where the runtime gives no call id (its tool and input)."""
+    import hashlib
+    import json
+
+    text = json.dumps([tool, params], sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
 class FilePrompts:
@@ -71,6 +86,33 @@ class FilePrompts:
         path.write_text(str(number))
         return number
 
+    def _notes(self, session: str) -> tuple[Path, dict[str, str]]:
+        import json
+
+        path = self._path(session).with_suffix(".notes")
+        try:
+            notes = json.loads(path.read_text())
+        except (OSError, ValueError):
+            notes = {}
+        return path, notes if isinstance(notes, dict) else {}
+
+    def leave_note(self, session: str, key: str, text: str) -> None:
+        import json
+
+        path, notes = self._notes(session)
+        notes[key] = text
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dict(list(notes.items())[-64:])))
+
+    def take_note(self, session: str, key: str) -> str | None:
+        import json
+
+        path, notes = self._notes(session)
+        text = notes.pop(key, None)
+        if text is not None:
+            path.write_text(json.dumps(notes))
+        return text if isinstance(text, str) else None
+
 
 class MemoryPrompts:
     """Prompt numbers in memory (the gateway's HTTP hooks), for the latest ``limit`` sessions."""
@@ -78,6 +120,15 @@ class MemoryPrompts:
     def __init__(self, limit: int = 100_000) -> None:
         self.limit = limit
         self.numbers: OrderedDict[str, int] = OrderedDict()
+        self.notes: OrderedDict[tuple[str, str], str] = OrderedDict()
+
+    def leave_note(self, session: str, key: str, text: str) -> None:
+        self.notes[(session, key)] = text
+        while len(self.notes) > self.limit:
+            self.notes.popitem(last=False)
+
+    def take_note(self, session: str, key: str) -> str | None:
+        return self.notes.pop((session, key), None)
 
     def current(self, session: str) -> int:
         return max(self.numbers.get(session, 0), 1)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loopwatch.streams.gateway.hooks import claude_code
+from loopwatch.streams.gateway.hooks import claude_code, codex, gemini
 from loopwatch.streams.gateway.hooks.plan import HookPlan, PromptCounter
 
 __all__ = ["RUNTIMES", "Runtime"]
@@ -22,4 +22,6 @@ class Runtime:
 
 RUNTIMES: dict[str, Runtime] = {
     "claude-code": Runtime("claude-code", claude_code.plan, "claude-code"),
+    "codex": Runtime("codex", codex.plan, "codex"),
+    "gemini": Runtime("gemini", gemini.plan, "gemini"),
 }

@@ -1,0 +1,84 @@
+"""Gemini CLI's hooks (command hooks) in loopwatch's terms.
+
+* ``BeforeAgent``: a new run begins (a run per user prompt): ``{session_id}#{prompt number}``;
+  the previous run gets its ``run_end``. ``SessionEnd`` ends the run.
+* ``BeforeTool``: the call is decided. ``block`` answers ``decision: "deny"`` with the reason
+  (the model reads it as the call's error and goes on); ``abort`` adds ``continue: false``
+  (Gemini stops the agent) — and every later call of the run is denied the same way.
+  ``BeforeTool`` cannot add context for the model, so a warning is kept and given with the
+  call's result: ``AfterTool`` answers ``hookSpecificOutput.additionalContext``, which Gemini
+  appends to the result the model reads (as OpenClaw 2026.9 appends its warning note).
+* ``AfterTool``: a ``tool_result``: ``error`` when ``tool_response.error`` is set, else the
+  ``llmContent`` the model reads. Gemini's hooks carry no call id: a call and its result are
+  paired by tool and input.
+* ``PreCompress`` is a ``compaction_retry``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopwatch.streams.gateway.hooks.plan import Answer, HookPlan, PromptCounter, call_key, wire_event
+from loopwatch.streams.gateway.runtime_texts import decision_text
+
+__all__ = ["EVENTS", "plan"]
+
+EVENTS = ("BeforeAgent", "BeforeTool", "AfterTool", "PreCompress", "SessionEnd")
+
+
+def _outcome(response: Any) -> dict[str, Any]:
+    if isinstance(response, dict):
+        error = response.get("error")
+        if isinstance(error, dict) and error:
+            return {"error": error.get("message") or error.get("type") or "tool call failed"}
+        if error:
+            return {"error": str(error)}
+        return {"result": response.get("llmContent")}
+    return {"result": response}
+
+
+def plan(hook: dict[str, Any], prompts: PromptCounter, agent: str, show_warnings: bool = False) -> HookPlan:
+    """What one Gemini CLI hook call asks of loopwatch."""
+    name = hook.get("hook_event_name")
+    session = str(hook.get("session_id") or "unknown-session")
+    if name == "BeforeAgent":
+        previous = prompts.current(session)
+        if prompts.advance(session) > 1:
+            return HookPlan([wire_event("run_end", f"{session}#{previous}", session, agent)])
+        return HookPlan()
+    run_id = f"{session}#{prompts.current(session)}"
+    tool = str(hook.get("tool_name") or "unknown")
+    params = hook.get("tool_input", {})
+    key = call_key(tool, params)
+    if name == "BeforeTool":
+
+        def respond(answer: Answer | None) -> dict[str, Any] | None:
+            if answer is None or answer.get("decision") not in ("warn", "block", "abort"):
+                return None
+            text = decision_text(answer)
+            if answer["decision"] == "warn":
+                prompts.leave_note(session, key, text)  # given to the model with the result
+                return {"systemMessage": text} if show_warnings else None
+            output: dict[str, Any] = {"decision": "deny", "reason": text}
+            if answer["decision"] == "abort":
+                output.update({"continue": False, "stopReason": text})
+            return output
+
+        decide = {"run_id": run_id, "session_id": session, "agent_id": agent, "tool": tool, "params": params}
+        return HookPlan(decide=decide, respond=respond)
+    if name == "AfterTool":
+        note = prompts.take_note(session, key)
+        event = wire_event("tool_result", run_id, session, agent, tool=tool, params=params)
+        event.update(_outcome(hook.get("tool_response")))
+
+        def after(answer: Answer | None) -> dict[str, Any] | None:
+            if note is None:
+                return None
+            return {"hookSpecificOutput": {"hookEventName": "AfterTool", "additionalContext": note}}
+
+        return HookPlan([event], respond=after)
+    if name == "PreCompress":
+        return HookPlan([wire_event("compaction_retry", run_id, session, agent)])
+    if name == "SessionEnd":
+        return HookPlan([wire_event("run_end", run_id, session, agent)])
+    return HookPlan()
