@@ -12,6 +12,9 @@ Rules (the importer notes, A.6–A.8):
   (R1). Results: ``isError`` → ``error`` = the text blocks joined (R4); an early-2026 adapter
   error ``details == {status: "error", tool, error}`` → ``error`` (R3); otherwise ``result`` =
   ``{content, details}`` (R2). A result carries its call's params (``{}`` if none, R8).
+  OpenClaw 2026.9+ appends a ``[System note: Tool-loop warning after N repeated calls. …]``
+  text block to a warned call's result *after* hashing it: that block is removed first, so
+  ``import``, ``replay`` and ``--follow`` hash what OpenClaw hashed.
 * A ``compaction`` right after an attempt that failed on context overflow is a
   ``compaction_retry`` (R9); other compactions produce nothing (R10). Every run with events
   ends with ``run_end`` at the time of its last entry (R11).
@@ -272,7 +275,27 @@ def _assistant(run: _Run, message: dict[str, Any], at: int | None, origin: _Orig
         run.events.append((at, origin, f"{origin.key}.{calls}", call))
 
 
+#: OpenClaw 2026.9 appends this block to a warned call's result after hashing its outcome
+#: (``appendToolLoopWarning``); it is feedback to the model, not part of the outcome.
+LOOP_NOTE = re.compile(
+    r"\[System note: Tool-loop warning after \d+ repeated calls\. "
+    r"Change your approach or stop if you are not making progress\.\]"
+)
+
+
+def without_loop_note(message: dict[str, Any]) -> dict[str, Any]:
+    """The tool result as OpenClaw hashed it: its trailing loop-warning note removed."""
+    content = message.get("content")
+    if not isinstance(content, list) or not content:
+        return message
+    last = content[-1]
+    if isinstance(last, dict) and last.get("type") == "text" and LOOP_NOTE.fullmatch(str(last.get("text"))):
+        return {**message, "content": content[:-1]}
+    return message
+
+
 def _tool_result(run: _Run, message: dict[str, Any], at: int | None, origin: _Origin) -> None:
+    message = without_loop_note(message)
     call_id = message.get("toolCallId") if isinstance(message.get("toolCallId"), str) else None
     params = run.calls.get(call_id, {}) if call_id is not None else {}
     if call_id is not None:

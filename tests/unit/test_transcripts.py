@@ -102,3 +102,31 @@ def test_import_and_replay_name_every_line_they_skip(tmp_path: Path) -> None:
         [sys.executable, "-m", "loopwatch", "import", str(clean)], capture_output=True, timeout=120
     ).stdout
     assert imported.replace(b"broken", b"clean") == reference  # nothing else is lost
+
+
+def test_openclaw_2026_9_loop_notes_are_removed_before_hashing(tmp_path: Path) -> None:
+    """OpenClaw 2026.9 appends ``[System note: Tool-loop warning after N repeated calls. …]`` to
+    a warned call's result after hashing it: import gives the events of the note-free transcript,
+    and replay the same verdicts."""
+    name = "openclaw-process-poll-loop"
+    noted = DATA / "transcripts-2026-9" / f"{name}.session.jsonl"
+    assert noted.read_text().count("[System note: Tool-loop warning after 10 repeated calls.") == 2
+    plain = DATA / "transcripts" / f"{name}.session.jsonl"
+
+    def events(path: Path) -> list[object]:
+        return list(transcript_events(path.read_bytes().splitlines(), "s1", name))
+
+    assert events(noted) == events(plain)
+
+    def verdicts(path: Path) -> object:
+        layout = tmp_path / path.parent.name / "agents" / "s1" / "sessions"
+        layout.mkdir(parents=True)
+        (layout / path.name).write_bytes(path.read_bytes())
+        done = subprocess.run(
+            [sys.executable, "-m", "loopwatch", "replay", str(layout), "--json"],
+            capture_output=True,
+            check=True,
+        )
+        return json.loads(done.stdout)["runs"]
+
+    assert verdicts(noted) == verdicts(plain)
