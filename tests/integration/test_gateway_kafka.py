@@ -142,3 +142,48 @@ def test_without_a_worker_decisions_time_out_to_allow_and_bad_input_is_dead_lett
     assert len(letters) == 1
     assert letters[0]["topic"] == "gateway"
     assert "tool" in letters[0]["reason"]
+
+
+def test_an_aborted_run_stays_aborted_on_the_kafka_backend(
+    kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess], gateways: list[Gateway]
+) -> None:
+    start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
+    gateway = Gateway(names, kafka_bootstrap, timeout_ms=5000)
+    gateways.append(gateway)
+    same = ({"path": "notes.md"}, {"content": [{"type": "text", "text": "unchanged"}]})
+    want = expected_decisions([same] * 22)
+    assert want[-1] == "abort"
+    got = []
+    for params, result in [same] * 22:
+        status, answer = gateway.post(
+            "/v1/decide", {"run_id": "kafka-abort", "tool": "read", "params": params}
+        )
+        assert status == 200, answer
+        got.append(answer["decision"])
+        if answer["decision"] in ("allow", "warn"):
+            event = {"type": "tool_result", "event_id": answer["event_id"] + "-r", "run_id": "kafka-abort"}
+            gateway.post("/v1/events", {**event, "tool": "read", "params": params, "result": result})
+    assert got == want
+    first_abort = answer
+    for tool in ("write", "exec"):  # any later call of the run: the same abort, from the worker
+        status, later = gateway.post("/v1/decide", {"run_id": "kafka-abort", "tool": tool, "params": {}})
+        assert status == 200
+        assert "timed_out" not in later
+        assert (later["decision"], later["message"], later["sticky"]) == (
+            "abort",
+            first_abort["message"],
+            True,
+        )
+    status, _ = gateway.post(
+        "/v1/events", {"type": "run_end", "event_id": "kafka-abort-end", "run_id": "kafka-abort"}
+    )
+    assert status == 202
+    deadline = time.monotonic() + 30
+    while True:  # the run_end reaches the worker: a new run under the same id starts afresh
+        status, fresh = gateway.post(
+            "/v1/decide", {"run_id": "kafka-abort", "tool": "write", "params": {"n": 1}}
+        )
+        if fresh["decision"] == "allow" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert fresh["decision"] == "allow"
