@@ -50,8 +50,9 @@ _ABORT_DETECTORS: Final = {
     "argument_churn_stale": "argument_churn",
     "loop_budget_exhausted": "loop_budget",
 }
-_DIGITS: Final = re.compile(r"[0-9]+")
+_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _HEX_RUN: Final = re.compile(r"[0-9a-f]{8,}")
+_DIGITS: Final = re.compile(r"[0-9]+")
 
 
 class CallFact(msgspec.Struct, array_like=True, frozen=True, tag=1):
@@ -100,9 +101,11 @@ def subject_of(fact: Fact) -> str:
 
 
 def error_class(text: str, digester: Digester) -> str:
-    """F1's error class: the error text lower-cased, digit runs → ``0``, then runs of 8 or more
-    hex characters → ``x``, hashed as a result hash is (``error:`` + digest)."""
-    normalised = _HEX_RUN.sub("x", _DIGITS.sub("0", text.lower()))
+    """F1's error class, normalised in the spec's order — lower-case; UUIDs → ``x``; runs of 8
+    or more hex characters → ``x``; the remaining digit runs → ``0`` (digits first would turn a
+    request id ``70ba78037343`` into ``0ba0`` and split one outage by request id) — then hashed
+    as a result hash is (``error:`` + digest)."""
+    normalised = _DIGITS.sub("0", _HEX_RUN.sub("x", _UUID.sub("x", text.lower())))
     return "error:" + digester.digest_text(normalised)
 
 

@@ -242,10 +242,36 @@ def test_redelivered_failures_change_nothing() -> None:
         ("timed out after 30012 ms", "timed out after 29987 ms"),
         ("Rate limited at 2026-12-03T10:00:01Z", "rate limited at 2026-12-03T11:42:09Z"),
         ("trace DEADBEEFCAFE0001", "trace 00112233aabbccdd"),
+        ("request 70ba78037343 failed", "request 0934ffe1b2c5 failed"),  # hex runs before digit runs
+        (
+            "id 123e4567-e89b-12d3-a456-426614174000 gone",
+            "id 9f8b7c6d-1a2b-4c3d-8e9f-0a1b2c3d4e5f gone",
+        ),
     ],
 )
 def test_error_classes_ignore_ports_request_ids_durations_and_case(one: str, other: str) -> None:
     assert error_class(one, DIGESTER) == error_class(other, DIGESTER)
+
+
+def test_the_error_class_follows_the_spec_s_example() -> None:
+    from loopwatch.detectors.hashing import digester_for
+
+    sha = digester_for("sha256")
+    text = "ECONNREFUSED 10.1.2.3:8001 request 70ba78037343 after 685 ms"
+    assert error_class(text, sha) == "error:" + sha.digest_text("econnrefused 0.0.0.0:0 request x after 0 ms")
+
+
+def test_an_outage_whose_errors_carry_random_request_ids_opens_once() -> None:
+    import random
+
+    rng = random.Random(7)
+    events: list[Event] = []
+    for run in range(6):
+        request = "".join(rng.choice("0123456789abcdef") for _ in range(12))
+        error = f"upstream 503 request {request} after {rng.randrange(900)} ms"
+        events.append(result("search", f"r{run}", T0 + run * 5_000, {"q": run % 3}, error))
+    alerts = feed(watch(), events)
+    assert [a.kind for a in alerts] == ["tool_outage"]
 
 
 def test_error_classes_keep_different_errors_apart() -> None:
