@@ -1,7 +1,9 @@
 """Gemini CLI's hooks (command hooks) in loopwatch's terms.
 
 * ``BeforeAgent``: a new run begins (a run per user prompt): ``{session_id}#{prompt number}``;
-  the previous run gets its ``run_end``. ``SessionEnd`` ends the run.
+  the previous run gets its ``run_end``. ``AfterAgent`` (the agent answered the prompt) ends
+  the run, and so does ``SessionEnd`` — which Gemini CLI 0.61 never fires in headless mode
+  (``gemini -p``): there ``AfterAgent`` is the run's only end.
 * ``BeforeTool``: the call is decided. ``block`` answers ``decision: "deny"`` with the reason
   (the model reads it as the call's error and goes on); ``abort`` adds ``continue: false``
   (Gemini stops the agent) — and every later call of the run is denied the same way.
@@ -9,13 +11,16 @@
   call's result: ``AfterTool`` answers ``hookSpecificOutput.additionalContext``, which Gemini
   appends to the result the model reads (as OpenClaw 2026.9 appends its warning note).
 * ``AfterTool``: a ``tool_result``: ``error`` when ``tool_response.error`` is set, else the
-  ``llmContent`` the model reads. Gemini's hooks carry no call id: a call and its result are
-  paired by tool and input.
+  ``llmContent`` the model reads. ``run_shell_command``'s ``llmContent`` ends with the process
+  ids of that one run (``Process Group PGID: 2128``, ``Background PIDs: ...``); those lines are
+  left out, or no two runs of the same failing command would have the same outcome. Gemini's
+  hooks carry no call id: a call and its result are paired by tool and input.
 * ``PreCompress`` is a ``compaction_retry``.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from loopwatch.streams.gateway.hooks.plan import Answer, HookPlan, PromptCounter, call_key, wire_event
@@ -23,18 +28,33 @@ from loopwatch.streams.gateway.runtime_texts import decision_text
 
 __all__ = ["EVENTS", "plan"]
 
-EVENTS = ("BeforeAgent", "BeforeTool", "AfterTool", "PreCompress", "SessionEnd")
+EVENTS = ("BeforeAgent", "BeforeTool", "AfterTool", "AfterAgent", "PreCompress", "SessionEnd")
+
+SHELL_TOOL = "run_shell_command"
+#: the last lines of a shell result, which name this run's processes (Gemini CLI 0.61's shell
+#: tool: ``Output: ...``, ``Exit Code: 1``, ..., ``Background PIDs: ...``, ``Process Group PGID:
+#: ...``, inside ``<untrusted_context>``)
+_PROCESS_IDS = re.compile(
+    r"(?:\nBackground PIDs: [0-9, ]+)?(?:\nProcess Group PGID: [0-9]+)?(?=(?:\n</untrusted_context>)?\s*\Z)"
+)
 
 
-def _outcome(response: Any) -> dict[str, Any]:
+def _content(tool: str, content: Any) -> Any:
+    """What the model read, without the process ids of one shell run."""
+    if tool == SHELL_TOOL and isinstance(content, str):
+        return _PROCESS_IDS.sub("", content, count=1)
+    return content
+
+
+def _outcome(tool: str, response: Any) -> dict[str, Any]:
     if isinstance(response, dict):
         error = response.get("error")
         if isinstance(error, dict) and error:
             return {"error": error.get("message") or error.get("type") or "tool call failed"}
         if error:
             return {"error": str(error)}
-        return {"result": response.get("llmContent")}
-    return {"result": response}
+        return {"result": _content(tool, response.get("llmContent"))}
+    return {"result": _content(tool, response)}
 
 
 def plan(hook: dict[str, Any], prompts: PromptCounter, agent: str, show_warnings: bool = False) -> HookPlan:
@@ -69,7 +89,7 @@ def plan(hook: dict[str, Any], prompts: PromptCounter, agent: str, show_warnings
     if name == "AfterTool":
         note = prompts.take_note(session, key)
         event = wire_event("tool_result", run_id, session, agent, tool=tool, params=params)
-        event.update(_outcome(hook.get("tool_response")))
+        event.update(_outcome(tool, hook.get("tool_response")))
 
         def after(answer: Answer | None) -> dict[str, Any] | None:
             if note is None:
@@ -79,6 +99,6 @@ def plan(hook: dict[str, Any], prompts: PromptCounter, agent: str, show_warnings
         return HookPlan([event], respond=after)
     if name == "PreCompress":
         return HookPlan([wire_event("compaction_retry", run_id, session, agent)])
-    if name == "SessionEnd":
+    if name in ("AfterAgent", "SessionEnd"):
         return HookPlan([wire_event("run_end", run_id, session, agent)])
     return HookPlan()
