@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import signal
 import socket
@@ -35,6 +34,7 @@ import pytest
 from loopwatch import LoopDetector
 from loopwatch.detectors.facade import Decision
 from loopwatch.streams.gateway.runtime_texts import decision_text
+from tests.gateway_process import gateway_process
 from tests.helpers import ROOT
 from tests.integration.fake_model.script import (
     Conversation,
@@ -102,21 +102,8 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 
 @pytest.fixture
 def gateway() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loopwatch", "gateway", "--listen", "127.0.0.1:0"],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        start_new_session=True,
-    )
-    assert proc.stderr is not None
-    found = re.search(r"gateway at (http://\S+)", proc.stderr.readline())
-    assert found, "the loopwatch gateway did not start"
-    try:
-        yield found.group(1)
-    finally:
-        _stop(proc)
-        proc.stderr.close()
+    with gateway_process() as started:
+        yield started.url
 
 
 def _get(url: str) -> Any:

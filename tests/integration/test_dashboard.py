@@ -350,24 +350,12 @@ def test_fleet_page_shows_open_outages_and_systemic_loops_with_their_runs(tmp_pa
         assert served.stop() == 0
 
 
-def test_gateway_dashboard_with_a_token_asks_for_it_and_sends_it(tmp_path: Path) -> None:
-    import os
-
+def test_gateway_dashboard_with_a_token_asks_for_it_and_sends_it() -> None:
+    from tests.gateway_process import gateway_process
     from tests.helpers import post_json
 
-    env = {**os.environ, "LOOPWATCH_GATEWAY_TOKENS": "t0ken"}
-    err = tmp_path / "stderr"
-    with err.open("wb") as stream:
-        proc = subprocess.Popen(
-            [LOOPWATCH, "gateway", "--listen", "127.0.0.1:0"], stderr=stream, cwd=ROOT, env=env
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while not (found := re.search(r"gateway at (http://\S+)", err.read_text())):
-            assert proc.poll() is None, err.read_text()
-            assert time.monotonic() < deadline, err.read_text()
-            time.sleep(0.1)
-        url = found.group(1)
+    with gateway_process(env={"LOOPWATCH_GATEWAY_TOKENS": "t0ken"}) as gateway:
+        url = gateway.url
         call = {"run_id": "token-run", "tool": "read", "params": {"path": "a"}}
         assert post_json(url + "/v1/decide", call, {"Authorization": "Bearer t0ken"})[0] == 200
 
@@ -393,6 +381,3 @@ def test_gateway_dashboard_with_a_token_asks_for_it_and_sends_it(tmp_path: Path)
                 await browser.screenshot(ARTIFACTS / "dashboard-gateway-token.png")
 
         asyncio.run(scenario())
-    finally:
-        proc.terminate()
-        assert proc.wait(20) == 0

@@ -6,11 +6,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import ROOT
+from tests.gateway_process import GatewayProcess, gateway_process
 from tests.poison import POISON
 
 TOKEN = "fuzz-token"
@@ -33,19 +28,9 @@ BUDGET = settings(
 
 
 class Gateway:
-    def __init__(self) -> None:
-        env = {**os.environ, "LOOPWATCH_GATEWAY_TOKENS": TOKEN}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "loopwatch", "gateway", "--listen", "127.0.0.1:0"],
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=env,
-        )
-        assert self.proc.stderr is not None
-        found = re.search(r"gateway at (http://\S+)", self.proc.stderr.readline())
-        assert found, "the gateway did not start"
-        parts = urlsplit(found.group(1))
+    def __init__(self, started: GatewayProcess) -> None:
+        self.proc = started.proc
+        parts = urlsplit(started.url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.checks = 0
 
@@ -80,20 +65,11 @@ class Gateway:
             line = next(line for line in status if line.startswith("VmRSS:"))
         return int(line.split()[1])
 
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(20)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[Gateway]:
-    started = Gateway()
-    try:
-        yield started
-    finally:
-        started.stop()
+    with gateway_process(env={"LOOPWATCH_GATEWAY_TOKENS": TOKEN}) as started:
+        yield Gateway(started)
 
 
 def _deep(depth: int) -> Any:

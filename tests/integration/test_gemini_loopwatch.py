@@ -16,12 +16,9 @@ ids). Without npm or the registry this fails: it never skips.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import signal
 import socket
-import subprocess
 import sys
 import urllib.parse
 import urllib.request
@@ -37,7 +34,7 @@ from loopwatch import LoopDetector
 from loopwatch.detectors.facade import Decision
 from loopwatch.streams.gateway.hooks import gemini as gemini_hook
 from loopwatch.streams.gateway.runtime_texts import decision_text
-from tests.helpers import ROOT
+from tests.gateway_process import gateway_process
 from tests.integration.fake_model import FakeModel, RepeatTool, refused_with
 from tests.integration.fake_model.gemini import FakeGeminiModel
 from tests.integration.runtimes.gemini_cli import Gemini, GeminiRun
@@ -72,27 +69,8 @@ def _free_port() -> int:
 
 @pytest.fixture
 def gateway() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loopwatch", "gateway", "--listen", "127.0.0.1:0"],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        start_new_session=True,
-    )
-    assert proc.stderr is not None
-    found = re.search(r"gateway at (http://\S+)", proc.stderr.readline())
-    try:
-        assert found, "the loopwatch gateway did not start"
-        yield found.group(1)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-        proc.stderr.close()
+    with gateway_process() as started:
+        yield started.url
 
 
 def _get(url: str) -> Any:

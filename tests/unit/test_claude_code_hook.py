@@ -5,7 +5,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.gateway_process import gateway_process
 from tests.helpers import ROOT
 
 
@@ -28,20 +28,8 @@ def readme_settings() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def gateway_url() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loopwatch", "gateway", "--listen", "127.0.0.1:0"],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "LOOPWATCH_GATEWAY_TOKENS": "hook-token"},
-    )
-    assert proc.stderr is not None
-    found = re.search(r"gateway at (http://\S+)", proc.stderr.readline())
-    assert found
-    yield found.group(1)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(20)
-    proc.stderr.close()
+    with gateway_process(env={"LOOPWATCH_GATEWAY_TOKENS": "hook-token"}) as started:
+        yield started.url
 
 
 def call_hook(event: str, hook: dict[str, Any], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
