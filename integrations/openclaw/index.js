@@ -1,9 +1,44 @@
 // loopwatch for OpenClaw: before every tool call, ask a loopwatch gateway (POST /v1/decide);
 // after it, report the result (POST /v1/events). A block or an abort refuses the call with the
-// verdict's message; a warning lets it run. When the gateway is unreachable or slower than
-// timeoutMs, the call runs (failOpen, the default) or is refused (failOpen: false).
+// verdict's message, unchanged (OpenClaw's own sentences); a warning lets the call run and, as
+// OpenClaw 2026.9 does, appends a system note to the warned call's result. When the gateway is
+// unreachable or slower than timeoutMs, the call runs (failOpen, the default) or is refused
+// (failOpen: false) — except in a run the gateway aborted: that run's later calls are refused
+// here, with the abort's message, until the run ends (agent_end → run_end).
+//
+// What the shipped OpenClaw (2026.9.6) plugin API gives, and what each part uses (see README):
+// * before_tool_call (modifying; {block, blockReason}) → /v1/decide;
+// * after_tool_call (observe only; its return value is ignored) → a tool_result event;
+// * api.registerAgentToolResultMiddleware (needs contracts.agentToolResultMiddleware in the
+//   manifest and an explicitly enabled plugin) → the warning note, in the result the model
+//   reads and the transcript keeps;
+// * api.runtime.events.onSessionTranscriptUpdate → each model turn's usage (the assistant
+//   message is written before its tool calls run) → `usage` on the turn's first /v1/decide;
+// * agent_end (a conversation hook: needs plugins.entries.loopwatch.hooks.allowConversationAccess)
+//   → a run_end event.
 
-const DEFAULTS = { gatewayUrl: "http://127.0.0.1:6070", timeoutMs: 200, failOpen: true };
+import { randomUUID } from "node:crypto";
+
+// abortMemoryMs: how long an abort is kept here; loopwatch's gateway forgets a run idle for
+// LOOPWATCH_STATE_TTL_S (3600 s by default), and calls refused here do not reach it
+const DEFAULTS = {
+  gatewayUrl: "http://127.0.0.1:6070",
+  timeoutMs: 200,
+  failOpen: true,
+  abortMemoryMs: 3_600_000,
+};
+
+/** Runs remembered (aborted, pending usage, calls); the oldest is forgotten beyond this. */
+export const MAX_RUNS = 10_000;
+/** Calls remembered per run (their scope, params and warning, until their result). */
+export const MAX_CALLS_PER_RUN = 1_000;
+
+/** OpenClaw 2026.9's note (packages/agent-core/src/internal-hooks.ts, appendToolLoopWarning). */
+export function loopWarningNote(count) {
+  return `[System note: Tool-loop warning after ${count} repeated calls. Change your approach or stop if you are not making progress.]`;
+}
+const NOTE = /^\[System note: Tool-loop warning after \d+ repeated calls\. Change your approach or stop if you are not making progress\.\]$/;
+const NOTE_SUFFIX = /\n\[System note: Tool-loop warning after \d+ repeated calls\. Change your approach or stop if you are not making progress\.\]$/;
 
 export function settings(config) {
   const merged = { ...DEFAULTS, ...(config ?? {}) };
@@ -25,63 +60,279 @@ async function post(cfg, path, body) {
   return data;
 }
 
-function scope(event, ctx) {
-  const session = ctx?.sessionKey ?? event?.sessionKey ?? "openclaw";
-  return { run_id: event?.runId ?? ctx?.runId ?? session, session_id: session, agent_id: ctx?.agentId ?? "main" };
+function text(value) {
+  return typeof value === "string" && value.trim() ? value.trim() : undefined;
 }
 
-let serial = 0;
-function eventId() {
-  serial += 1;
-  return `openclaw-plugin-${process.pid}-${Date.now()}-${serial}`;
+/** The agent of a session key `agent:<agentId>:<rest>`. */
+function agentOfSessionKey(sessionKey) {
+  const found = /^agent:([^:]+):/.exec(sessionKey ?? "");
+  return found ? found[1] : undefined;
 }
 
-export function createHooks(config, logger) {
+/**
+ * The loopwatch run of a hook's event and context, the same for every hook of one run:
+ * run_id = OpenClaw's runId (event, then ctx), else the session key (a call with no run, as
+ * the Gateway's /tools/invoke makes); session_id = OpenClaw's sessionId, the id of the
+ * session's transcript (what `loopwatch import` names session_id); agent_id = ctx.agentId,
+ * else the session key's agent, else "main". `key` is loopwatch's own run scope (run_id, else
+ * `session:<session_id>`). Null when nothing names a run: there is no run to keep.
+ */
+export function runScope(event, ctx) {
+  const sessionKey = text(ctx?.sessionKey) ?? text(event?.sessionKey);
+  const runId = text(event?.runId) ?? text(ctx?.runId) ?? sessionKey;
+  const sessionId = text(ctx?.sessionId) ?? text(event?.sessionId);
+  if (!runId && !sessionId) return null;
+  const fields = { agent_id: text(ctx?.agentId) ?? agentOfSessionKey(sessionKey) ?? "main" };
+  if (runId) fields.run_id = runId;
+  if (sessionId) fields.session_id = sessionId;
+  return { key: runId ?? `session:${sessionId}`, fields };
+}
+
+/** A Map that forgets its oldest entries beyond `limit` (a touched entry becomes the newest). */
+class Recent {
+  constructor(limit) {
+    this.limit = limit;
+    this.map = new Map();
+  }
+  get(key) {
+    return this.map.get(key);
+  }
+  touch(key, make) {
+    let value = this.map.get(key);
+    if (value === undefined) value = make();
+    else this.map.delete(key);
+    this.map.set(key, value);
+    while (this.map.size > this.limit) this.map.delete(this.map.keys().next().value);
+    return value;
+  }
+  set(key, value) {
+    this.map.delete(key);
+    this.map.set(key, value);
+    while (this.map.size > this.limit) this.map.delete(this.map.keys().next().value);
+  }
+  delete(key) {
+    return this.map.delete(key);
+  }
+  get size() {
+    return this.map.size;
+  }
+}
+
+/** What the plugin remembers per run: {aborted?: message, abortedAt, usage?, calls: Recent}. */
+export function createState(maxRuns = MAX_RUNS) {
+  return { runs: new Recent(maxRuns) };
+}
+
+function runOf(state, key) {
+  return state.runs.touch(key, () => ({
+    aborted: undefined,
+    abortedAt: 0,
+    usage: undefined,
+    calls: new Recent(MAX_CALLS_PER_RUN),
+  }));
+}
+
+function number(value) {
+  return typeof value === "number" && Number.isFinite(value) && value > 0 ? value : 0;
+}
+
+/** loopwatch's usage of an OpenClaw assistant message's usage (pi-ai's Usage), or undefined. */
+export function usageOf(usage) {
+  if (!usage || typeof usage !== "object") return undefined;
+  const input = Math.floor(number(usage.input) + number(usage.cacheRead) + number(usage.cacheWrite));
+  const output = Math.floor(number(usage.output));
+  const cost = number(typeof usage.cost === "object" ? usage.cost?.total : usage.cost);
+  if (!input && !output && !cost) return undefined;
+  return { input_tokens: input, output_tokens: output, cost_usd: cost };
+}
+
+/** The result without the tool-loop notes appended to it (ours or OpenClaw's own). */
+export function withoutLoopNotes(result) {
+  if (!result || typeof result !== "object" || !Array.isArray(result.content)) return result;
+  const content = [...result.content];
+  let changed = false;
+  for (;;) {
+    const last = content.at(-1);
+    if (!last || last.type !== "text" || typeof last.text !== "string") break;
+    if (NOTE.test(last.text)) {
+      content.pop();
+    } else if (NOTE_SUFFIX.test(last.text)) {
+      content[content.length - 1] = { ...last, text: last.text.replace(NOTE_SUFFIX, "") };
+    } else {
+      break;
+    }
+    changed = true;
+  }
+  return changed ? { ...result, content } : result;
+}
+
+function eventId(kind) {
+  return `openclaw-plugin-${kind}-${randomUUID()}`;
+}
+
+function remember(run, message) {
+  run.aborted = String(message ?? "");
+  run.abortedAt = Date.now();
+}
+
+function abortIn(outputs) {
+  return (outputs ?? []).find((out) => out?.type === "abort" && out.enforced !== false);
+}
+
+export function createHooks(config, logger, state = createState()) {
   const cfg = settings(config);
+  const unscoped = { warned: false };
+
   return {
+    state,
+
     async beforeToolCall(event, ctx) {
-      try {
-        const answer = await post(cfg, "/v1/decide", {
-          ...scope(event, ctx),
-          tool: event.toolName,
-          params: event.params ?? {},
-          tool_call_id: event.toolCallId ?? ctx?.toolCallId,
-        });
-        if (answer.decision === "block" || answer.decision === "abort") {
-          return { block: true, blockReason: answer.message };
-        }
+      const scope = runScope(event, ctx);
+      if (!scope) {
+        if (!unscoped.warned) logger?.warn?.("loopwatch: a tool call with no run id, session key or session id is not checked");
+        unscoped.warned = true;
         return undefined;
-      } catch (error) {
-        logger?.warn?.(`loopwatch: ${error.message}; ${cfg.failOpen ? "allowing" : "refusing"} the call`);
-        return cfg.failOpen ? undefined : { block: true, blockReason: `loopwatch unreachable: ${error.message}` };
       }
-    },
-    async afterToolCall(event, ctx) {
-      const outcome = event.error !== undefined && event.error !== null ? { error: String(event.error) } : { result: event.result ?? null };
+      const run = runOf(state, scope.key);
+      const toolCallId = text(event?.toolCallId) ?? text(ctx?.toolCallId);
+      const refuse = (message) => {
+        // OpenClaw reports a refused call's outcome (after_tool_call with the refusal as its
+        // error): the call never ran, so loopwatch (which recorded the veto) is not told
+        if (toolCallId) run.calls.set(toolCallId, { refused: true });
+        return { block: true, blockReason: message };
+      };
+      if (run.aborted !== undefined) {
+        if (Date.now() - run.abortedAt < cfg.abortMemoryMs) return refuse(run.aborted);
+        run.aborted = undefined; // kept long enough: the gateway is asked again
+      }
+      const params = event?.params ?? {};
+      const usage = run.usage;
+      run.usage = undefined; // the turn's first call carries it
+      const body = { ...scope.fields, tool: event?.toolName, params, tool_call_id: toolCallId };
+      if (usage) body.usage = usage;
+      let answer;
       try {
-        await post(cfg, "/v1/events", {
+        answer = await post(cfg, "/v1/decide", body);
+      } catch (error) {
+        if (usage && run.usage === undefined) run.usage = usage; // not delivered: the next call
+        logger?.warn?.(`loopwatch: ${error.message}; ${cfg.failOpen ? "allowing" : "refusing"} the call`);
+        return cfg.failOpen ? undefined : refuse(`loopwatch unreachable: ${error.message}`);
+      }
+      const call = { fields: scope.fields, tool: event?.toolName, params, warnCount: undefined };
+      if (answer.decision === "abort") {
+        remember(run, answer.message);
+        return refuse(answer.message);
+      }
+      if (answer.decision === "block") return refuse(answer.message);
+      if (answer.decision === "warn") {
+        const verdict = (answer.verdicts ?? []).find((v) => v?.type === "verdict" && v.action === "warn");
+        call.warnCount = Number.isInteger(verdict?.count) ? verdict.count : undefined;
+      }
+      if (toolCallId) run.calls.set(toolCallId, call);
+      return undefined;
+    },
+
+    /** Agent tool-result middleware: the warned call's result gets OpenClaw's note. */
+    async toolResultMiddleware(event, ctx) {
+      const scope = runScope(event, ctx);
+      const toolCallId = text(event?.toolCallId);
+      if (!scope || !toolCallId) return undefined;
+      const call = state.runs.get(scope.key)?.calls.get(toolCallId);
+      if (call?.warnCount === undefined || call.noted) return undefined;
+      call.noted = true;
+      const result = event.result ?? {};
+      const content = Array.isArray(result.content) ? result.content : [];
+      return { result: { ...result, content: [...content, { type: "text", text: loopWarningNote(call.warnCount) }] } };
+    },
+
+    async afterToolCall(event, ctx) {
+      const scope = runScope(event, ctx);
+      if (!scope) return;
+      const toolCallId = text(event?.toolCallId) ?? text(ctx?.toolCallId);
+      const run = state.runs.get(scope.key);
+      const call = toolCallId ? run?.calls.get(toolCallId) : undefined;
+      if (call) run.calls.delete(toolCallId);
+      if (call?.refused) return;
+      const failed = event?.error !== undefined && event?.error !== null;
+      const outcome = failed ? { error: String(event.error) } : { result: withoutLoopNotes(event?.result ?? null) };
+      try {
+        const answer = await post(cfg, "/v1/events", {
           type: "tool_result",
-          event_id: eventId(),
-          ...scope(event, ctx),
-          tool: event.toolName,
-          params: event.params ?? {},
-          tool_call_id: event.toolCallId ?? ctx?.toolCallId,
+          event_id: eventId("result"),
+          ...(call?.fields ?? scope.fields),
+          tool: call?.tool ?? event?.toolName,
+          params: call?.params ?? event?.params ?? {},
+          tool_call_id: toolCallId,
           ...outcome,
         });
+        const abort = abortIn(answer?.outputs);
+        if (abort) remember(runOf(state, scope.key), abort.message);
       } catch (error) {
         logger?.warn?.(`loopwatch: result not reported: ${error.message}`);
       }
     },
+
+    /** A model turn's usage (an assistant message written to the transcript). */
+    noteTurnUsage(update) {
+      const message = update?.message;
+      if (!message || message.role !== "assistant" || message.provider === "openclaw") return;
+      const usage = usageOf(message.usage);
+      if (!usage) return;
+      const runId = text(message.__openclaw?.runId) ?? text(update.runId);
+      const scope = runScope({ runId }, { sessionKey: update.sessionKey, sessionId: update.sessionId, agentId: update.agentId });
+      if (!scope) return;
+      const run = runOf(state, scope.key);
+      run.usage = run.usage
+        ? {
+            input_tokens: run.usage.input_tokens + usage.input_tokens,
+            output_tokens: run.usage.output_tokens + usage.output_tokens,
+            cost_usd: run.usage.cost_usd + usage.cost_usd,
+          }
+        : usage;
+    },
+
+    async agentEnd(event, ctx) {
+      const scope = runScope(event, ctx);
+      if (!scope) return;
+      state.runs.delete(scope.key);
+      try {
+        await post(cfg, "/v1/events", { type: "run_end", event_id: eventId("end"), ...scope.fields });
+      } catch (error) {
+        logger?.warn?.(`loopwatch: run end not reported: ${error.message}`);
+      }
+    },
   };
 }
+
+// One state per process, whatever registers the plugin: OpenClaw loads this module more than
+// once (a full registry, discovery snapshots, each with its own module instance) and may run
+// before_tool_call from one instance and the tool-result middleware from another. So the
+// state, and the one transcript listener, live on globalThis.
+const GLOBAL = Symbol.for("loopwatch.openclaw-plugin");
+globalThis[GLOBAL] ??= { state: createState(), unsubscribe: undefined };
+const shared = globalThis[GLOBAL];
 
 export default {
   id: "loopwatch",
   name: "loopwatch",
   description: "Fleet-wide tool-loop detection: asks a loopwatch gateway before every tool call.",
   register(api) {
-    const hooks = createHooks(api.pluginConfig ?? {}, api.logger);
+    const hooks = createHooks(api.pluginConfig ?? {}, api.logger, shared.state);
     api.on("before_tool_call", hooks.beforeToolCall);
     api.on("after_tool_call", hooks.afterToolCall);
+    api.on("agent_end", hooks.agentEnd);
+    api.registerAgentToolResultMiddleware?.(hooks.toolResultMiddleware, { runtimes: ["openclaw"] });
+    // the runtime is live only in full loads (cli-metadata and setup-only loads throw on it)
+    if (api.registrationMode !== undefined && api.registrationMode !== "full") return;
+    try {
+      const subscribe = api.runtime?.events?.onSessionTranscriptUpdate;
+      if (typeof subscribe === "function") {
+        shared.unsubscribe?.();
+        shared.unsubscribe = subscribe((update) => hooks.noteTurnUsage(update));
+      }
+    } catch (error) {
+      api.logger?.warn?.(`loopwatch: no model usage (transcript updates unavailable: ${error.message})`);
+    }
   },
 };

@@ -1,12 +1,17 @@
 """The OpenClaw plugin inside the real OpenClaw: the ``openclaw`` npm package (pinned in
-``integrations/openclaw/test/real-openclaw.sh``) installs the plugin with its own CLI, loads it
-with its own plugin loader, and runs its Gateway with no model provider configured. A tool
-invoked through the Gateway's ``POST /tools/invoke`` goes through OpenClaw's
-``before_tool_call`` hook runner, so through the plugin to a real ``loopwatch gateway``.
+``integrations/openclaw/test/real-openclaw.sh``) installs the plugin with its own CLI and loads
+it with its own plugin loader. Two ways of running tools, both offline:
 
-``/tools/invoke`` runs no ``after_tool_call`` hook (OpenClaw runs that one in agent turns,
-which need a model), so the test reports each result to loopwatch itself, as the plugin's
-``after_tool_call`` would. Without npm or the registry this fails: it never skips."""
+* OpenClaw's Gateway with no model provider: a tool invoked through ``POST /tools/invoke`` goes
+  through OpenClaw's ``before_tool_call`` hook runner, so through the plugin to a real
+  ``loopwatch gateway``. ``/tools/invoke`` runs no ``after_tool_call`` hook, so that test
+  reports each result to loopwatch itself, as the plugin's ``after_tool_call`` would.
+* A whole agent turn (``openclaw agent --local``) against a scripted model served here (the
+  OpenAI chat-completions API on 127.0.0.1): every hook the plugin uses runs as OpenClaw runs
+  it (before/after_tool_call, the tool-result middleware, transcript updates, agent_end), and
+  a recording proxy in front of the loopwatch gateway keeps what the plugin sent.
+
+Without npm or the registry this fails: it never skips."""
 
 from __future__ import annotations
 
@@ -15,12 +20,15 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +36,30 @@ import pytest
 
 from loopwatch import LoopDetector
 from loopwatch.detectors.events import Verdict
+from loopwatch.streams.history.transcripts import transcript_events
 from tests.helpers import ROOT, post_json
 
 PLUGIN = ROOT / "integrations" / "openclaw"
 TOKEN = "openclaw-test-token"
 RUN = "agent:main:main"  # the session OpenClaw resolves for /tools/invoke without a session key
+# OpenClaw 2026.9's note on a warned call's result (internal-hooks-*.mjs, appendToolLoopWarning)
+NOTE = (
+    "[System note: Tool-loop warning after {count} repeated calls. "
+    "Change your approach or stop if you are not making progress.]"
+)
+CONVERSATION_HOOK_BLOCKED = (
+    'typed hook "agent_end" blocked because non-bundled plugins must set '
+    "plugins.entries.loopwatch.hooks.allowConversationAccess=true"
+)
 
 
 def _post(url: str, body: object, headers: dict[str, str] | None = None) -> tuple[int, Any]:
     return post_json(url, body, headers)
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as page:
+        return json.loads(page.read())
 
 
 def _free_port() -> int:
@@ -61,14 +84,33 @@ class OpenClaw:
         self.node, self.entry, self.home = node, entry, home
         self.env = {**os.environ, "HOME": str(home), "NO_COLOR": "1"}
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [self.node, self.entry, *args], env=self.env, capture_output=True, text=True, timeout=180
+            [self.node, self.entry, *args], env=self.env, capture_output=True, text=True, timeout=timeout
         )
 
     @property
     def config_path(self) -> Path:
         return self.home / ".openclaw" / "openclaw.json"
+
+    def install_plugin(self, **entry: Any) -> None:
+        """Install (link) the plugin, then set its entry's keys (``config``, ``hooks``)."""
+        installed = self.cli("plugins", "install", "--link", str(PLUGIN), "--force", "--accept-capabilities")
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        config = json.loads(self.config_path.read_text())
+        loopwatch = config["plugins"]["entries"]["loopwatch"]
+        for key, value in entry.items():
+            if value is None:
+                loopwatch.pop(key, None)
+            else:
+                loopwatch[key] = value
+        self.config_path.write_text(json.dumps(config, indent=2))
+
+    def inspect(self) -> dict[str, Any]:
+        inspected = self.cli("plugins", "inspect", "loopwatch", "--runtime", "--json")
+        assert inspected.returncode == 0, inspected.stdout + inspected.stderr
+        report: dict[str, Any] = json.loads(inspected.stdout[inspected.stdout.index("{") :])
+        return report
 
 
 @pytest.fixture(scope="module")
@@ -100,15 +142,24 @@ def loopwatch_gateway() -> Iterator[tuple[subprocess.Popen[str], str]]:
         proc.stderr.close()
 
 
-def test_openclaw_installs_and_loads_the_plugin_with_both_tool_hooks(openclaw: OpenClaw) -> None:
-    installed = openclaw.cli("plugins", "install", "--link", str(PLUGIN), "--force", "--accept-capabilities")
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    inspected = openclaw.cli("plugins", "inspect", "loopwatch", "--runtime", "--json")
-    assert inspected.returncode == 0, inspected.stdout + inspected.stderr
-    report = json.loads(inspected.stdout[inspected.stdout.index("{") :])
+def test_openclaw_installs_and_loads_the_plugin_with_its_hooks(openclaw: OpenClaw) -> None:
+    # agent_end is a conversation hook: an installed plugin gets it only when the operator grants
+    # conversation access; until then OpenClaw says so, and the other hooks work
+    openclaw.install_plugin(hooks=None)
+    report = openclaw.inspect()
     assert report["plugin"]["status"] == "loaded", report["plugin"]
     assert report["plugin"]["activated"] is True
+    assert report["plugin"]["explicitlyEnabled"] is True  # tool-result middleware needs it
+    assert report["plugin"]["contracts"] == {"agentToolResultMiddleware": ["openclaw"]}
     assert {hook["name"] for hook in report["typedHooks"]} == {"before_tool_call", "after_tool_call"}
+    assert [d["message"] for d in report["diagnostics"]] == [CONVERSATION_HOOK_BLOCKED]
+
+    openclaw.install_plugin(hooks={"allowConversationAccess": True})
+    report = openclaw.inspect()
+    assert report["plugin"]["status"] == "loaded", report["plugin"]
+    names = {hook["name"] for hook in report["typedHooks"]}
+    assert names == {"before_tool_call", "after_tool_call", "agent_end"}
+    # no diagnostics: the middleware registration was accepted too (a refusal is an error here)
     assert report["diagnostics"] == []
 
 
@@ -116,11 +167,7 @@ def test_a_looping_tool_call_is_refused_by_openclaw_with_loopwatch_s_verdict(
     openclaw: OpenClaw, loopwatch_gateway: tuple[subprocess.Popen[str], str]
 ) -> None:
     lw_proc, lw_url = loopwatch_gateway
-    installed = openclaw.cli("plugins", "install", "--link", str(PLUGIN), "--force", "--accept-capabilities")
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    config = json.loads(openclaw.config_path.read_text())
-    config["plugins"]["entries"]["loopwatch"]["config"] = {"gatewayUrl": lw_url, "timeoutMs": 5000}
-    openclaw.config_path.write_text(json.dumps(config, indent=2))
+    openclaw.install_plugin(config={"gatewayUrl": lw_url, "timeoutMs": 5000})
 
     port = _free_port()
     log = openclaw.home / "gateway.log"
@@ -181,8 +228,7 @@ def test_a_looping_tool_call_is_refused_by_openclaw_with_loopwatch_s_verdict(
             }
             assert _post(lw_url + "/v1/events", report)[0] == 200
 
-        with urllib.request.urlopen(f"{lw_url}/fleet/run?id={RUN}", timeout=10) as page:
-            run = json.loads(page.read())
+        run = _get(f"{lw_url}/fleet/run?id={RUN}")
         verdicts = [(v["action"], v["detector"], v["message"]) for v in run["verdict_list"]]
         # OpenClaw's own loop detection is off by default: the refusal is loopwatch's verdict
         assert answers == wanted, (answers, wanted)
@@ -194,9 +240,276 @@ def test_a_looping_tool_call_is_refused_by_openclaw_with_loopwatch_s_verdict(
         assert run["calls"] == len(answers)
         assert run["agent_id"] == "main"
 
-        # the loopwatch gateway gone: the plugin fails open (its default), OpenClaw runs the tool
-        _stop(lw_proc)
+        # the next call is the run's second critical: an abort, refused with its sentence
+        aborted = core.before_tool_call(RUN, "sessions_list", {}, agent_id="main")
+        assert aborted.action == "abort"
         status, body = _post(invoke, {"tool": "sessions_list", "args": {}}, auth)
+        assert (status, body["error"]["message"]) == (403, aborted.message)
+        last = _get(f"{lw_url}/fleet/run?id={RUN}")["verdict_list"][-1]
+        assert (last["kind"], last["message"]) == ("abort", aborted.message)
+
+        # the loopwatch gateway gone: the aborted run's later calls are still refused (the
+        # plugin remembers the abort), with the same sentence; another session's tool runs
+        # (fail-open, the plugin's default)
+        _stop(lw_proc)
+        for tool in ("sessions_list", "session_status"):
+            status, body = _post(invoke, {"tool": tool, "args": {}}, auth)
+            assert (status, body["error"]["message"]) == (403, aborted.message), body
+        other = {"tool": "sessions_list", "args": {}, "sessionKey": "agent:main:other"}
+        status, body = _post(invoke, other, auth)
         assert status == 200, body
     finally:
         _stop(gateway)
+
+
+# -- a whole agent turn against a scripted model -----------------------------------------------
+
+MODEL = "loop-model"
+CALLS = 25  # the scripted model asks for the same read until it has this many tool results
+
+
+class _Served:
+    """A ThreadingHTTPServer on 127.0.0.1 in a thread; ``requests`` keeps what it was sent."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.owner = self  # type: ignore[attr-defined]
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> _Served:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+    @property
+    def owner(self) -> _Served:
+        return self.server.owner  # type: ignore[attr-defined, no-any-return]
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _Model(_Handler):
+    """The OpenAI chat-completions API, streamed: the same ``read`` call until the request holds
+    ``CALLS`` tool results, then a final answer. Turn n (n tool results so far) costs
+    1000 + n input tokens and 50 output tokens."""
+
+    def do_GET(self) -> None:
+        self._send(200, json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode())
+
+    def do_POST(self) -> None:
+        request = self._body()
+        self.owner.requests.append(request)
+        turn = sum(1 for m in request.get("messages", []) if m.get("role") == "tool")
+        if turn < CALLS:
+            call = {"name": "read", "arguments": json.dumps({"path": "MISSING.md"})}
+            delta: dict[str, Any] = {
+                "role": "assistant",
+                "tool_calls": [{"index": 0, "id": f"call_{turn}", "type": "function", "function": call}],
+            }
+            finish = "tool_calls"
+        else:
+            delta, finish = {"role": "assistant", "content": "I give up."}, "stop"
+        usage = {"prompt_tokens": 1000 + turn, "completion_tokens": 50, "total_tokens": 1050 + turn}
+        chunk = {"id": f"r{turn}", "object": "chat.completion.chunk", "created": 0, "model": MODEL}
+        events = [
+            {**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+            {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
+            {**chunk, "choices": [], "usage": usage},
+        ]
+        stream = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+        self._send(200, stream, "text/event-stream")
+
+
+class _Recorder(_Handler):
+    """Forwards every POST to the loopwatch gateway (``owner.upstream``) and keeps the request
+    and the answer: what the plugin sent, and what it was told."""
+
+    def do_POST(self) -> None:
+        body = self._body()
+        forwarded = urllib.request.Request(
+            self.owner.upstream + self.path,  # type: ignore[attr-defined]
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(forwarded, timeout=30) as answer:
+                status, raw = answer.status, answer.read()
+        except urllib.error.HTTPError as refused:
+            with refused:
+                status, raw = refused.code, refused.read()
+        self.owner.requests.append(
+            {"path": self.path, "body": body, "status": status, "answer": json.loads(raw)}
+        )
+        self._send(status, raw)
+
+
+def _transcript_lines(home: Path, session_id: str) -> list[bytes]:
+    """The session's transcript entries as JSONL lines. OpenClaw 2026.9 keeps transcripts in
+    SQLite (``agents/<agentId>/agent/openclaw-agent.sqlite``, table ``transcript_events``: one
+    entry per row, the JSONL entry itself); rows stored compressed (``event_json`` NULL) are
+    custom entries, which the importer ignores."""
+    path = home / ".openclaw" / "agents" / "main" / "agent" / "openclaw-agent.sqlite"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute(
+            "SELECT event_json, navigation_json FROM transcript_events WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        ).fetchall()
+    db.close()
+    lines = []
+    for event_json, navigation in rows:
+        if event_json is None:
+            assert json.loads(navigation)["navigation"]["type"] == "custom", navigation
+            continue
+        lines.append(event_json.encode())
+    return lines
+
+
+def test_an_agent_turn_through_the_plugin_warns_blocks_aborts_and_ends_the_run(
+    openclaw: OpenClaw, loopwatch_gateway: tuple[subprocess.Popen[str], str]
+) -> None:
+    _, lw_url = loopwatch_gateway
+    with _Served(_Model) as model, _Served(_Recorder) as recorder:
+        recorder.upstream = lw_url  # type: ignore[attr-defined]
+        openclaw.install_plugin(
+            config={"gatewayUrl": recorder.url, "timeoutMs": 5000},
+            hooks={"allowConversationAccess": True},
+        )
+        config = json.loads(openclaw.config_path.read_text())
+        cost = {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0}  # USD per million tokens
+        entry = {"id": MODEL, "name": "Loop", "reasoning": False, "input": ["text"], "cost": cost}
+        provider: dict[str, Any] = {"baseUrl": f"{model.url}/v1", "apiKey": "offline"}
+        provider["api"] = "openai-completions"
+        provider["models"] = [{**entry, "contextWindow": 128000, "maxTokens": 4096}]
+        config["models"] = {"mode": "merge", "providers": {"scripted": provider}}
+        config.setdefault("agents", {}).setdefault("defaults", {})["model"] = {"primary": f"scripted/{MODEL}"}
+        openclaw.config_path.write_text(json.dumps(config, indent=2))
+
+        done = openclaw.cli(
+            *("agent", "--local", "--agent", "main", "--session-key", "agent:main:loop"),
+            *("--message", "Read MISSING.md", "--json"),
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        meta = json.loads(done.stdout[done.stdout.index("{") :])["meta"]["agentMeta"]
+        run_id, session_id = meta["terminalReceipt"]["runId"], meta["sessionId"]
+        sent = list(recorder.requests)
+        asked = list(model.requests)
+
+    decides = [r for r in sent if r["path"] == "/v1/decide"]
+    results = [r["body"] for r in sent if r["path"] == "/v1/events" and r["body"]["type"] == "tool_result"]
+    ends = [r["body"] for r in sent if r["path"] == "/v1/events" and r["body"]["type"] == "run_end"]
+    assert all(r["status"] == 200 for r in sent), sent
+
+    # every hook of the run names it the same way: OpenClaw's runId and sessionId
+    scope = {"run_id": run_id, "session_id": session_id, "agent_id": "main"}
+    for request in decides:
+        assert {k: request["body"][k] for k in scope} == scope
+    assert all({k: r[k] for k in scope} == scope for r in results + ends)
+
+    # 25 calls: 22 asked (warn at the 11th, block at the 21st, abort at the 22nd), the last 3
+    # refused by the plugin without asking: the run was aborted
+    assert [d["body"]["tool_call_id"] for d in decides] == [f"call_{n}" for n in range(22)]
+    decisions = [(d["answer"]["decision"], d["answer"].get("sticky", False)) for d in decides]
+    assert decisions == [("allow", False)] * 10 + [("warn", False)] + [("allow", False)] * 9 + [
+        ("block", False),
+        ("abort", False),
+    ]
+    abort = decides[21]["answer"]["message"]
+    block = decides[20]["answer"]["message"]
+    assert block == (
+        "CRITICAL: Called read with identical arguments and identical outcomes 20 times. "
+        "Session execution blocked to prevent runaway loops."
+    )
+    assert abort.startswith("OpenClaw stopped this run because tool-loop recovery encountered another")
+
+    # the same calls and outcomes, as the plugin sent them, through the in-process core
+    core = LoopDetector()
+    for request in sent:
+        body = request["body"]
+        if request["path"] == "/v1/decide":
+            decision = core.before_tool_call(
+                body["run_id"],
+                body["tool"],
+                body["params"],
+                tool_call_id=body["tool_call_id"],
+                agent_id="main",
+                session_id=body["session_id"],
+                usage=body.get("usage"),
+            )
+            answer = request["answer"]
+            assert (decision.action, decision.message) == (answer["decision"], answer["message"])
+        elif body["type"] == "tool_result":
+            outcome = {"error": body["error"]} if "error" in body else {"result": body["result"]}
+            core.after_tool_call(
+                body["run_id"],
+                body["tool"],
+                body["params"],
+                tool_call_id=body["tool_call_id"],
+                agent_id="main",
+                session_id=body["session_id"],
+                **outcome,
+            )
+
+    # each model turn's usage went with the turn's call (each turn proposed one call)
+    for n, request in enumerate(decides):
+        usage = request["body"]["usage"]
+        assert (usage["input_tokens"], usage["output_tokens"]) == (1000 + n, 50)
+        assert usage["cost_usd"] == pytest.approx((1000 + n) * 1e-6 + 50 * 2e-6)
+
+    # results: the 20 calls that ran, matched by toolCallId, never with the warning note (so
+    # the warned call's outcome hashed as the others: the block above is for 20 identical ones)
+    assert [r["tool_call_id"] for r in results] == [f"call_{n}" for n in range(20)]
+    assert all(r["params"] == {"path": "MISSING.md"} for r in results)
+    assert "System note" not in json.dumps(results)
+
+    # agent_end: the run's run_end, last
+    assert len(ends) == 1
+    assert sent[-1]["body"] is ends[0]
+    run = _get(f"{lw_url}/fleet/run?id={run_id}")
+    assert (run["status"], run["calls"], run["results"]) == ("ended", 22, 20)
+    assert [(v["action"], v["count"]) for v in run["verdict_list"]] == [
+        ("warn", 10),
+        ("block", 20),
+        ("block", 21),
+        ("abort", None),
+    ]
+
+    # what the model read: the warned call's result with OpenClaw's note, nothing else noted;
+    # the refusals in loopwatch's (OpenClaw's) exact sentences
+    assert len(asked) == CALLS + 1
+    tool_messages = [m for m in asked[-1]["messages"] if m.get("role") == "tool"]
+    texts = [m["content"] if isinstance(m["content"], str) else json.dumps(m) for m in tool_messages]
+    note = NOTE.format(count=10)
+    assert texts[10].endswith("\n" + note), texts[10]
+    assert [n for n, t in enumerate(texts) if "System note" in t] == [10]
+    assert texts[20] == block
+    assert texts[21:] == [abort] * 4
+
+    # the sidecar (`loopwatch import`) names the run as the plugin does: OpenClaw's runId, the
+    # transcript's session id, the agent
+    imported = transcript_events(_transcript_lines(openclaw.home, session_id), "main", session_id)
+    assert imported
+    assert {(e.run_id, e.session_id, e.agent_id) for e in imported} == {(run_id, session_id, "main")}

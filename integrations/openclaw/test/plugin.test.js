@@ -4,17 +4,32 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import plugin, { createHooks } from "../index.js";
+import plugin, {
+  MAX_RUNS,
+  createHooks,
+  createState,
+  loopWarningNote,
+  runScope,
+  usageOf,
+  withoutLoopNotes,
+} from "../index.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const python = process.env.LOOPWATCH_PYTHON ?? join(root, ".venv", "bin", "python");
+const TOKEN = "plugin-token";
+const DEAD = "http://127.0.0.1:9";
+// OpenClaw's sentences, as loopwatch's OpenClaw path gives them
+const ABORT =
+  "OpenClaw stopped this run because tool-loop recovery encountered another critical loop. No blocked tool action was executed.";
+const NOTE_10 =
+  "[System note: Tool-loop warning after 10 repeated calls. Change your approach or stop if you are not making progress.]";
 let gateway;
 let url;
 
 before(async () => {
   gateway = spawn(python, ["-m", "loopwatch", "gateway", "--listen", "127.0.0.1:0"], {
     cwd: root,
-    env: { ...process.env, LOOPWATCH_GATEWAY_TOKENS: "plugin-token" },
+    env: { ...process.env, LOOPWATCH_GATEWAY_TOKENS: TOKEN },
     stdio: ["ignore", "ignore", "pipe"],
   });
   url = await new Promise((resolve, reject) => {
@@ -30,44 +45,287 @@ before(async () => {
 
 after(() => gateway?.kill("SIGTERM"));
 
+/** The plugin as OpenClaw registers it, with a fake api that keeps what it was given. */
 function loadPlugin(config) {
   const handlers = {};
   const warnings = [];
+  const middlewares = [];
+  const listeners = new Set();
   plugin.register({
     pluginConfig: config,
+    registrationMode: "full",
     logger: { warn: (message) => warnings.push(message) },
     on: (name, handler) => {
       handlers[name] = handler;
     },
+    registerAgentToolResultMiddleware: (handler, options) => middlewares.push({ handler, options }),
+    runtime: {
+      events: {
+        onSessionTranscriptUpdate: (listener) => {
+          listeners.add(listener);
+          return () => listeners.delete(listener);
+        },
+      },
+    },
   });
-  return { handlers, warnings };
+  const transcript = (update) => listeners.forEach((listener) => listener(update));
+  return { handlers, warnings, middlewares, listeners, transcript };
 }
 
-test("a looping agent is blocked with the verdict's message, others are not", async () => {
-  const { handlers } = loadPlugin({ gatewayUrl: url, token: "plugin-token", timeoutMs: 5000 });
-  assert.deepEqual(Object.keys(handlers).sort(), ["after_tool_call", "before_tool_call"]);
-  const ctx = { agentId: "coder", sessionKey: "agent:coder:main" };
+const live = () => loadPlugin({ gatewayUrl: url, token: TOKEN, timeoutMs: 5000 });
+
+async function fleetRun(id) {
+  const answer = await fetch(`${url}/fleet/run?id=${encodeURIComponent(id)}`, {
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
+  return answer.status === 200 ? answer.json() : null;
+}
+
+async function metric(name, labels) {
+  const answer = await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } });
+  const text = await answer.text();
+  const wanted = `${name}{${labels}} `;
+  const line = text.split("\n").find((l) => l.startsWith(wanted));
+  return line === undefined ? undefined : Number(line.slice(wanted.length));
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** An OpenClaw tool result of a failing read, as after_tool_call and the middleware get it. */
+const failedRead = () => ({
+  content: [{ type: "text", text: '{\n  "status": "error",\n  "tool": "read",\n  "error": "File not found"\n}' }],
+  details: { status: "error", tool: "read", error: "File not found" },
+});
+
+/** The same read, `count` times, each result reported (the warned one with OpenClaw's note). */
+async function loop(p, runId, count, ctx, start = 0) {
+  const answers = [];
+  for (let n = start; n < start + count; n += 1) {
+    const event = { toolName: "read", params: { path: "PLAN.md" }, toolCallId: `${runId}-t${n}`, runId };
+    const answer = await p.handlers.before_tool_call(event, { ...ctx, runId, toolCallId: event.toolCallId });
+    answers.push(answer);
+    if (answer) continue;
+    let result = failedRead();
+    for (const { handler } of p.middlewares) {
+      const changed = await handler({ toolCallId: event.toolCallId, toolName: "read", args: event.params, result }, { runtime: "openclaw", ...ctx, runId });
+      result = changed?.result ?? result;
+    }
+    await p.handlers.after_tool_call({ ...event, result, durationMs: 3 }, { ...ctx, runId, toolCallId: event.toolCallId });
+  }
+  return answers;
+}
+
+test("a looping agent is blocked with the verdict's message, unchanged; others are not", async () => {
+  const p = live();
+  assert.deepEqual(Object.keys(p.handlers).sort(), ["after_tool_call", "agent_end", "before_tool_call"]);
+  assert.equal(p.middlewares.length, 1);
+  assert.deepEqual(p.middlewares[0].options, { runtimes: ["openclaw"] });
+  const ctx = { agentId: "coder", sessionKey: "agent:coder:main", sessionId: "s-7" };
   const answers = [];
   for (let n = 0; n < 22; n += 1) {
     const event = { toolName: "read", params: { path: "PLAN.md" }, toolCallId: `t${n}`, runId: "run-7" };
-    const answer = await handlers.before_tool_call(event, ctx);
+    const answer = await p.handlers.before_tool_call(event, ctx);
     answers.push(answer);
-    if (!answer) await handlers.after_tool_call({ ...event, error: "ENOENT: no such file", durationMs: 3 }, ctx);
+    if (!answer) await p.handlers.after_tool_call({ ...event, error: "ENOENT: no such file", durationMs: 3 }, ctx);
   }
   assert.deepEqual(answers.slice(0, 20), Array(20).fill(undefined));
-  assert.equal(answers[20].block, true);
+  const run = await fleetRun("run-7");
+  const block = run.verdict_list.find((v) => v.action === "block");
+  assert.deepEqual(answers[20], { block: true, blockReason: block.message });
   assert.match(answers[20].blockReason, /^CRITICAL: Called read with identical arguments/);
-  assert.equal(answers[21].block, true); // the run's second critical: recovery exhausted
-  const other = await handlers.before_tool_call({ toolName: "read", params: { path: "PLAN.md" }, runId: "run-8" }, ctx);
+  assert.deepEqual(answers[21], { block: true, blockReason: ABORT }); // the run's second critical
+  assert.equal(run.agent_id, "coder");
+  const other = await p.handlers.before_tool_call({ toolName: "read", params: { path: "PLAN.md" }, runId: "run-8" }, ctx);
   assert.equal(other, undefined);
 });
 
 test("a wrong token or a dead gateway fails open, or closed when asked", async () => {
   const wrong = loadPlugin({ gatewayUrl: url, token: "nope" });
-  assert.equal(await wrong.handlers.before_tool_call({ toolName: "read", params: {} }, {}), undefined);
+  assert.equal(await wrong.handlers.before_tool_call({ toolName: "read", params: {}, runId: "wrong-1" }, {}), undefined);
   assert.match(wrong.warnings[0], /401/);
-  const hooks = createHooks({ gatewayUrl: "http://127.0.0.1:9", failOpen: false, timeoutMs: 500 });
-  const refused = await hooks.beforeToolCall({ toolName: "exec", params: { command: "ls" } }, {});
+  const hooks = createHooks({ gatewayUrl: DEAD, failOpen: false, timeoutMs: 500 });
+  const refused = await hooks.beforeToolCall({ toolName: "exec", params: { command: "ls" }, runId: "dead-1" }, {});
   assert.equal(refused.block, true);
   assert.match(refused.blockReason, /^loopwatch unreachable/);
+});
+
+test("an aborted run stays refused here, with the abort's message, even with the gateway gone, until agent_end", async () => {
+  const p = live();
+  const ctx = { agentId: "main", sessionKey: "agent:main:abort", sessionId: "s-abort" };
+  const answers = await loop(p, "run-abort", 22, ctx);
+  assert.deepEqual(answers[21], { block: true, blockReason: ABORT });
+  const seen = await fleetRun("run-abort");
+  assert.equal(seen.calls, 22);
+
+  // later calls: refused without asking (the gateway sees no more calls), the same sentence;
+  // OpenClaw reports a refused call's outcome to after_tool_call: not passed on
+  const later = { toolName: "exec", params: { command: "ls" }, toolCallId: "run-abort-x", runId: "run-abort" };
+  assert.deepEqual(await p.handlers.before_tool_call(later, ctx), { block: true, blockReason: ABORT });
+  await p.handlers.after_tool_call({ ...later, error: ABORT }, ctx);
+  const still = await fleetRun("run-abort");
+  assert.equal(still.calls, 22);
+  assert.equal(still.results, seen.results);
+
+  // the gateway unreachable (fail-open): the aborted run is still refused, others run
+  const dead = loadPlugin({ gatewayUrl: DEAD, timeoutMs: 500 });
+  const again = { toolName: "read", params: { path: "x" }, toolCallId: "run-abort-y", runId: "run-abort" };
+  assert.deepEqual(await dead.handlers.before_tool_call(again, ctx), { block: true, blockReason: ABORT });
+  assert.equal(await dead.handlers.before_tool_call({ ...again, runId: "run-other" }, ctx), undefined);
+  assert.equal(dead.warnings.length, 1); // only the other run asked the (dead) gateway
+
+  // agent_end: a run_end for the run, and the run is forgotten here and in the gateway
+  await p.handlers.agent_end({ runId: "run-abort", messages: [], success: false }, ctx);
+  const ended = await fleetRun("run-abort");
+  assert.equal(ended.status, "ended");
+  assert.equal(await p.handlers.before_tool_call({ ...again, toolCallId: "run-abort-z" }, ctx), undefined);
+});
+
+test("an abort is kept abortMemoryMs; then the gateway is asked again (and answers it, sticky)", async () => {
+  const p = loadPlugin({ gatewayUrl: url, token: TOKEN, timeoutMs: 5000, abortMemoryMs: 50 });
+  const ctx = { agentId: "main", sessionKey: "agent:main:ttl" };
+  const answers = await loop(p, "run-ttl", 22, ctx);
+  assert.deepEqual(answers[21], { block: true, blockReason: ABORT });
+  const next = { toolName: "read", params: { path: "PLAN.md" }, runId: "run-ttl" };
+  assert.deepEqual(await p.handlers.before_tool_call({ ...next, toolCallId: "ttl-a" }, ctx), { block: true, blockReason: ABORT });
+  assert.equal((await fleetRun("run-ttl")).calls, 22); // refused here
+  await sleep(80);
+  assert.deepEqual(await p.handlers.before_tool_call({ ...next, toolCallId: "ttl-b" }, ctx), { block: true, blockReason: ABORT });
+  assert.equal((await fleetRun("run-ttl")).calls, 23); // asked: the gateway's sticky abort
+});
+
+test("memory is bounded: the oldest runs are forgotten", async () => {
+  const hooks = createHooks({ gatewayUrl: url, token: TOKEN, timeoutMs: 5000 }, undefined, createState(3));
+  for (const id of ["b1", "b2", "b3", "b4"]) {
+    await hooks.beforeToolCall({ toolName: "read", params: {}, runId: `bounded-${id}`, toolCallId: id }, {});
+  }
+  assert.equal(hooks.state.runs.size, 3);
+  assert.equal(hooks.state.runs.get("bounded-b1"), undefined); // the oldest is forgotten
+  assert.equal(MAX_RUNS, 10_000);
+});
+
+test("a warned call's result gets OpenClaw 2026.9's note; loopwatch hashes the result without it", async () => {
+  const p = live();
+  const ctx = { agentId: "main", sessionKey: "agent:main:warn", sessionId: "s-warn" };
+  const noted = [];
+  const middleware = p.middlewares[0].handler;
+  p.middlewares[0].handler = async (event, mctx) => {
+    const changed = await middleware(event, mctx);
+    if (changed) noted.push([event.toolCallId, changed.result.content.at(-1).text, changed.result.content.length]);
+    return changed;
+  };
+  const answers = await loop(p, "run-warn", 21, ctx);
+  assert.deepEqual(answers.slice(0, 20), Array(20).fill(undefined)); // a warning lets the call run
+  // only the warned call (the 11th: count 10), the note as its own last text block
+  assert.deepEqual(noted, [["run-warn-t10", NOTE_10, 2]]);
+  assert.equal(loopWarningNote(10), NOTE_10);
+  // the 21st call is blocked for 20 identical outcomes: the noted result hashed as the others
+  assert.match(answers[20].blockReason, /identical outcomes 20 times/);
+  const run = await fleetRun("run-warn");
+  assert.deepEqual(
+    run.verdict_list.map((v) => [v.action, v.count]),
+    [
+      ["warn", 10],
+      ["block", 20],
+    ],
+  );
+  // a note joined into the last text block ("\n" + note) is taken off as well
+  const joined = { content: [{ type: "text", text: `out\n${NOTE_10}` }] };
+  assert.deepEqual(withoutLoopNotes(joined), { content: [{ type: "text", text: "out" }] });
+  assert.equal(withoutLoopNotes(failedRead()).content.length, 1);
+});
+
+test("a model turn's usage goes with the turn's first call, once, and waits while the gateway is gone", async () => {
+  const p = live();
+  const ctx = { agentId: "spender", sessionKey: "agent:spender:main", sessionId: "s-usage" };
+  const turn = (runId, input, cost) =>
+    p.transcript({
+      sessionKey: ctx.sessionKey,
+      sessionId: ctx.sessionId,
+      agentId: "spender",
+      message: {
+        role: "assistant",
+        provider: "anthropic",
+        content: [{ type: "toolCall", id: "x", name: "read", arguments: {} }],
+        usage: { input, output: 80, cacheRead: 300, cacheWrite: 20, totalTokens: input + 400, cost: { total: cost } },
+        __openclaw: { runId },
+      },
+    });
+  p.transcript({ sessionKey: ctx.sessionKey, message: { role: "user", content: "hi" } }); // not a turn
+  turn("run-usage", 1200, 0.0125);
+  await loop(p, "run-usage", 2, ctx); // two calls of one turn: the first carries the usage
+  assert.equal(await metric("loopwatch_spend_usd_total", 'agent_id="spender"'), 0.0125);
+  assert.equal(await metric("loopwatch_tokens_total", 'agent_id="spender",kind="input"'), 1520);
+  assert.equal(await metric("loopwatch_tokens_total", 'agent_id="spender",kind="output"'), 80);
+
+  // the gateway unreachable for the next turn's first call: its usage goes with the next one
+  turn("run-usage", 1000, 0.01);
+  const dead = loadPlugin({ gatewayUrl: DEAD, timeoutMs: 500 });
+  assert.equal(await dead.handlers.before_tool_call({ toolName: "read", params: {}, runId: "run-usage", toolCallId: "u-dead" }, ctx), undefined);
+  const back = live();
+  await loop(back, "run-usage", 1, ctx, 2);
+  await sleep(1100); // the gateway renders /metrics at most once a second
+  assert.equal(await metric("loopwatch_spend_usd_total", 'agent_id="spender"'), 0.0225);
+  assert.equal(await metric("loopwatch_tokens_total", 'agent_id="spender",kind="input"'), 2840);
+
+  // OpenClaw's injected messages and messages without usage carry nothing
+  assert.equal(usageOf(undefined), undefined);
+  assert.equal(usageOf({ input: 0, output: 0, cost: { total: 0 } }), undefined);
+  assert.deepEqual(usageOf({ input: 10, output: 2, cacheRead: 5, cost: { total: 0.5 } }), {
+    input_tokens: 15,
+    output_tokens: 2,
+    cost_usd: 0.5,
+  });
+});
+
+test("agent_end sends the run's run_end; a dead gateway only logs it", async () => {
+  const p = live();
+  const ctx = { agentId: "main", sessionKey: "agent:main:end", sessionId: "s-end", runId: "run-end" };
+  await loop(p, "run-end", 1, ctx);
+  assert.equal((await fleetRun("run-end")).status, "active");
+  await p.handlers.agent_end({ messages: [], success: true }, ctx); // runId from ctx, as OpenClaw fills it
+  assert.equal((await fleetRun("run-end")).status, "ended");
+  const dead = loadPlugin({ gatewayUrl: DEAD, timeoutMs: 500 });
+  await dead.handlers.agent_end({ runId: "run-dead-end", messages: [], success: true }, ctx);
+  assert.match(dead.warnings[0], /run end not reported/);
+});
+
+test("one run scope for every hook: OpenClaw's runId, else the session key; never a shared run", async () => {
+  // the convention shared with `loopwatch import` (streams/history/transcripts.py)
+  assert.deepEqual(runScope({ runId: "r1" }, { sessionKey: "agent:ops:main", sessionId: "uuid-1", agentId: "ops" }), {
+    key: "r1",
+    fields: { agent_id: "ops", run_id: "r1", session_id: "uuid-1" },
+  });
+  assert.deepEqual(runScope({}, { runId: "r2", sessionKey: "agent:ops:main" }), {
+    key: "r2",
+    fields: { agent_id: "ops", run_id: "r2" },
+  });
+  // /tools/invoke: no run, the session key is the run
+  assert.deepEqual(runScope({}, { sessionKey: "agent:main:main" }), {
+    key: "agent:main:main",
+    fields: { agent_id: "main", run_id: "agent:main:main" },
+  });
+  assert.deepEqual(runScope({}, { sessionId: "uuid-3" }), {
+    key: "session:uuid-3",
+    fields: { agent_id: "main", session_id: "uuid-3" },
+  });
+  assert.equal(runScope({}, { agentId: "main" }), null);
+
+  const p = live();
+  // nothing names a run: the call is not checked (no "openclaw" run collecting everybody's calls)
+  assert.equal(await p.handlers.before_tool_call({ toolName: "read", params: {} }, { agentId: "main" }), undefined);
+  assert.match(p.warnings[0], /no run id, session key or session id/);
+  assert.equal(await fleetRun("openclaw"), null);
+
+  // a result is matched to its call by toolCallId: it carries the call's params; a result
+  // whose call was never seen goes to the run its call would have gone to
+  const ctx = { agentId: "main", sessionKey: "agent:main:match" };
+  const call = { toolName: "read", params: { path: "a" }, toolCallId: "m1" };
+  await p.handlers.before_tool_call(call, ctx);
+  await p.handlers.after_tool_call({ ...call, params: { path: "a", rewritten: true }, result: failedRead() }, ctx);
+  await p.handlers.after_tool_call({ toolName: "read", params: { path: "b" }, toolCallId: "m-unseen", result: failedRead() }, ctx);
+  const run = await fleetRun("agent:main:match");
+  assert.equal(run.calls, 1);
+  assert.equal(run.results, 2);
+  const [callArgs, resultArgs] = run.recent.filter((r) => r.kind !== "verdict").map((r) => r.args);
+  assert.equal(resultArgs, callArgs);
 });
