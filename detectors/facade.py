@@ -106,11 +106,13 @@ class LoopDetector:
         session_id: str | None = None,
         ts: int | None = None,
         usage: Usage | dict[str, Any] | None = None,
+        parent_run_id: str | None = None,
     ) -> Decision:
         """Detect before executing ``tool``; once the run was aborted, every later call of the
         run answers that abort (until :meth:`end_run`).
 
         ``usage``: what the model turn that proposed the call cost (its first call only).
+        ``parent_run_id``: the run that started this one (a subagent's first call names it).
         """
         event = ToolCall(
             event_id=self._event_id(),
@@ -122,6 +124,7 @@ class LoopDetector:
             params=from_python(params),
             tool_call_id=tool_call_id,
             usage=as_usage(usage),
+            parent_run_id=parent_run_id if parent_run_id else UNSET,
         )
         outputs = self._engine.process(event)
         return decision_of(outputs, self._engine.aborted(run_scope(event)))
