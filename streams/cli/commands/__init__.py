@@ -1,0 +1,20 @@
+"""One module per command, each with ``register(sub)`` (its parser) and its ``cmd_*``; the
+order here is the order of ``loopwatch --help``."""
+
+from __future__ import annotations
+
+from loopwatch.streams.cli.commands import (
+    check_config,
+    conformance,
+    demo,
+    gateway,
+    hook,
+    replay,
+    run,
+    transcripts,
+    worker,
+)
+
+__all__ = ["COMMANDS"]
+
+COMMANDS = (run, conformance, demo, replay, transcripts, check_config, gateway, hook, worker)

@@ -1,0 +1,60 @@
+"""``loopwatch hook RUNTIME``: an agent runtime's command hook."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, BinaryIO, TextIO
+
+from loopwatch.streams.cli.flags import positive_int
+
+
+def _hook_runtimes() -> list[str]:
+    from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES
+
+    return list(RUNTIMES)
+
+
+def cmd_hook(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    from loopwatch.streams.gateway.hooks.command import run_hook
+    from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES
+
+    if args.agent_id is None:
+        args.agent_id = RUNTIMES[args.runtime].default_agent
+    return run_hook(args, sys.stdin.buffer, out, err)
+
+
+def register(sub: Any) -> None:
+    hook = sub.add_parser(
+        "hook",
+        help="an agent runtime's hook that asks a loopwatch gateway (claude-code, codex, gemini)",
+        description="Run by an agent runtime for each hook call with the hook's JSON on stdin: "
+        "records the call or result with a loopwatch gateway and answers in the runtime's own "
+        "hook format (a block denies the tool call, an abort ends the turn and every later call "
+        "of the run is denied, a warning reaches the model). Fails open when the gateway is "
+        "unreachable or slow, unless --fail-closed. Each user prompt is a run; a subagent is a "
+        "run of its own. Runtimes with HTTP hooks can call the gateway's /v1/hooks/RUNTIME "
+        "instead (no process per tool call).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples (settings files): see the README, section Agent runtimes",
+    )
+    hook.add_argument("runtime", choices=sorted(_hook_runtimes()), help="the runtime calling the hook")
+    hook.add_argument(
+        "--gateway",
+        default=os.environ.get("LOOPWATCH_GATEWAY_URL", "http://127.0.0.1:6070"),
+        help="gateway URL (env LOOPWATCH_GATEWAY_URL; token: env LOOPWATCH_GATEWAY_TOKEN)",
+    )
+    hook.add_argument("--agent-id", default=None, help="agent id of the runs (default: the runtime's name)")
+    hook.add_argument(
+        "--timeout-ms", type=positive_int, default=2000, help="how long to wait for the gateway"
+    )
+    hook.add_argument(
+        "--fail-closed", action="store_true", help="refuse tool calls when the gateway is unreachable"
+    )
+    hook.add_argument(
+        "--show-warnings",
+        action="store_true",
+        help="also show warnings to the user (Claude Code: systemMessage), not only to the model",
+    )
+    hook.set_defaults(func=cmd_hook)

@@ -1,0 +1,126 @@
+"""``loopwatch import``: OpenClaw transcripts to events, and the ``--follow`` sidecar."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
+
+from loopwatch.streams.cli.flags import interval_seconds
+
+
+def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
+    import asyncio
+    import signal
+
+    from loopwatch.streams.history.transcript_follower import Follower, publish_to_gateway, publish_to_kafka
+
+    if bool(args.gateway) == bool(args.kafka):
+        print("loopwatch: import --follow needs one of --gateway URL or --kafka BOOTSTRAP", file=err)
+        return 2
+    folder = Path(args.follow)
+    if not folder.is_dir():
+        print(f"loopwatch: {folder}: not a folder", file=err)
+        return 2
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        producer = None
+        if args.kafka:
+            from aiokafka import AIOKafkaProducer
+
+            from loopwatch.config.stream_settings import parse_stream_settings
+            from loopwatch.streams.kafka.connect import aiokafka_auth
+
+            settings = parse_stream_settings(os.environ, {"kafka_bootstrap": args.kafka})
+            producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, **aiokafka_auth(settings))
+            await producer.start()
+            publish = publish_to_kafka(producer, settings.topic_events)
+        else:
+            publish = publish_to_gateway(args.gateway, os.environ.get("LOOPWATCH_GATEWAY_TOKEN"))
+        follower = Follower(folder, publish, Path(args.offsets), args.agent_id, err)
+        print(f"loopwatch: following {folder} (offsets in {args.offsets})", file=err, flush=True)
+        try:
+            await follower.run(args.interval, stop)
+        finally:
+            if producer is not None:
+                await producer.stop()
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    if args.follow:
+        return _follow_transcripts(args, err)
+    if not args.paths:
+        print("loopwatch: import needs transcript paths, or --follow DIR", file=err)
+        return 2
+    from loopwatch.detectors.events import encode_event
+    from loopwatch.streams.history.transcripts import agent_from_path, is_transcript, read_transcript
+    from loopwatch.streams.inputs.sources import source_files
+
+    imported = 0
+    for source in args.paths:
+        for path in source_files(source):
+            with path.open("rb") as stream:
+                first = stream.readline()
+            if not is_transcript(first):
+                print(
+                    f"loopwatch: {path}: not an OpenClaw session transcript (no session header); skipped",
+                    file=err,
+                )
+                continue
+            agent = args.agent_id or agent_from_path(str(path)) or "main"
+            for event in read_transcript(path, agent, err):
+                out.write(encode_event(event) + b"\n")
+            imported += 1
+    out.flush()
+    if not imported:
+        print("loopwatch: no transcript imported", file=err)
+        return 1
+    return 0
+
+
+def register(sub: Any) -> None:
+    imp = sub.add_parser(
+        "import",
+        help="convert OpenClaw session transcripts to loopwatch events (JSON lines on stdout)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Reads OpenClaw session files (~/.openclaw/agents/<agent>/sessions/*.jsonl) or "
+        "folders of them and writes the tool_call / tool_result / compaction_retry / run_end events "
+        "they correspond to. The agent id comes from the agents/<id>/sessions path, or --agent-id.",
+        epilog="examples:\n  loopwatch import ~/.openclaw/agents/main/sessions/ > events.jsonl\n"
+        "  loopwatch import --agent-id coder session.jsonl | loopwatch run -",
+    )
+    imp.add_argument("paths", nargs="*", metavar="PATH")
+    imp.add_argument("--agent-id", help="agent id for files outside OpenClaw's directory layout")
+    imp.add_argument(
+        "--follow",
+        metavar="DIR",
+        help="sidecar: follow the transcripts under DIR as they grow and publish their events "
+        "(to --gateway or --kafka), resuming from --offsets after a restart",
+    )
+    imp.add_argument(
+        "--gateway", metavar="URL", help="with --follow: a loopwatch gateway (token: LOOPWATCH_GATEWAY_TOKEN)"
+    )
+    imp.add_argument(
+        "--kafka", metavar="BOOTSTRAP", help="with --follow: publish to the input topic on Kafka"
+    )
+    imp.add_argument(
+        "--offsets",
+        metavar="FILE",
+        default=".loopwatch-import-offsets.json",
+        help="with --follow: where the published count per file is kept",
+    )
+    imp.add_argument(
+        "--interval",
+        type=interval_seconds,
+        default=0.5,
+        help="with --follow: seconds between scans (0.05 to 3600)",
+    )
+    imp.set_defaults(func=cmd_import)

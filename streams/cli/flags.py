@@ -1,0 +1,46 @@
+"""Flags and argument types shared by the commands."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+__all__ = ["config_flag", "interval_seconds", "positive_int", "serve_flag"]
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1 (the message names what was given)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def interval_seconds(text: str) -> float:
+    from loopwatch.streams.history.transcript_follower import interval_seconds
+
+    return interval_seconds(text)
+
+
+def serve_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--serve",
+        nargs="?",
+        const="127.0.0.1:6066",
+        metavar="[HOST:]PORT",
+        help="serve the live fleet dashboard (default 127.0.0.1:6066, /dashboard) and keep it up "
+        "after the input ends, until Ctrl-C",
+    )
+
+
+def config_flag(parser: argparse.ArgumentParser, text: str = "") -> None:
+    """``--config FILE``, defaulting to ``LOOPWATCH_CONFIG``."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get("LOOPWATCH_CONFIG"),
+        help=text or "OpenClaw-style config file (JSON5) (env LOOPWATCH_CONFIG)",
+    )
