@@ -33,9 +33,11 @@ __all__ = [
     "Verdict",
     "as_usage",
     "chain_of",
+    "detector_of",
     "encode_event",
     "encode_output",
     "run_scope",
+    "shape_of",
 ]
 
 
@@ -171,6 +173,18 @@ def run_scope(event: Event) -> str:
     if run_id:
         return run_id
     return f"session:{(event.session_id or '').strip()}"
+
+
+def detector_of(output: Output) -> str:
+    """The detector a verdict names, or the reason of an abort (one vocabulary for both)."""
+    return output.detector if type(output) is Verdict else output.reason  # type: ignore[union-attr]
+
+
+def shape_of(output: Output) -> tuple[str, str, str]:
+    """``(level, detector, action)`` of a verdict; an abort is ``("critical", reason, "abort")``."""
+    if type(output) is Verdict:
+        return output.level, output.detector, output.action
+    return "critical", output.reason, "abort"  # type: ignore[union-attr]
 
 
 def chain_of(event: Event) -> tuple[str, str, int] | None:

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from loopwatch.detectors.events import Abort, Output, Usage, Verdict
+from loopwatch.detectors.events import Output, Usage, shape_of
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 
 __all__ = ["WorkerMetrics"]
@@ -56,11 +56,7 @@ class WorkerMetrics:
             self._buckets[index] += 1
 
     def output(self, output: Output) -> None:
-        if isinstance(output, Verdict):
-            self.verdicts[(output.level, output.detector, output.action)] += 1
-        else:
-            assert isinstance(output, Abort)
-            self.verdicts[("critical", output.reason, "abort")] += 1
+        self.verdicts[shape_of(output)] += 1
 
     def spend(self, agent: str, usage: Usage, loop_usd: float, detector: str | None) -> None:
         """One call's usage; ``loop_usd`` of it counted as loop spend (run first flagged by ``detector``)."""

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopwatch.detectors.events import Abort, Event, Output, ToolCall, Verdict, run_scope
+from loopwatch.detectors.events import Abort, Event, Output, ToolCall, detector_of, run_scope
 
 __all__ = ["RunSpend", "SpendLedger"]
 
@@ -109,7 +109,7 @@ class SpendLedger:
         run = self._run(scope, output.agent_id)
         trigger = output.trigger_event_id
         if run.detector is None:
-            run.detector = output.detector if isinstance(output, Verdict) else output.reason
+            run.detector = detector_of(output)
             later = self._calls_from(run, trigger)
             if later is None:
                 run.loop_from = trigger
