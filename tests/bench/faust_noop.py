@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -15,6 +16,7 @@ import faust
 
 def main() -> None:
     bootstrap, app_id, source, sink = sys.argv[1:5]
+    Path(".bench").mkdir(exist_ok=True)  # faust creates its data folder, not the folder's parent
     app = faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
