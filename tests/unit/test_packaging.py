@@ -156,5 +156,5 @@ def test_the_docker_image_builds_from_every_folder_the_package_installs() -> Non
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     copied = set(re.findall(r"^COPY (\S+) \./\1$", dockerfile, re.M))
     links = {p.name for p in (ROOT / "loopwatch").iterdir() if p.is_symlink()}
-    assert links == {"config", "detectors", "streams"}
+    assert links == {"config", "detectors", "streams", "integrations"}
     assert copied >= {*links, "loopwatch"}, copied

@@ -1,0 +1,220 @@
+"""Code that runs inside other agent runtimes, and what the Python ones share.
+
+``loopwatch.integrations.langchain`` (a LangChain / LangGraph agent middleware) and
+``loopwatch.integrations.openai_agents`` (OpenAI Agents SDK tool guardrails) import their
+framework when they are imported; this module imports none, so ``import loopwatch`` works
+without the extras. ``openclaw/`` is the OpenClaw plugin (JavaScript, not a Python package).
+
+:class:`LoopGuard` is what both adapters ask: the in-process :class:`LoopDetector` (default)
+or a gateway (``gateway_url``: ``POST /v1/decide`` before a call, ``POST /v1/events`` after
+it). A gateway that fails (unreachable, slow, an error answer) lets the call go on (fail
+open). Its answers are texts in loopwatch's words (``runtime_texts``), whichever backend.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from loopwatch.detectors.facade import Decision, LoopDetector
+from loopwatch.detectors.outcomes import MISSING
+from loopwatch.streams.gateway.runtime_texts import decision_text
+
+__all__ = ["Call", "GatewayError", "LoopGuard", "Ruling"]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One tool call of a run, as the adapters see it."""
+
+    run_id: str
+    tool: str
+    params: Any
+    tool_call_id: str | None = None
+    session_id: str | None = None
+    parent_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ruling:
+    """What to do: ``allow``, ``warn`` (run it, give ``text`` with the result), ``block`` (do
+    not run it, answer ``text``) or ``abort`` (end the run with ``text``)."""
+
+    action: str
+    text: str | None = None
+    #: the abort's reason or the verdict's detector
+    reason: str | None = None
+
+    @property
+    def proceed(self) -> bool:
+        return self.action in ("allow", "warn")
+
+
+ALLOW = Ruling("allow")
+
+
+class GatewayError(Exception):
+    """The gateway could not be asked (the call goes on: fail open)."""
+
+
+def _ruling(answer: dict[str, Any]) -> Ruling:
+    action = answer.get("decision")
+    if action not in ("warn", "block", "abort"):
+        return ALLOW
+    reason = answer.get("reason")
+    return Ruling(str(action), decision_text(answer), str(reason) if reason is not None else None)
+
+
+def _answer(decision: Decision) -> dict[str, Any]:
+    """A ``/v1/decide`` answer for an in-process decision (one text builder for both paths)."""
+    return {
+        "decision": decision.action,
+        "reason": decision.reason,
+        "verdicts": [msgspec.to_builtins(output) for output in decision.outputs],
+    }
+
+
+def _after_answer(outputs: list[Any]) -> dict[str, Any]:
+    """What a tool result's outputs (``/v1/events``) ask: only an enforced abort matters."""
+    for output in outputs:
+        if isinstance(output, dict) and output.get("type") == "abort" and output.get("enforced", True):
+            return {"decision": "abort", "reason": output.get("reason"), "verdicts": [output]}
+    return {"decision": "allow"}
+
+
+class LoopGuard:
+    """One loop detector for the runs of one process, or a gateway shared by many."""
+
+    def __init__(
+        self,
+        detector: LoopDetector | None = None,
+        *,
+        gateway_url: str | None = None,
+        token: str | None = None,
+        agent_id: str = "default",
+        timeout_s: float = 2.0,
+    ) -> None:
+        if detector is not None and gateway_url is not None:
+            raise ValueError("give a detector or a gateway_url, not both")
+        self.gateway_url = gateway_url.rstrip("/") if gateway_url else None
+        if detector is None and gateway_url is None:
+            detector = LoopDetector(agent_id=agent_id)
+        self.detector = detector  # None: ask the gateway
+        self.token = token
+        self.agent_id = agent_id
+        self.timeout_s = timeout_s
+        #: gateway failures seen (the calls went on)
+        self.failures: list[str] = []
+        self._lock = threading.Lock()  # tools of one batch may run on several threads
+
+    def _post(self, path: str, body: Any) -> Any:
+        assert self.gateway_url is not None
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(
+            self.gateway_url + path, data=json.dumps(body).encode(), headers=headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            raise GatewayError(
+                f"gateway answered {exc.code}: {exc.read().decode(errors='replace')[:300]}"
+            ) from exc
+        except (OSError, ValueError) as exc:  # refused, timed out, not JSON
+            raise GatewayError(f"gateway {self.gateway_url} unreachable: {exc}") from exc
+
+    def _fail_open(self, exc: GatewayError) -> Ruling:
+        with self._lock:
+            self.failures.append(str(exc))
+        return ALLOW
+
+    def before(self, call: Call) -> Ruling:
+        """Ask before running ``call`` (an aborted run answers ``abort`` to every later call)."""
+        if self.detector is not None:
+            with self._lock:
+                decision = self.detector.before_tool_call(
+                    call.run_id,
+                    call.tool,
+                    call.params,
+                    tool_call_id=call.tool_call_id,
+                    session_id=call.session_id,
+                    parent_run_id=call.parent_run_id,
+                )
+            return _ruling(_answer(decision))
+        body: dict[str, Any] = {"run_id": call.run_id, "agent_id": self.agent_id, "tool": call.tool}
+        body["params"] = _json_value(call.params)
+        for key in ("tool_call_id", "session_id", "parent_run_id"):
+            if getattr(call, key):
+                body[key] = getattr(call, key)
+        try:
+            answer = self._post("/v1/decide", body)
+        except GatewayError as exc:
+            return self._fail_open(exc)
+        return _ruling(answer) if isinstance(answer, dict) else ALLOW
+
+    def after(self, call: Call, *, result: Any = MISSING, error: BaseException | str | None = None) -> Ruling:
+        """Report what ``call`` gave (``result``) or how it failed (``error``)."""
+        if self.detector is not None:
+            with self._lock:
+                decision = self.detector.after_tool_call(
+                    call.run_id,
+                    call.tool,
+                    call.params,
+                    result=result,
+                    error=error,
+                    tool_call_id=call.tool_call_id,
+                    session_id=call.session_id,
+                )
+            return _ruling(_answer(decision))
+        event = self._event("tool_result", call.run_id, call.session_id, tool=call.tool)
+        event["params"] = _json_value(call.params)
+        if call.tool_call_id:
+            event["tool_call_id"] = call.tool_call_id
+        if error is not None:
+            event["error"] = str(error) or (type(error).__name__ if isinstance(error, BaseException) else "")
+        elif result is not MISSING:
+            event["result"] = _json_value(result)
+        else:
+            return ALLOW
+        try:
+            answer = self._post("/v1/events", event)
+        except GatewayError as exc:
+            return self._fail_open(exc)
+        outputs = answer.get("outputs") if isinstance(answer, dict) else None
+        return _ruling(_after_answer(outputs if isinstance(outputs, list) else []))
+
+    def end(self, run_id: str, session_id: str | None = None) -> None:
+        """The run is over: forget it (its abort too)."""
+        if self.detector is not None:
+            with self._lock:
+                self.detector.end_run(run_id)
+            return
+        try:
+            self._post("/v1/events", self._event("run_end", run_id, session_id))
+        except GatewayError as exc:
+            self._fail_open(exc)
+
+    def _event(self, kind: str, run_id: str, session_id: str | None, **fields: Any) -> dict[str, Any]:
+        event = {
+            "type": kind,
+            "event_id": f"py-{uuid.uuid4().hex}",
+            "run_id": run_id,
+            "agent_id": self.agent_id,
+        }
+        if session_id:
+            event["session_id"] = session_id
+        return {**event, **fields}
+
+
+def _json_value(value: Any) -> Any:
+    """``value`` as JSON carries it (tuples as lists; what JSON cannot hold, as its text)."""
+    return json.loads(json.dumps(value, default=str))

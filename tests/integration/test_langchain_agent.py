@@ -1,0 +1,229 @@
+"""loopwatch inside a real LangChain 1.x agent (``create_agent`` on LangGraph), offline.
+
+The model is langchain_core's scripted chat model; its answers propose the same tool call
+again and again. What the agent did is read from the agent's own messages and from the tool
+function's own record of its executions; the expected block and abort come from the
+in-process core fed the same calls and results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+from loopwatch.detectors.facade import LoopDetector
+from loopwatch.integrations.langchain import LoopAborted, LoopwatchMiddleware
+from tests.gateway_process import gateway_process
+
+RESULT = "the same page"
+CALLS = 40
+
+
+class ScriptedModel(FakeMessagesListChatModel):
+    """Answers from a script; tools are bound by the agent but the script decides."""
+
+    calls: int = 0
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        return self
+
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return super()._generate(*args, **kwargs)
+
+
+def repeating(n: int, tool_name: str = "read", args: dict[str, Any] | None = None) -> ScriptedModel:
+    steps: list[BaseMessage] = [
+        AIMessage(
+            content="",
+            tool_calls=[{"name": tool_name, "args": args or {"path": "PLAN.md"}, "id": f"call-{i}"}],
+        )
+        for i in range(n)
+    ]
+    return ScriptedModel(responses=[*steps, AIMessage(content="finished")])
+
+
+class Reader:
+    """A tool that records every execution (the proof a call ran or did not)."""
+
+    def __init__(self) -> None:
+        self.executed: list[str] = []
+
+        @tool
+        def read(path: str) -> str:
+            """Read a file."""
+            self.executed.append(path)
+            return RESULT
+
+        self.tool: BaseTool = read
+
+
+def expected_indices(n: int) -> tuple[int, int]:
+    """The first call the core blocks and the first it aborts, fed the same calls and results."""
+    detector = LoopDetector()
+    block = abort = -1
+    for i in range(n):
+        decision = detector.before_tool_call(
+            "expected", "read", {"path": "PLAN.md"}, tool_call_id=f"call-{i}"
+        )
+        if decision.action == "block" and block < 0:
+            block = i
+        if decision.action == "abort":
+            abort = i
+            break
+        if decision.proceed:
+            detector.after_tool_call(
+                "expected", "read", {"path": "PLAN.md"}, result=RESULT, tool_call_id=f"call-{i}"
+            )
+    assert 0 <= block < abort, "the core should block, then abort, this loop"
+    return block, abort
+
+
+def tool_messages(messages: list[Any]) -> dict[str, ToolMessage]:
+    return {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
+
+
+def check_looping_run(messages: list[Any], model: ScriptedModel, reader: Reader) -> None:
+    block, abort = expected_indices(CALLS)
+    answers = tool_messages(messages)
+    # every call up to the abort was answered, and none after it was proposed (the run ended)
+    assert sorted(answers) == sorted(f"call-{i}" for i in range(abort + 1))
+    blocked = answers[f"call-{block}"]
+    assert blocked.status == "error"
+    assert str(blocked.content).startswith("loopwatch blocked this read call")
+    assert "[generic_repeat]" in str(blocked.content)
+    aborted = answers[f"call-{abort}"]
+    assert str(aborted.content).startswith("loopwatch stopped this turn")
+    # the tool ran for every call but the blocked one and the aborted one
+    assert len(reader.executed) == abort - 1
+    # the run ended on the abort: its last message says why, and the model was not asked again
+    final = messages[-1]
+    assert isinstance(final, AIMessage)
+    assert "[tool_loop_recovery_exhausted]" in str(final.content)
+    assert model.calls == abort + 1
+    # the warning before the block reached the model with a result
+    assert any("loopwatch warning" in str(m.content) for m in answers.values())
+
+
+def test_a_looping_agent_is_blocked_then_stopped_in_process() -> None:
+    model, reader = repeating(CALLS), Reader()
+    agent = create_agent(model, tools=[reader.tool], middleware=[LoopwatchMiddleware()])
+    out = agent.invoke({"messages": [{"role": "user", "content": "read the plan"}]}, {"recursion_limit": 500})
+    check_looping_run(out["messages"], model, reader)
+
+
+def test_the_async_agent_is_stopped_the_same_way() -> None:
+    model, reader = repeating(CALLS), Reader()
+    agent = create_agent(model, tools=[reader.tool], middleware=[LoopwatchMiddleware()])
+    out = asyncio.run(
+        agent.ainvoke({"messages": [{"role": "user", "content": "read the plan"}]}, {"recursion_limit": 500})
+    )
+    check_looping_run(out["messages"], model, reader)
+
+
+def test_a_looping_agent_is_blocked_then_stopped_through_a_gateway() -> None:
+    model, reader = repeating(CALLS), Reader()
+    with gateway_process() as gateway:
+        middleware = LoopwatchMiddleware(gateway_url=gateway.url)
+        agent = create_agent(model, tools=[reader.tool], middleware=[middleware])
+        out = agent.invoke(
+            {"messages": [{"role": "user", "content": "read the plan"}]}, {"recursion_limit": 500}
+        )
+    assert middleware.guard.failures == []
+    check_looping_run(out["messages"], model, reader)
+
+
+def test_on_abort_error_raises_with_the_reason() -> None:
+    model, reader = repeating(CALLS), Reader()
+    agent = create_agent(model, tools=[reader.tool], middleware=[LoopwatchMiddleware(on_abort="error")])
+    with pytest.raises(LoopAborted) as raised:
+        agent.invoke({"messages": [{"role": "user", "content": "read the plan"}]}, {"recursion_limit": 500})
+    _block, abort = expected_indices(CALLS)
+    assert raised.value.reason == "tool_loop_recovery_exhausted"
+    assert len(reader.executed) == abort - 1
+
+
+def test_a_healthy_run_is_untouched() -> None:
+    def run(middleware: list[Any]) -> list[Any]:
+        steps: list[BaseMessage] = [
+            AIMessage(
+                content="", tool_calls=[{"name": "read", "args": {"path": f"f{i}.md"}, "id": f"call-{i}"}]
+            )
+            for i in range(8)
+        ]
+        agent = create_agent(
+            ScriptedModel(responses=[*steps, AIMessage(content="finished")]),
+            tools=[Reader().tool],
+            middleware=middleware,
+        )
+        out = agent.invoke({"messages": [{"role": "user", "content": "read all"}]})
+        return [(type(m).__name__, m.content, getattr(m, "status", None)) for m in out["messages"]]
+
+    assert run([LoopwatchMiddleware()]) == run([])
+
+
+def test_an_unreachable_gateway_fails_open() -> None:
+    with gateway_process() as gateway:
+        url = gateway.url
+    middleware = LoopwatchMiddleware(gateway_url=url, timeout_s=1)  # the gateway is gone
+    model, reader = repeating(25), Reader()
+    agent = create_agent(model, tools=[reader.tool], middleware=[middleware])
+    out = agent.invoke({"messages": [{"role": "user", "content": "read the plan"}]}, {"recursion_limit": 500})
+    assert len(reader.executed) == 25
+    assert out["messages"][-1].content == "finished"
+    assert middleware.guard.failures
+
+
+class RecordingDetector(LoopDetector):
+    """The core, recording the run, session and parent each call was asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[tuple[str, str, str | None, str | None]] = []
+
+    def before_tool_call(self, run_id: str, tool: str, params: Any, **kwargs: Any) -> Any:
+        self.asked.append((run_id, tool, kwargs.get("session_id"), kwargs.get("parent_run_id")))
+        return super().before_tool_call(run_id, tool, params, **kwargs)
+
+
+def test_runs_are_invocations_of_a_thread_and_subagents_name_their_parent() -> None:
+    detector = RecordingDetector()
+    middleware = LoopwatchMiddleware(detector)
+    reader = Reader()
+    inner = create_agent(repeating(1), tools=[reader.tool], middleware=[middleware])
+
+    @tool
+    def delegate(task: str) -> str:
+        """Hand a task to a subagent."""
+        out = inner.invoke({"messages": [{"role": "user", "content": task}]})
+        return str(out["messages"][-1].content)
+
+    outer = create_agent(
+        repeating(1, "delegate", {"task": "read"}),
+        tools=[delegate],
+        middleware=[middleware],
+        checkpointer=InMemorySaver(),
+    )
+    outer.invoke({"messages": [{"role": "user", "content": "go"}]}, {"configurable": {"thread_id": "t-1"}})
+    (outer_run, tool1, session1, parent1), (inner_run, tool2, _session2, parent2) = detector.asked
+    assert (tool1, session1, parent1) == ("delegate", "t-1", None)
+    assert tool2 == "read"
+    assert parent2 == outer_run
+    assert inner_run != outer_run
+    # a second invocation of the thread is a new run of the same session
+    outer_again = create_agent(
+        repeating(1, "delegate", {"task": "read"}), tools=[delegate], middleware=[middleware]
+    )
+    outer_again.invoke(
+        {"messages": [{"role": "user", "content": "again"}]}, {"configurable": {"thread_id": "t-1"}}
+    )
+    assert detector.asked[2][0] not in (outer_run, inner_run)
+    assert detector.asked[2][2] == "t-1"
