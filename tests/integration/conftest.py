@@ -11,12 +11,21 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from loopwatch.config.stream_settings import parse_stream_settings
 from loopwatch.streams.kafka.connect import wait_for_broker
+from tests.gateway_process import gateway_process
 from tests.integration.harness import Names, WorkerProcess
+
+# the real-CLI tests' shared checks (imported after this file) assert too: pytest explains them
+pytest.register_assert_rewrite("tests.integration.runtimes")
+
+if TYPE_CHECKING:
+    from tests.integration.runtimes.codex_cli import Codex
+    from tests.integration.runtimes.gemini_cli import Gemini
 
 pytestmark = pytest.mark.integration
 
@@ -54,3 +63,26 @@ def workers(tmp_path: Path) -> Iterator[list[WorkerProcess]]:
     yield started
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture
+def gateway_url() -> Iterator[str]:
+    """A real ``loopwatch gateway`` process for the test: its URL."""
+    with gateway_process() as started:
+        yield started.url
+
+
+@pytest.fixture(scope="session")
+def codex() -> Codex:
+    """The pinned Codex CLI, installed once (``runtimes/codex.sh``)."""
+    from tests.integration.runtimes.codex_cli import Codex
+
+    return Codex.install()
+
+
+@pytest.fixture(scope="session")
+def gemini() -> Gemini:
+    """The pinned Gemini CLI and its Node.js, installed once (``runtimes/gemini.sh``)."""
+    from tests.integration.runtimes.gemini_cli import Gemini
+
+    return Gemini.install()

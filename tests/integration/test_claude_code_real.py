@@ -15,29 +15,17 @@ the same calls and outcomes. Without npm or the registry this fails: it never sk
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import signal
-import socket
-import subprocess
-import sys
-import urllib.parse
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 
-from loopwatch import LoopDetector
-from loopwatch.detectors.facade import Decision
-from loopwatch.streams.gateway.runtime_texts import decision_text
-from tests.gateway_process import gateway_process
+from loopwatch.streams.gateway.hooks import claude_code as claude_code_hook
 from tests.helpers import ROOT
-from tests.integration.fake_model.script import (
+from tests.integration.fake_model import (
     Conversation,
+    FakeModel,
     RepeatTool,
     Reply,
     Router,
@@ -46,21 +34,24 @@ from tests.integration.fake_model.script import (
     When,
     refused_with,
 )
-from tests.integration.fake_model.server import FakeModel
+from tests.integration.runtimes.loopwatch_checks import (
+    FAILING_COMMAND,
+    MISSING,
+    PROMPT,
+    first_refused,
+    first_with_action,
+    gateway_json,
+    hook_command,
+    hook_text,
+    repeated_call_decisions,
+    run_page,
+    unreachable_gateway_url,
+)
+from tests.integration.runtimes.process import install, run_bounded
 
 INSTALL = ROOT / "tests" / "integration" / "runtimes" / "claude-code.sh"
-HOOK_EVENTS = (
-    "UserPromptSubmit",
-    "PreToolUse",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "SubagentStop",
-    "SessionStart",
-    "SessionEnd",
-)
 TOOL_EVENTS = ("PreToolUse", "PostToolUse", "PostToolUseFailure")
-PROMPT = "Find out why the build fails."
-FAILING = {"command": "cat /nonexistent-file-xyz"}
+FAILING = {"command": FAILING_COMMAND}
 CLAUDE_TIMEOUT_S = 120
 
 
@@ -79,54 +70,21 @@ def stopped(tool: str) -> str:
 
 @pytest.fixture(scope="module")
 def claude() -> str:
-    done = subprocess.run([str(INSTALL)], capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"installing Claude Code failed: {done.stderr[-2000:]}"
-    return done.stdout.split()[-1]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-
-
-@pytest.fixture
-def gateway() -> Iterator[str]:
-    with gateway_process() as started:
-        yield started.url
-
-
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as page:
-        return json.loads(page.read())
-
-
-def _loopwatch_command() -> list[str]:
-    script = Path(sys.executable).with_name("loopwatch")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "loopwatch"]
+    return install(INSTALL)[-1]
 
 
 def hook_settings(kind: str, gateway_url: str) -> dict[str, Any]:
     """loopwatch's hooks for every event it maps, as command hooks or HTTP hooks."""
     if kind == "command":
-        # a generous --timeout-ms: on a busy machine a slow answer would fail open and skew the counts
-        hook_args = ["hook", "claude-code", "--gateway", gateway_url, "--timeout-ms", "10000"]
-        command = shlex.join([*_loopwatch_command(), *hook_args])
-        hook: dict[str, Any] = {"type": "command", "command": command, "timeout": 30}
+        hook: dict[str, Any] = {
+            "type": "command",
+            "command": hook_command("claude-code", gateway_url),
+            "timeout": 30,
+        }
     else:
         hook = {"type": "http", "url": f"{gateway_url}/v1/hooks/claude-code", "timeout": 30}
     hooks: dict[str, Any] = {}
-    for event in HOOK_EVENTS:
+    for event in claude_code_hook.EVENTS:
         entry: dict[str, Any] = {"hooks": [hook]}
         if event in TOOL_EVENTS:
             entry["matcher"] = "*"
@@ -237,15 +195,8 @@ def run_claude(
         *(claude, "-p", PROMPT, "--output-format", "stream-json", "--verbose", "--include-hook-events"),
         *("--settings", str(workdir / "settings.json"), "--allowedTools", *tools),
     ]
-    done = subprocess.run(
-        command,
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CLAUDE_TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
-    )
+    done = run_bounded(command, env=env, cwd=project, timeout=CLAUDE_TIMEOUT_S)
+    assert not done.timed_out, done.describe()
     lines = []
     for text in done.stdout.splitlines():
         try:
@@ -255,30 +206,6 @@ def run_claude(
         if isinstance(value, dict):
             lines.append(value)
     return ClaudeRun(done.returncode, lines, done.stderr, home / ".claude")
-
-
-def core_decisions(tool: str, params: Any, calls: int, **outcome: Any) -> list[Decision]:
-    """The in-process core's decision for each of ``calls`` identical calls of one run; a call
-    that may proceed gets ``outcome`` (``error=`` or ``result=``) as its result."""
-    core = LoopDetector()
-    decisions = []
-    for _ in range(calls):
-        decision = core.before_tool_call("run", tool, params)
-        decisions.append(decision)
-        if decision.proceed:
-            core.after_tool_call("run", tool, params, **outcome)
-    return decisions
-
-
-def hook_text(decision: Decision) -> str:
-    """What loopwatch's hook says for ``decision`` (the gateway's answer to it, in Claude's terms)."""
-    answer = {
-        "decision": decision.action,
-        "message": decision.message,
-        "reason": decision.reason,
-        "verdicts": [msgspec.to_builtins(output) for output in decision.outputs],
-    }
-    return decision_text(answer)
 
 
 def _main(model: FakeModel) -> list[Conversation]:
@@ -297,11 +224,11 @@ HOOK_KINDS = ["command", "http"]
 
 @pytest.mark.parametrize("kind", HOOK_KINDS)
 def test_a_loop_of_failing_commands_is_refused_at_the_core_s_count_and_the_warning_reaches_the_model(
-    claude: str, gateway: str, tmp_path: Path, kind: str
+    claude: str, gateway_url: str, tmp_path: Path, kind: str
 ) -> None:
     model = FakeModel(RepeatTool("Bash", FAILING, stop_when=refused_with(denied("Bash")), max_calls=40))
     with model:
-        run = run_claude(claude, tmp_path, model, hook_settings(kind, gateway), ("Bash", "Read"))
+        run = run_claude(claude, tmp_path, model, hook_settings(kind, gateway_url), ("Bash", "Read"))
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.result["subtype"] == "success"
     uses, outcomes = run.uses("Bash"), run.outcomes()
@@ -309,11 +236,11 @@ def test_a_loop_of_failing_commands_is_refused_at_the_core_s_count_and_the_warni
     assert all(use.input == FAILING for use in uses)
     failure = outcomes[uses[0].id]
     assert failure.is_error
-    assert "No such file or directory" in failure.content
+    assert MISSING in failure.content
 
-    decisions = core_decisions("Bash", FAILING, len(uses), error=failure.content)
-    refused = next(n for n, d in enumerate(decisions, 1) if not d.proceed)
-    warned = next(n for n, d in enumerate(decisions, 1) if d.action == "warn")
+    decisions = repeated_call_decisions("Bash", FAILING, len(uses), error=failure.content)
+    refused = first_refused(decisions)
+    warned = first_with_action(decisions, "warn")
     # Claude Code ran every call before the refusal and refused exactly that one
     assert len(uses) == refused, (len(uses), refused)
     assert [outcomes[use.id] for use in uses[:-1]] == [failure] * (refused - 1)
@@ -337,20 +264,20 @@ def test_a_loop_of_failing_commands_is_refused_at_the_core_s_count_and_the_warni
 
 @pytest.mark.parametrize("kind", HOOK_KINDS)
 def test_an_abort_ends_claude_s_turn_and_refuses_the_run_s_next_calls(
-    claude: str, gateway: str, tmp_path: Path, kind: str
+    claude: str, gateway_url: str, tmp_path: Path, kind: str
 ) -> None:
     # the model ignores the block and tries harder: three calls in the turn after a refusal
     again = RepeatTool("Bash", FAILING, max_calls=60)
     harder = RepeatTool("Bash", FAILING, max_calls=60, per_turn=3)
     model = FakeModel(When(refused_with(denied("Bash")), then=harder, otherwise=again))
     with model:
-        run = run_claude(claude, tmp_path, model, hook_settings(kind, gateway), ("Bash", "Read"))
+        run = run_claude(claude, tmp_path, model, hook_settings(kind, gateway_url), ("Bash", "Read"))
     assert run.returncode == 0, run.stderr[-2000:]
     uses, outcomes = run.uses("Bash"), run.outcomes()
     failure = outcomes[uses[0].id]
-    decisions = core_decisions("Bash", FAILING, len(uses), error=failure.content)
+    decisions = repeated_call_decisions("Bash", FAILING, len(uses), error=failure.content)
     actions = [d.action for d in decisions]
-    aborted = actions.index("abort") + 1
+    aborted = first_with_action(decisions, "abort")
     # the abort came in the turn of three calls: two more calls of the run followed it
     assert len(uses) == aborted + 2, (len(uses), actions)
     assert actions[aborted:] == ["abort", "abort"]
@@ -377,7 +304,7 @@ def test_an_abort_ends_claude_s_turn_and_refuses_the_run_s_next_calls(
 def test_with_the_gateway_down_the_hooks_let_every_call_through(
     claude: str, tmp_path: Path, kind: str
 ) -> None:
-    nobody = f"http://127.0.0.1:{_free_port()}"
+    nobody = unreachable_gateway_url()
     model = FakeModel(RepeatTool("Bash", FAILING, max_calls=4))
     with model:
         run = run_claude(claude, tmp_path, model, hook_settings(kind, nobody), ("Bash", "Read"))
@@ -388,7 +315,7 @@ def test_with_the_gateway_down_the_hooks_let_every_call_through(
     assert len(uses) == 4
     for use in uses:
         assert outcomes[use.id].is_error
-        assert "No such file or directory" in outcomes[use.id].content
+        assert MISSING in outcomes[use.id].content
     results = [o.text for c in _main(model) for o in c.last_outcomes]
     assert results == [outcomes[use.id].content for use in uses]
     pre = run.hook_responses("PreToolUse")
@@ -401,14 +328,14 @@ def test_with_the_gateway_down_the_hooks_let_every_call_through(
 
 @pytest.mark.parametrize("kind", HOOK_KINDS)
 def test_parallel_subagents_are_runs_of_their_own(
-    claude: str, gateway: str, tmp_path: Path, kind: str
+    claude: str, gateway_url: str, tmp_path: Path, kind: str
 ) -> None:
     notes = tmp_path / "project" / "notes.txt"
     notes.parent.mkdir(parents=True)
     notes.write_text("the build needs libfoo\n")
     read = {"file_path": str(notes)}
     # as many reads each as give a verdict when both subagents' reads are one run, and none alone
-    together = core_decisions("Read", read, 40, result="the build needs libfoo")
+    together = repeated_call_decisions("Read", read, 40, result="the build needs libfoo")
     first = next(n for n, d in enumerate(together, 1) if d.action != "allow")
     each = first // 2 + 1
     assert all(d.action == "allow" for d in together[:each])
@@ -421,7 +348,7 @@ def test_parallel_subagents_are_runs_of_their_own(
     routes = {f"SUBAGENT-{name}": RepeatTool("Read", read, max_calls=each) for name in "AB"}
     model = FakeModel(Router(routes, default=Steps(Reply(calls=(task("A"), task("B"))))))
     with model:
-        run = run_claude(claude, tmp_path, model, hook_settings(kind, gateway), ("Bash", "Read", "Agent"))
+        run = run_claude(claude, tmp_path, model, hook_settings(kind, gateway_url), ("Bash", "Read", "Agent"))
     assert run.returncode == 0, run.stderr[-2000:]
     stats = run.result["subagent_stats"]
     assert (stats["spawned"], stats["completed"]) == (2, 2), stats
@@ -435,12 +362,12 @@ def test_parallel_subagents_are_runs_of_their_own(
     session = run.result["session_id"]
     agents = run.subagent_ids()
     assert len(agents) == 2
-    overview = _get(f"{gateway}/fleet/overview")
+    overview = gateway_json(gateway_url, "/fleet/overview")
     assert overview["totals"]["runs_tracked"] == 3, overview["totals"]
     prompt_run = f"{session}#1"
-    main = _get(f"{gateway}/fleet/run?id={urllib.parse.quote(prompt_run)}")
+    main = run_page(gateway_url, prompt_run)
     assert main["calls"] == 2
     for agent in agents:
-        sub = _get(f"{gateway}/fleet/run?id={urllib.parse.quote(f'{prompt_run}/{agent}')}")
+        sub = run_page(gateway_url, f"{prompt_run}/{agent}")
         assert (sub["calls"], sub["results"], sub["parent_run_id"]) == (each, each, prompt_run), sub
         assert sub["verdict_list"] == []

@@ -14,15 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.fake_model import FakeModel, RepeatTool, refused_with
-from tests.integration.fake_model.openai_responses import FakeResponsesModel
+from tests.integration.fake_model import FakeModel, ResponsesApi
 from tests.integration.runtimes.codex_cli import Codex, CodexRun
+from tests.integration.runtimes.loopwatch_checks import FAILING_COMMAND, FINAL_TEXT, MISSING, failing_loop
 from tests.integration.runtimes.recording_hook import RecordingHook
 
 MARKER = "LOOPWATCH-TEST-DENY"
-COMMAND = "cat /nonexistent-file-xyz"
-MISSING = "No such file or directory"
 SHELL_TOOL = "exec_command"  # Codex 0.171's shell tool (unified exec): {"cmd": "..."}
+CALL = {"cmd": FAILING_COMMAND}
 DENY = {
     "hookSpecificOutput": {
         "hookEventName": "PreToolUse",
@@ -32,37 +31,22 @@ DENY = {
 }
 
 
-@pytest.fixture(scope="module")
-def codex() -> Codex:
-    return Codex.install()
-
-
-def _loop(max_calls: int = 3) -> RepeatTool:
-    return RepeatTool(
-        SHELL_TOOL,
-        {"cmd": COMMAND},
-        stop_when=refused_with(MARKER),
-        max_calls=max_calls,
-        final_text="Stopping.",
-    )
+def _looping_model(max_calls: int) -> FakeModel:
+    return FakeModel(failing_loop(SHELL_TOOL, CALL, max_calls, until=MARKER), ResponsesApi)
 
 
 def _run(codex: Codex, tmp_path: Path, model: FakeModel, hook: RecordingHook) -> CodexRun:
-    run = codex.run(
-        home=tmp_path / "home",
-        workdir=tmp_path / "work",
+    return codex.run_in(
+        tmp_path,
         base_url=f"{model.url}/v1",
         prompt="Show me the file.",
         hooks={"PreToolUse": [hook.command], "PostToolUse": [hook.command]},
     )
-    assert not run.finished.timed_out, run.finished.describe()
-    assert run.finished.returncode == 0, run.finished.describe()
-    return run
 
 
 def test_codex_runs_the_model_s_shell_calls_and_calls_both_tool_hooks(codex: Codex, tmp_path: Path) -> None:
     hook = RecordingHook(tmp_path / "hook")
-    with FakeResponsesModel(_loop(max_calls=3)) as model:
+    with _looping_model(max_calls=3) as model:
         run = _run(codex, tmp_path, model, hook)
         turns = model.conversations()
 
@@ -73,8 +57,8 @@ def test_codex_runs_the_model_s_shell_calls_and_calls_both_tool_hooks(codex: Cod
     assert all(MISSING in outcome.text and "exited with code 1" in outcome.text for outcome in outcomes)
     executed = run.items("command_execution")
     assert [item["exit_code"] for item in executed] == [1, 1, 1]
-    assert all(COMMAND in item["command"] for item in executed)
-    assert run.items("agent_message")[-1]["text"] == "Stopping."
+    assert all(FAILING_COMMAND in item["command"] for item in executed)
+    assert run.items("agent_message")[-1]["text"] == FINAL_TEXT
 
     pre, post = hook.calls("PreToolUse"), hook.calls("PostToolUse")
     call_ids = [outcome.call_id for outcome in outcomes]
@@ -85,7 +69,7 @@ def test_codex_runs_the_model_s_shell_calls_and_calls_both_tool_hooks(codex: Cod
         assert call["session_id"] == session
         assert call["turn_id"] == pre[0]["turn_id"]  # one user prompt, one turn
         assert call["tool_name"] == "Bash"  # Claude Code's name for the shell tool
-        assert call["tool_input"] == {"command": COMMAND}  # exec_command's "cmd", renamed
+        assert call["tool_input"] == {"command": FAILING_COMMAND}  # exec_command's "cmd", renamed
         assert call["cwd"] == str(tmp_path / "work")
         assert call["model"] == "fake-model"
         assert call["permission_mode"] == "bypassPermissions"
@@ -109,14 +93,14 @@ def test_a_denying_pre_tool_use_hook_makes_codex_refuse_the_call(
     codex: Codex, tmp_path: Path, answer: dict[str, object]
 ) -> None:
     hook = RecordingHook(tmp_path / "hook", {"PreToolUse": answer})
-    with FakeResponsesModel(_loop(max_calls=3)) as model:
+    with _looping_model(max_calls=3) as model:
         run = _run(codex, tmp_path, model, hook)
         turns = model.conversations()
 
     assert len(turns) == 2  # the call, then the final answer once the refusal came back
     (refusal,) = turns[1].last_outcomes
     assert refusal.text.startswith(f"Command blocked by PreToolUse hook: {MARKER}")
-    assert refusal.text.endswith(f"Command: {COMMAND}")
+    assert refusal.text.endswith(f"Command: {FAILING_COMMAND}")
     assert run.items("command_execution") == []  # never ran
     assert len(hook.calls("PreToolUse")) == 1
     assert hook.calls("PostToolUse") == []  # a refused call has no PostToolUse
@@ -127,7 +111,7 @@ def test_codex_rejects_continue_false_on_pre_tool_use_and_runs_the_call(codex: C
     the rejected output's deny goes with it: the command runs. A hook must not send them."""
     abort = {**DENY, "continue": False, "stopReason": f"{MARKER}: stop"}
     hook = RecordingHook(tmp_path / "hook", {"PreToolUse": {"stdout": abort}})
-    with FakeResponsesModel(_loop(max_calls=2)) as model:
+    with _looping_model(max_calls=2) as model:
         run = _run(codex, tmp_path, model, hook)
         turns = model.conversations()
 

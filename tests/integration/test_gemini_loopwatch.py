@@ -15,38 +15,31 @@ ids). Without npm or the registry this fails: it never skips.
 
 from __future__ import annotations
 
-import json
 import re
-import shlex
-import socket
-import sys
-import urllib.parse
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
-import pytest
-
-from loopwatch import LoopDetector
 from loopwatch.detectors.facade import Decision
 from loopwatch.streams.gateway.hooks import gemini as gemini_hook
-from loopwatch.streams.gateway.runtime_texts import decision_text
-from tests.gateway_process import gateway_process
-from tests.integration.fake_model import FakeModel, RepeatTool, refused_with
-from tests.integration.fake_model.gemini import FakeGeminiModel
+from tests.integration.fake_model import FakeModel, GeminiApi, RepeatTool
 from tests.integration.runtimes.gemini_cli import Gemini, GeminiRun
-from tests.integration.runtimes.recording_hook import RecordingHook
+from tests.integration.runtimes.loopwatch_checks import (
+    FAILING_COMMAND,
+    MISSING,
+    HookedRun,
+    core_decisions,
+    failing_loop,
+    first_refused,
+    first_with_action,
+    hook_text,
+    run_page,
+    run_with_loopwatch,
+    unreachable_gateway_url,
+)
 
-PROMPT = "Find out why the build fails."
-COMMAND = "cat /nonexistent-file-xyz"
 SHELL_TOOL = "run_shell_command"
-CALL = {"command": COMMAND}
-MISSING = "No such file or directory"
+CALL = {"command": FAILING_COMMAND}
 GEMINI_TIMEOUT_S = 120.0
-FAIL_OPEN = "allowing (fail open)"
 # Gemini CLI's own words (0.61) around a hook's text, as the model and the user get it
 BLOCKED = "Tool execution blocked: "
 STOPPED = "Agent execution stopped by hook: "
@@ -56,70 +49,18 @@ def hook_context(text: str) -> str:
     return f"\n\n<hook_context>{text}</hook_context>"
 
 
-@pytest.fixture(scope="module")
-def gemini() -> Gemini:
-    return Gemini.install()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@pytest.fixture
-def gateway() -> Iterator[str]:
-    with gateway_process() as started:
-        yield started.url
-
-
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as page:
-        return json.loads(page.read())
-
-
-@dataclass
-class Ran:
-    run: GeminiRun
-    model: FakeModel
-    recorder: RecordingHook
-    hook_stderr: Path
-
-    def calls(self, event: str) -> list[dict[str, Any]]:
-        """What Gemini CLI gave the hooks of ``event``, in order."""
-        return self.recorder.calls(event)
-
-    def fail_open_lines(self) -> list[str]:
-        text = self.hook_stderr.read_text() if self.hook_stderr.exists() else ""
-        return [line for line in text.splitlines() if line.strip()]
-
-
-def run_gemini(gemini: Gemini, tmp_path: Path, script: RepeatTool, gateway_url: str) -> Ran:
+def run_gemini(gemini: Gemini, tmp_path: Path, script: RepeatTool, gateway_url: str) -> HookedRun[GeminiRun]:
     """``gemini -p`` with loopwatch's hook (and the recorder) on every event the hook maps."""
-    recorder = RecordingHook(tmp_path / "recorder")
-    hook_stderr = tmp_path / "loopwatch-hook.stderr"
-    loopwatch = shlex.join(
-        [
-            str(Path(sys.executable).with_name("loopwatch")),
-            *("hook", "gemini", "--gateway", gateway_url),
-            # generous: on a busy machine a slow answer would fail open and skew the counts
-            *("--timeout-ms", "10000"),
-        ]
+    model = FakeModel(script, GeminiApi)
+    return run_with_loopwatch(
+        gemini,
+        model,
+        tmp_path,
+        runtime="gemini",
+        events=gemini_hook.EVENTS,
+        gateway_url=gateway_url,
+        timeout=GEMINI_TIMEOUT_S,
     )
-    loopwatch += f" 2>>{shlex.quote(str(hook_stderr))}"
-    with FakeGeminiModel(script) as model:
-        run = gemini.run(
-            home=tmp_path / "home",
-            workdir=tmp_path / "work",
-            base_url=model.url,
-            prompt=PROMPT,
-            hooks={event: [recorder.command, loopwatch] for event in gemini_hook.EVENTS},
-            env={"LOOPWATCH_HOOK_STATE_DIR": str(tmp_path / "hook-state")},
-            timeout=GEMINI_TIMEOUT_S,
-        )
-    assert not run.finished.timed_out, run.finished.describe()
-    assert run.finished.returncode == 0, run.finished.describe()
-    return Ran(run, model, recorder, hook_stderr)
 
 
 def sent_result(llm_content: str) -> str:
@@ -128,36 +69,23 @@ def sent_result(llm_content: str) -> str:
     return re.sub(r"\nProcess Group PGID: [0-9]+(?=\n</untrusted_context>$)", "", llm_content)
 
 
-def core_decisions(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[Decision]:
+def gemini_decisions(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[Decision]:
     """The in-process core's decision for each call Gemini CLI proposed (``BeforeTool`` inputs,
     in order); the calls that may proceed get the ``AfterTool`` results, in order (the calls
     run one at a time)."""
     results = iter(after)
-    core = LoopDetector()
-    decisions = []
-    for call in before:
-        tool, params = call["tool_name"], call["tool_input"]
-        decision = core.before_tool_call("run", tool, params)
-        decisions.append(decision)
-        if decision.proceed:
-            result = next(results)
-            assert (result["tool_name"], result["tool_input"]) == (tool, params)
-            core.after_tool_call(
-                "run", tool, params, result=sent_result(result["tool_response"]["llmContent"])
-            )
+
+    def outcome(index: int) -> dict[str, Any]:
+        result = next(results)
+        assert (result["tool_name"], result["tool_input"]) == (
+            before[index]["tool_name"],
+            before[index]["tool_input"],
+        )
+        return {"result": sent_result(result["tool_response"]["llmContent"])}
+
+    decisions = core_decisions([(call["tool_name"], call["tool_input"]) for call in before], outcome)
     assert next(results, None) is None, "Gemini CLI ran a call the core refuses"
     return decisions
-
-
-def hook_text(decision: Decision) -> str:
-    """What loopwatch says for ``decision`` (the gateway's answer to it, in a runtime's terms)."""
-    answer = {
-        "decision": decision.action,
-        "message": decision.message,
-        "reason": decision.reason,
-        "verdicts": [msgspec.to_builtins(output) for output in decision.outputs],
-    }
-    return decision_text(answer)
 
 
 def _check_hook_inputs(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> None:
@@ -179,17 +107,14 @@ def _check_hook_inputs(before: list[dict[str, Any]], after: list[dict[str, Any]]
 
 
 def test_a_loop_of_failing_commands_is_refused_at_the_core_s_count_and_the_warning_reaches_the_model(
-    gemini: Gemini, gateway: str, tmp_path: Path
+    gemini: Gemini, gateway_url: str, tmp_path: Path
 ) -> None:
-    script = RepeatTool(
-        SHELL_TOOL, CALL, stop_when=refused_with(BLOCKED), max_calls=40, final_text="Stopping."
-    )
-    ran = run_gemini(gemini, tmp_path, script, gateway)
+    ran = run_gemini(gemini, tmp_path, failing_loop(SHELL_TOOL, CALL, 40, until=BLOCKED), gateway_url)
     before, after = ran.calls("BeforeTool"), ran.calls("AfterTool")
     _check_hook_inputs(before, after)
-    decisions = core_decisions(before, after)
-    refused = next(n for n, d in enumerate(decisions, 1) if not d.proceed)
-    warned = next(n for n, d in enumerate(decisions, 1) if d.action == "warn")
+    decisions = gemini_decisions(before, after)
+    refused = first_refused(decisions)
+    warned = first_with_action(decisions, "warn")
     assert decisions[refused - 1].action == "block"
 
     # Gemini CLI ran every call before the refusal, refused that one, and the model then stopped
@@ -221,23 +146,22 @@ def test_a_loop_of_failing_commands_is_refused_at_the_core_s_count_and_the_warni
     session = ran.run.of_type("init")[0]["session_id"]
     assert session == before[0]["session_id"]
     assert len(ran.calls("BeforeAgent")) == len(ran.calls("AfterAgent")) == 1
-    seen = _get(f"{gateway}/fleet/run?id={urllib.parse.quote(f'{session}#1')}")
+    seen = run_page(gateway_url, f"{session}#1")
     assert (seen["calls"], seen["results"], seen["status"]) == (refused, refused - 1, "ended"), seen
-    assert ran.fail_open_lines() == []
+    ran.hooks.assert_never_failed_open()
 
 
 def test_an_abort_stops_the_agent_the_model_is_not_asked_again(
-    gemini: Gemini, gateway: str, tmp_path: Path
+    gemini: Gemini, gateway_url: str, tmp_path: Path
 ) -> None:
     # the model ignores the block and asks again, up to 40 calls if nothing stopped it
-    script = RepeatTool(SHELL_TOOL, CALL, max_calls=40, final_text="Stopping.")
-    ran = run_gemini(gemini, tmp_path, script, gateway)
+    ran = run_gemini(gemini, tmp_path, failing_loop(SHELL_TOOL, CALL, 40), gateway_url)
     before, after = ran.calls("BeforeTool"), ran.calls("AfterTool")
     _check_hook_inputs(before, after)
-    decisions = core_decisions(before, after)
+    decisions = gemini_decisions(before, after)
     actions = [d.action for d in decisions]
     assert "abort" in actions, actions
-    aborted = actions.index("abort") + 1
+    aborted = first_with_action(decisions, "abort")
     assert actions[aborted - 2] == "block"
     # Gemini CLI stopped at the aborting call: no call after it, and that call did not run
     assert len(before) == aborted, actions
@@ -260,13 +184,12 @@ def test_an_abort_stops_the_agent_the_model_is_not_asked_again(
     assert results[-1]["error"]["type"] == "stop_execution"
     assert results[-1]["output"] == STOPPED + abort_text
     assert ran.calls("AfterAgent") == []  # the agent did not answer: it was stopped
-    assert ran.fail_open_lines() == []
+    ran.hooks.assert_never_failed_open()
 
 
 def test_with_the_gateway_down_the_hook_lets_every_call_through(gemini: Gemini, tmp_path: Path) -> None:
-    nobody = f"http://127.0.0.1:{_free_port()}"
-    script = RepeatTool(SHELL_TOOL, CALL, max_calls=4, final_text="Stopping.")
-    ran = run_gemini(gemini, tmp_path, script, nobody)
+    nobody = unreachable_gateway_url()
+    ran = run_gemini(gemini, tmp_path, failing_loop(SHELL_TOOL, CALL, 4), nobody)
     before, after = ran.calls("BeforeTool"), ran.calls("AfterTool")
     assert len(before) == len(after) == 4
     assert [r["status"] for r in ran.run.of_type("tool_result")] == ["success"] * 4
@@ -278,6 +201,4 @@ def test_with_the_gateway_down_the_hook_lets_every_call_through(gemini: Gemini, 
     )
     assert ran.run.of_type("result")[-1]["status"] == "success"
     # loopwatch's hook ran for each call, result and the agent's end, and failed open each time
-    lines = ran.fail_open_lines()
-    assert len(lines) == len(before) + len(after) + len(ran.calls("AfterAgent")), lines
-    assert all(FAIL_OPEN in line and nobody in line for line in lines), lines
+    ran.hooks.assert_failed_open(len(before) + len(after) + len(ran.calls("AfterAgent")), nobody)

@@ -15,43 +15,27 @@ from typing import Any
 
 import pytest
 
-from tests.integration.fake_model import FakeModel, RepeatTool, refused_with
-from tests.integration.fake_model.gemini import FakeGeminiModel
+from tests.integration.fake_model import FakeModel, GeminiApi, RepeatTool
 from tests.integration.runtimes.gemini_cli import MODEL, Gemini, GeminiRun
+from tests.integration.runtimes.loopwatch_checks import FAILING_COMMAND, FINAL_TEXT, MISSING, failing_loop
 from tests.integration.runtimes.recording_hook import RecordingHook
 
 MARKER = "LOOPWATCH-TEST-DENY"
-COMMAND = "cat /nonexistent-file-xyz"
-MISSING = "No such file or directory"
 SHELL_TOOL = "run_shell_command"
+CALL = {"command": FAILING_COMMAND}
 
 
-@pytest.fixture(scope="module")
-def gemini() -> Gemini:
-    return Gemini.install()
-
-
-def _loop(max_calls: int = 3) -> RepeatTool:
-    return RepeatTool(
-        SHELL_TOOL,
-        {"command": COMMAND},
-        stop_when=refused_with(MARKER),
-        max_calls=max_calls,
-        final_text="Stopping.",
-    )
+def _looping_model(max_calls: int) -> FakeModel:
+    return FakeModel(failing_loop(SHELL_TOOL, CALL, max_calls, until=MARKER), GeminiApi)
 
 
 def _run(gemini: Gemini, tmp_path: Path, model: FakeModel, hook: RecordingHook) -> GeminiRun:
-    run = gemini.run(
-        home=tmp_path / "home",
-        workdir=tmp_path / "work",
+    return gemini.run_in(
+        tmp_path,
         base_url=model.url,
         prompt="Show me the file.",
         hooks={"BeforeTool": [hook.command], "AfterTool": [hook.command]},
     )
-    assert not run.finished.timed_out, run.finished.describe()
-    assert run.finished.returncode == 0, run.finished.describe()
-    return run
 
 
 def test_gemini_runs_the_model_s_shell_calls_and_calls_both_tool_hooks(
@@ -59,7 +43,7 @@ def test_gemini_runs_the_model_s_shell_calls_and_calls_both_tool_hooks(
 ) -> None:
     hook = RecordingHook(tmp_path / "hook")
     # six identical calls: more than Gemini CLI's own loop detection allows (off in the settings)
-    with FakeGeminiModel(_loop(max_calls=6)) as model:
+    with _looping_model(max_calls=6) as model:
         run = _run(gemini, tmp_path, model, hook)
         turns = model.conversations()
         paths = {exchange.path for exchange in model.exchanges()}
@@ -79,7 +63,7 @@ def test_gemini_runs_the_model_s_shell_calls_and_calls_both_tool_hooks(
         assert set(call) >= {"session_id", "transcript_path", "cwd", "hook_event_name", "timestamp"}
         assert call["session_id"] == session
         assert call["tool_name"] == SHELL_TOOL
-        assert call["tool_input"] == {"command": COMMAND}
+        assert call["tool_input"] == {"command": FAILING_COMMAND}
         assert call["cwd"] == str(tmp_path / "work")
         assert not {"tool_use_id", "tool_call_id", "call_id"} & set(call)  # no call id in Gemini's hooks
     for call in after:
@@ -92,8 +76,8 @@ def test_gemini_runs_the_model_s_shell_calls_and_calls_both_tool_hooks(
 
 def test_a_tool_error_reaches_after_tool_with_its_error(gemini: Gemini, tmp_path: Path) -> None:
     hook = RecordingHook(tmp_path / "hook")
-    script = RepeatTool("read_file", {"file_path": "missing.txt"}, max_calls=1, final_text="Stopping.")
-    with FakeGeminiModel(script) as model:
+    script = RepeatTool("read_file", {"file_path": "missing.txt"}, max_calls=1, final_text=FINAL_TEXT)
+    with FakeModel(script, GeminiApi) as model:
         _run(gemini, tmp_path, model, hook)
         turns = model.conversations()
 
@@ -117,7 +101,7 @@ def test_a_denying_before_tool_hook_makes_gemini_refuse_the_call(
     gemini: Gemini, tmp_path: Path, answer: dict[str, Any]
 ) -> None:
     hook = RecordingHook(tmp_path / "hook", {"BeforeTool": answer})
-    with FakeGeminiModel(_loop(max_calls=3)) as model:
+    with _looping_model(max_calls=3) as model:
         run = _run(gemini, tmp_path, model, hook)
         turns = model.conversations()
 
@@ -135,7 +119,7 @@ def test_a_denying_before_tool_hook_makes_gemini_refuse_the_call(
 def test_continue_false_on_before_tool_stops_the_agent(gemini: Gemini, tmp_path: Path) -> None:
     stop = {"continue": False, "stopReason": f"{MARKER}: stop the agent"}
     hook = RecordingHook(tmp_path / "hook", {"BeforeTool": {"stdout": stop}})
-    with FakeGeminiModel(_loop(max_calls=3)) as model:
+    with _looping_model(max_calls=3) as model:
         run = _run(gemini, tmp_path, model, hook)
         turns = model.conversations()
 
@@ -157,7 +141,7 @@ def test_gemini_ignores_claude_code_s_deny_shape(gemini: Gemini, tmp_path: Path)
         }
     }
     hook = RecordingHook(tmp_path / "hook", {"BeforeTool": {"stdout": claude_deny}})
-    with FakeGeminiModel(_loop(max_calls=1)) as model:
+    with _looping_model(max_calls=1) as model:
         _run(gemini, tmp_path, model, hook)
         turns = model.conversations()
 

@@ -10,15 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.integration.fake_model.script import (
-    Conversation,
-    Exchange,
-    Recorder,
-    Reply,
-    Script,
-    ToolOutcome,
-    all_strings,
-)
+from tests.integration.fake_model.script import Conversation, Reply
+from tests.integration.fake_model.wire import ToolHistory, WireApi, estimated_tokens, json_objects
 
 __all__ = ["AnthropicApi", "parse_request", "render_message", "stream_events"]
 
@@ -28,9 +21,7 @@ API = "anthropic"
 def _blocks(content: Any) -> list[Mapping[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
-    if isinstance(content, list):
-        return [block for block in content if isinstance(block, Mapping)]
-    return []
+    return json_objects(content)
 
 
 def _text_of(content: Any) -> str:
@@ -53,45 +44,24 @@ def _prompt(messages: list[Mapping[str, Any]]) -> str:
 
 
 def parse_request(body: Mapping[str, Any]) -> Conversation:
-    raw = body.get("messages")
-    messages = [m for m in raw if isinstance(m, Mapping)] if isinstance(raw, list) else []
-    calls: dict[str, tuple[str | None, Any]] = {}
-    outcomes: list[ToolOutcome] = []
-    last: list[ToolOutcome] = []
-    turn = 0
+    messages = json_objects(body.get("messages"))
+    history = ToolHistory(prompt=_prompt(messages))
     for message in messages:
         role = message.get("role")
         if role == "assistant":
-            turn += 1
-        mine: list[ToolOutcome] = []
+            history.turn += 1
+        mine = []
         for block in _blocks(message.get("content")):
             if block.get("type") == "tool_use":
-                calls[str(block.get("id"))] = (str(block.get("name")), block.get("input"))
+                history.call(str(block.get("id")), str(block.get("name")), block.get("input"))
             elif block.get("type") == "tool_result":
-                call_id = str(block.get("tool_use_id"))
-                name, call_input = calls.get(call_id, (None, None))
                 content = block.get("content")
                 text = content if isinstance(content, str) else _text_of(content)
-                mine.append(ToolOutcome(call_id, name, call_input, text, bool(block.get("is_error"))))
-        outcomes += mine
+                mine.append(history.result(str(block.get("tool_use_id")), text, bool(block.get("is_error"))))
         if role == "user":
-            last = mine
-    tools = body.get("tools")
-    tool_names = tuple(
-        str(tool.get("name"))
-        for tool in (tools if isinstance(tools, list) else [])
-        if isinstance(tool, Mapping)
-    )
-    return Conversation(
-        api=API,
-        prompt=_prompt(messages),
-        system="\n".join(all_strings(body.get("system"))),
-        tool_names=tool_names,
-        turn=turn,
-        outcomes=tuple(outcomes),
-        last_outcomes=tuple(last),
-        texts=tuple(all_strings(messages)),
-    )
+            history.last = mine
+    tool_names = [str(tool.get("name")) for tool in json_objects(body.get("tools"))]
+    return history.conversation(API, system=body.get("system"), tool_names=tool_names, messages=messages)
 
 
 _ids = itertools.count(1)
@@ -161,64 +131,33 @@ def stream_events(message: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, A
     yield "message_stop", {"type": "message_stop"}
 
 
-def _error(status: int, message: str) -> web.Response:
-    body = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
-    return web.json_response(body, status=status)
-
-
-class AnthropicApi:
+class AnthropicApi(WireApi):
     """The routes; every request is recorded, the script answers ``/v1/messages``."""
 
-    def __init__(self, script: Script, recorder: Recorder) -> None:
-        self.script = script
-        self.recorder = recorder
+    name = API
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/messages", self.messages)
         app.router.add_post("/v1/messages/count_tokens", self.count_tokens)
 
-    async def _body(self, request: web.Request) -> Any:
-        try:
-            return await request.json()
-        except ValueError:
-            return None
-
-    def _record(
-        self,
-        request: web.Request,
-        body: Any,
-        conversation: Conversation | None,
-        reply: Reply | None,
-        status: int,
-        response: Any = None,
-    ) -> None:
-        headers = dict(request.headers)
-        exchange = Exchange(
-            API, request.method, request.path, body, conversation, reply, status, headers, response
+    def error(self, status: int, message: str) -> web.Response:
+        kind = "not_found_error" if status == 404 else "invalid_request_error"
+        return web.json_response(
+            {"type": "error", "error": {"type": kind, "message": message}}, status=status
         )
-        self.recorder.add(exchange)
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
-        body = await self._body(request)
+        body = await self.json_body(request)
         if not isinstance(body, Mapping) or not isinstance(body.get("messages"), list):
-            self._record(request, body, None, None, 400)
-            return _error(400, "messages: a list is required")
+            self.record(request, body, status=400)
+            return self.error(400, "messages: a list is required")
         conversation = parse_request(body)
         reply = self.script.reply(conversation)
         message = render_message(reply, str(body.get("model", "fake-model")))
-        self._record(request, body, conversation, reply, 200, message)
-        if not body.get("stream"):
-            return web.json_response(message)
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        await response.prepare(request)
-        for event, data in stream_events(message):
-            await response.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
-        await response.write_eof()
-        return response
+        events = stream_events(message) if body.get("stream") else None
+        return await self.respond(request, body, conversation, reply, message, events)
 
     async def count_tokens(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        self._record(request, body, None, None, 200)
-        return web.json_response({"input_tokens": max(1, len(json.dumps(body)) // 4)})
+        body = await self.json_body(request)
+        self.record(request, body)
+        return web.json_response({"input_tokens": estimated_tokens(body)})

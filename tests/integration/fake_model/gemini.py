@@ -12,8 +12,8 @@ A side request that wants JSON (``generationConfig.responseMimeType`` is
 ``application/json``) gets ``json_reply`` (by default ``{"next_speaker": "user", ...}``, what
 Gemini CLI's "who speaks next" check expects), not the script's answer.
 
-``FakeGeminiModel(script)`` is ``FakeModel`` serving this API; Gemini CLI finds it with
-``GOOGLE_GEMINI_BASE_URL=model.url``.
+``FakeModel(script, GeminiApi)`` serves this API (``functools.partial(GeminiApi, json_reply=...)``
+for another ``json_reply``); Gemini CLI finds it with ``GOOGLE_GEMINI_BASE_URL=model.url``.
 """
 
 from __future__ import annotations
@@ -25,19 +25,10 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.integration.fake_model.script import (
-    Conversation,
-    Exchange,
-    Recorder,
-    Reply,
-    Script,
-    ToolOutcome,
-    all_strings,
-)
-from tests.integration.fake_model.server import FakeModel
+from tests.integration.fake_model.script import Conversation, Recorder, Reply, Script, all_strings
+from tests.integration.fake_model.wire import ToolHistory, WireApi, estimated_tokens, json_objects
 
 __all__ = [
-    "FakeGeminiModel",
     "GeminiApi",
     "default_json_reply",
     "parse_request",
@@ -50,8 +41,7 @@ JsonReply = Callable[[Mapping[str, Any]], Any]
 
 
 def _parts(content: Any) -> list[Mapping[str, Any]]:
-    parts = content.get("parts") if isinstance(content, Mapping) else None
-    return [part for part in parts if isinstance(part, Mapping)] if isinstance(parts, list) else []
+    return json_objects(content.get("parts")) if isinstance(content, Mapping) else []
 
 
 def _response_text(response: Any) -> str:
@@ -64,52 +54,37 @@ def _response_text(response: Any) -> str:
 
 
 def parse_request(body: Mapping[str, Any]) -> Conversation:
-    raw = body.get("contents")
-    contents = [c for c in raw if isinstance(c, Mapping)] if isinstance(raw, list) else []
-    calls: dict[str, tuple[str | None, Any]] = {}
-    outcomes: list[ToolOutcome] = []
-    last: list[ToolOutcome] = []
-    turn = 0
-    prompt = ""
+    contents = json_objects(body.get("contents"))
+    history = ToolHistory()
     for content in contents:
         role = content.get("role")
         if role == "model":
-            turn += 1
-        mine: list[ToolOutcome] = []
+            history.turn += 1
+        mine = []
         for part in _parts(content):
             call = part.get("functionCall")
             response = part.get("functionResponse")
             if isinstance(call, Mapping):
-                calls[str(call.get("id") or call.get("name"))] = (str(call.get("name")), call.get("args"))
+                history.call(str(call.get("id") or call.get("name")), str(call.get("name")), call.get("args"))
             elif isinstance(response, Mapping):
                 call_id = str(response.get("id") or response.get("name"))
-                name, call_input = calls.get(call_id, (str(response.get("name")), None))
                 inner = response.get("response")
                 is_error = isinstance(inner, Mapping) and "error" in inner
-                mine.append(ToolOutcome(call_id, name, call_input, _response_text(inner), is_error))
-            elif role == "user" and not prompt and isinstance(part.get("text"), str):
+                name = str(response.get("name"))
+                mine.append(history.result(call_id, _response_text(inner), is_error, name))
+            elif role == "user" and not history.prompt and isinstance(part.get("text"), str):
                 text = str(part["text"])
                 if not text.lstrip().startswith("<"):  # not <session_context> or other preambles
-                    prompt = text
-        outcomes += mine
+                    history.prompt = text
         if role == "user":
-            last = mine
-    declared: list[str] = []
-    tools = body.get("tools")
-    for tool in tools if isinstance(tools, list) else []:
-        functions = tool.get("functionDeclarations") if isinstance(tool, Mapping) else None
-        for function in functions if isinstance(functions, list) else []:
-            if isinstance(function, Mapping):
-                declared.append(str(function.get("name")))
-    return Conversation(
-        api=API,
-        prompt=prompt,
-        system="\n".join(all_strings(body.get("systemInstruction"))),
-        tool_names=tuple(declared),
-        turn=turn,
-        outcomes=tuple(outcomes),
-        last_outcomes=tuple(last),
-        texts=tuple(all_strings(contents)),
+            history.last = mine
+    declared = [
+        str(function.get("name"))
+        for tool in json_objects(body.get("tools"))
+        for function in json_objects(tool.get("functionDeclarations"))
+    ]
+    return history.conversation(
+        API, system=body.get("systemInstruction"), tool_names=declared, messages=contents
     )
 
 
@@ -150,97 +125,48 @@ def render_response(reply: Reply, model: str) -> dict[str, Any]:
     }
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response(
-        {"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}}, status=status
-    )
-
-
-class GeminiApi:
+class GeminiApi(WireApi):
     """The routes; every request is recorded, the script answers the model's turns."""
+
+    name = API
 
     def __init__(
         self, script: Script, recorder: Recorder, json_reply: JsonReply = default_json_reply
     ) -> None:
-        self.script = script
-        self.recorder = recorder
+        super().__init__(script, recorder)
         self.json_reply = json_reply
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/{version}/models/{model_method}", self.model_method)
         app.router.add_get("/{version}/models", self.models)
 
-    def _record(
-        self,
-        request: web.Request,
-        body: Any,
-        conversation: Conversation | None,
-        reply: Reply | None,
-        status: int,
-    ) -> None:
-        self.recorder.add(
-            Exchange(
-                API, request.method, request.path, body, conversation, reply, status, dict(request.headers)
-            )
+    def error(self, status: int, message: str) -> web.Response:
+        return web.json_response(
+            {"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}}, status=status
         )
 
     async def model_method(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["model_method"].partition(":")
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
+        body = await self.json_body(request)
         if not isinstance(body, Mapping):
-            self._record(request, body, None, None, 400)
-            return _error(400, "the body must be a JSON object")
+            self.record(request, body, status=400)
+            return self.error(400, "the body must be a JSON object")
         if method == "countTokens":
-            self._record(request, body, None, None, 200)
-            return web.json_response({"totalTokens": max(1, len(json.dumps(body)) // 4)})
+            self.record(request, body)
+            return web.json_response({"totalTokens": estimated_tokens(body)})
         if method not in ("generateContent", "streamGenerateContent"):
-            self._record(request, body, None, None, 404)
-            return _error(404, f"fake model: no method {method}")
-        conversation = parse_request(body)
-        if wants_json(body):
+            self.record(request, body, status=404)
+            return self.error(404, f"fake model: no method {method}")
+        conversation = None if wants_json(body) else parse_request(body)
+        if conversation is None:
             reply = Reply(text=json.dumps(self.json_reply(body)))
-            self._record(request, body, None, reply, 200)
         else:
             reply = self.script.reply(conversation)
-            self._record(request, body, conversation, reply, 200)
         response = render_response(reply, model)
-        if method == "generateContent":
-            return web.json_response(response)
-        stream = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        await stream.prepare(request)
-        await stream.write(f"data: {json.dumps(response)}\r\n\r\n".encode())
-        await stream.write_eof()
-        return stream
+        events = [(None, response)] if method == "streamGenerateContent" else None
+        return await self.respond(request, body, conversation, reply, response, events, newline="\r\n")
 
     async def models(self, request: web.Request) -> web.Response:
-        self._record(request, None, None, None, 200)
+        self.record(request, None)
         model = {"name": "models/gemini-2.5-flash", "supportedGenerationMethods": ["generateContent"]}
         return web.json_response({"models": [model]})
-
-
-class FakeGeminiModel(FakeModel):
-    """``with FakeGeminiModel(script) as model:`` serves the Gemini API at ``model.url``."""
-
-    def __init__(
-        self, script: Script, host: str = "127.0.0.1", json_reply: JsonReply = default_json_reply
-    ) -> None:
-        super().__init__(script, host)
-        self.json_reply = json_reply
-
-    def _app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        GeminiApi(self.script, self.recorder, self.json_reply).add_routes(app)
-
-        async def unknown(request: web.Request) -> web.Response:
-            body = await request.read()
-            text = body.decode(errors="replace")
-            self.recorder.add(Exchange("unknown", request.method, request.path, text, None, None, 404))
-            return _error(404, f"fake model: no route {request.method} {request.path}")
-
-        app.router.add_route("*", "/{tail:.*}", unknown)
-        return app

@@ -8,8 +8,8 @@ Codex (``@openai/codex`` 0.171) speaks only the Responses wire API to a custom p
 or an assistant ``message``) and ``response.completed``. A tool result comes back in the next
 request's ``input`` as ``{"type": "function_call_output", "call_id", "output"}``.
 
-``FakeResponsesModel(script)`` is ``FakeModel`` serving this API instead of Anthropic's, under
-``/v1`` (so the provider's ``base_url`` is ``model.url + "/v1"``).
+``FakeModel(script, ResponsesApi)`` serves this API instead of Anthropic's, under ``/v1`` (so
+the provider's ``base_url`` is ``model.url + "/v1"``).
 """
 
 from __future__ import annotations
@@ -21,18 +21,10 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.integration.fake_model.script import (
-    Conversation,
-    Exchange,
-    Recorder,
-    Reply,
-    Script,
-    ToolOutcome,
-    all_strings,
-)
-from tests.integration.fake_model.server import FakeModel
+from tests.integration.fake_model.script import Conversation, Recorder, Reply, Script
+from tests.integration.fake_model.wire import ToolHistory, WireApi, json_objects
 
-__all__ = ["FakeResponsesModel", "ResponsesApi", "parse_request", "render_response", "stream_events"]
+__all__ = ["ResponsesApi", "parse_request", "render_response", "stream_events"]
 
 API = "openai-responses"
 CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
@@ -67,57 +59,35 @@ def _message_text(item: Mapping[str, Any]) -> str:
     content = item.get("content")
     if isinstance(content, str):
         return content
-    parts = content if isinstance(content, list) else []
-    return "\n".join(str(part.get("text", "")) for part in parts if isinstance(part, Mapping))
+    return "\n".join(str(part.get("text", "")) for part in json_objects(content))
 
 
 def parse_request(body: Mapping[str, Any]) -> Conversation:
     raw = body.get("input")
-    items = [item for item in raw if isinstance(item, Mapping)] if isinstance(raw, list) else []
+    items = json_objects(raw)
     if isinstance(raw, str):
         items = [{"type": "message", "role": "user", "content": raw}]
-    calls: dict[str, tuple[str | None, Any]] = {}
-    outcomes: list[ToolOutcome] = []
-    last: list[ToolOutcome] = []
-    turn = 0
-    prompt = ""
+    history = ToolHistory()
     answered = False  # an assistant item came after the last tool result
     for item in items:
         kind = item.get("type", "message")
         if kind in CALL_TYPES or (kind == "message" and item.get("role") == "assistant"):
-            turn += 1
+            history.turn += 1
             answered = True
             if kind in CALL_TYPES:
-                calls[str(item.get("call_id"))] = (str(item.get("name") or kind), _call_input(item))
+                history.call(str(item.get("call_id")), str(item.get("name") or kind), _call_input(item))
         elif kind in OUTPUT_TYPES:
             if answered:
-                last, answered = [], False
-            call_id = str(item.get("call_id"))
-            name, call_input = calls.get(call_id, (None, None))
-            outcome = ToolOutcome(call_id, name, call_input, output_text(item.get("output")), False)
-            outcomes.append(outcome)
-            last.append(outcome)
+                history.last, answered = [], False
+            outcome = history.result(str(item.get("call_id")), output_text(item.get("output")), False)
+            history.last.append(outcome)
         elif kind == "message" and item.get("role") == "user":
             text = _message_text(item)
-            if not prompt and not text.lstrip().startswith("<"):  # not <environment_context> etc.
-                prompt = text
-            last, answered = [], False
-    tools = body.get("tools")
-    tool_names = tuple(
-        str(tool.get("name") or tool.get("type"))
-        for tool in (tools if isinstance(tools, list) else [])
-        if isinstance(tool, Mapping)
-    )
-    return Conversation(
-        api=API,
-        prompt=prompt,
-        system="\n".join(all_strings(body.get("instructions"))),
-        tool_names=tool_names,
-        turn=turn,
-        outcomes=tuple(outcomes),
-        last_outcomes=tuple(last),
-        texts=tuple(all_strings(items)),
-    )
+            if not history.prompt and not text.lstrip().startswith("<"):  # not <environment_context> etc.
+                history.prompt = text
+            history.last, answered = [], False
+    tool_names = [str(tool.get("name") or tool.get("type")) for tool in json_objects(body.get("tools"))]
+    return history.conversation(API, system=body.get("instructions"), tool_names=tool_names, messages=items)
 
 
 _ids = itertools.count(1)
@@ -191,76 +161,35 @@ def stream_events(response: Mapping[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": "invalid_request_error"}}, status=status)
-
-
-class ResponsesApi:
+class ResponsesApi(WireApi):
     """The routes under ``prefix``; every request is recorded, the script answers ``/responses``."""
 
+    name = API
+
     def __init__(self, script: Script, recorder: Recorder, prefix: str = "/v1") -> None:
-        self.script = script
-        self.recorder = recorder
+        super().__init__(script, recorder)
         self.prefix = prefix
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post(f"{self.prefix}/responses", self.responses)
         app.router.add_get(f"{self.prefix}/models", self.models)
 
-    def _record(
-        self,
-        request: web.Request,
-        body: Any,
-        conversation: Conversation | None,
-        reply: Reply | None,
-        status: int,
-    ) -> None:
-        self.recorder.add(
-            Exchange(
-                API, request.method, request.path, body, conversation, reply, status, dict(request.headers)
-            )
+    def error(self, status: int, message: str) -> web.Response:
+        return web.json_response(
+            {"error": {"message": message, "type": "invalid_request_error"}}, status=status
         )
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
+        body = await self.json_body(request)
         if not isinstance(body, Mapping) or not isinstance(body.get("input"), list | str):
-            self._record(request, body, None, None, 400)
-            return _error(400, "input: a list is required")
+            self.record(request, body, status=400)
+            return self.error(400, "input: a list is required")
         conversation = parse_request(body)
         reply = self.script.reply(conversation)
-        self._record(request, body, conversation, reply, 200)
         response = render_response(reply, str(body.get("model", "fake-model")))
-        if not body.get("stream"):
-            return web.json_response(response)
-        stream = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        await stream.prepare(request)
-        for event in stream_events(response):
-            await stream.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
-        await stream.write_eof()
-        return stream
+        events = [(event["type"], event) for event in stream_events(response)] if body.get("stream") else None
+        return await self.respond(request, body, conversation, reply, response, events)
 
     async def models(self, request: web.Request) -> web.Response:
-        self._record(request, None, None, None, 200)
+        self.record(request, None)
         return web.json_response({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
-
-
-class FakeResponsesModel(FakeModel):
-    """``with FakeResponsesModel(script) as model:`` serves the Responses API at ``model.url + "/v1"``."""
-
-    def _app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        ResponsesApi(self.script, self.recorder).add_routes(app)
-
-        async def unknown(request: web.Request) -> web.Response:
-            body = await request.read()
-            text = body.decode(errors="replace")
-            self.recorder.add(Exchange("unknown", request.method, request.path, text, None, None, 404))
-            return _error(404, f"fake model: no route {request.method} {request.path}")
-
-        app.router.add_route("*", "/{tail:.*}", unknown)
-        return app

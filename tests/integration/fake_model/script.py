@@ -1,8 +1,8 @@
 """What a scripted model answers, independent of the wire API.
 
-An API module (``anthropic.py``; OpenAI Responses or Gemini could be added beside it) turns a
-request into a :class:`Conversation`, asks the :class:`Script` for a :class:`Reply`, renders
-the reply in its wire format, and records the exchange in a :class:`Recorder`.
+An API module (``anthropic.py``, ``openai_responses.py``, ``gemini.py``) turns a request into a
+:class:`Conversation`, asks the :class:`Script` for a :class:`Reply`, renders the reply in its
+wire format, and records the exchange in a :class:`Recorder`.
 """
 
 from __future__ import annotations

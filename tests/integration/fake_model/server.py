@@ -11,18 +11,23 @@ from aiohttp import web
 
 from tests.integration.fake_model.anthropic import AnthropicApi
 from tests.integration.fake_model.script import Conversation, Exchange, Recorder, Script
+from tests.integration.fake_model.wire import ApiFactory
 
 __all__ = ["FakeModel"]
 
 
 class FakeModel:
-    """``with FakeModel(script) as model:`` serves the Anthropic Messages API at ``model.url``.
+    """``with FakeModel(script, *apis) as model:`` serves the wire APIs ``apis`` at ``model.url``
+    (``AnthropicApi``, ``ResponsesApi``, ``GeminiApi``; the Anthropic Messages API when none is
+    named), all answered by ``script``.
 
-    Every request is kept in ``model.recorder``; a path no API serves answers 404 (recorded too).
+    Every request is kept in ``model.recorder``; a path no API serves answers 404 in the first
+    API's error shape (recorded too).
     """
 
-    def __init__(self, script: Script, host: str = "127.0.0.1") -> None:
+    def __init__(self, script: Script, *apis: ApiFactory, host: str = "127.0.0.1") -> None:
         self.script = script
+        self.apis = apis or (AnthropicApi,)
         self.host = host
         self.recorder = Recorder()
         self.port = 0
@@ -42,16 +47,15 @@ class FakeModel:
 
     def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        AnthropicApi(self.script, self.recorder).add_routes(app)
+        served = [api(self.script, self.recorder) for api in self.apis]
+        for api in served:
+            api.add_routes(app)
 
         async def unknown(request: web.Request) -> web.Response:
             body = await request.read()
-            self.recorder.add(
-                Exchange(
-                    "unknown", request.method, request.path, body.decode(errors="replace"), None, None, 404
-                )
-            )
-            return web.json_response({"type": "error", "error": {"type": "not_found_error"}}, status=404)
+            text = body.decode(errors="replace")
+            self.recorder.add(Exchange("unknown", request.method, request.path, text, None, None, 404))
+            return served[0].error(404, f"fake model: no route {request.method} {request.path}")
 
         app.router.add_route("*", "/{tail:.*}", unknown)
         return app

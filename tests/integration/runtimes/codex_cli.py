@@ -15,13 +15,12 @@ hooks without a word. The runs here pass ``--dangerously-bypass-hook-trust`` ins
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.integration.runtimes.process import Finished, install, run_bounded
+from tests.integration.runtimes.process import Cli, CliRun, Finished, command_hooks, install
 
 __all__ = ["Codex", "CodexRun", "hooks_file"]
 
@@ -31,19 +30,7 @@ API_KEY_ENV = "LOOPWATCH_FAKE_OPENAI_KEY"
 
 def hooks_file(hooks: Mapping[str, Sequence[str]], timeout_s: int = 60) -> dict[str, Any]:
     """``hooks.json`` for command hooks: event name (``PreToolUse``, ...) to the commands it runs."""
-    return {
-        "hooks": {
-            event: [
-                {
-                    "matcher": "*",
-                    "hooks": [
-                        {"type": "command", "command": command, "timeout": timeout_s} for command in commands
-                    ],
-                }
-            ]
-            for event, commands in hooks.items()
-        }
-    }
+    return {"hooks": command_hooks(hooks, matcher="*", timeout=timeout_s)}
 
 
 def config_toml(base_url: str, model: str = "fake-model") -> str:
@@ -59,22 +46,8 @@ def config_toml(base_url: str, model: str = "fake-model") -> str:
     )
 
 
-@dataclass
-class CodexRun:
+class CodexRun(CliRun):
     """One ``codex exec --json`` run: the process and its JSONL events."""
-
-    finished: Finished
-    home: Path
-
-    @property
-    def events(self) -> list[dict[str, Any]]:
-        events = []
-        for line in self.finished.stdout.splitlines():
-            if line.startswith("{"):
-                event = json.loads(line)
-                if isinstance(event, dict):
-                    events.append(event)
-        return events
 
     def items(self, item_type: str) -> list[dict[str, Any]]:
         """The completed items of a type (``command_execution``, ``agent_message``, ``error``)."""
@@ -86,43 +59,31 @@ class CodexRun:
 
 
 @dataclass
-class Codex:
+class Codex(Cli[CodexRun]):
+    """``codex exec`` with ``home/.codex`` as ``CODEX_HOME`` (and ``home`` as ``HOME``)."""
+
     binary: str
+    own_env_prefixes = ("CODEX_", "OPENAI_")
+    own_env_names = ("RUST_LOG",)
 
     @classmethod
     def install(cls) -> Codex:
         """Install the pinned Codex CLI once (``codex.sh``)."""
         return cls(install(HERE / "codex.sh")[-1])
 
-    def run(
-        self,
-        *,
-        home: Path,
-        workdir: Path,
-        base_url: str,
-        prompt: str,
-        hooks: Mapping[str, Sequence[str]] | None = None,
-        env: Mapping[str, str] | None = None,
-        extra_args: Sequence[str] = (),
-        timeout: float = 120.0,
-    ) -> CodexRun:
-        """``codex exec`` with ``home`` as ``CODEX_HOME`` (and ``HOME``), the model at ``base_url``."""
+    def configure(self, home: Path, base_url: str, hooks: Mapping[str, Sequence[str]] | None) -> Path:
         codex_home = home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
-        workdir.mkdir(parents=True, exist_ok=True)
         (codex_home / "config.toml").write_text(config_toml(base_url))
         if hooks:
             (codex_home / "hooks.json").write_text(json.dumps(hooks_file(hooks), indent=2))
-        child_env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("CODEX_", "OPENAI_")) and key != "RUST_LOG"
-        }
-        child_env.update(
-            HOME=str(home), CODEX_HOME=str(codex_home), NO_COLOR="1", **{API_KEY_ENV: "fake-key"}
-        )
-        child_env.update(env or {})
-        args = [
+        return codex_home
+
+    def environment(self, home: Path, cli_home: Path, base_url: str) -> dict[str, str]:
+        return {"HOME": str(home), "CODEX_HOME": str(cli_home), "NO_COLOR": "1", API_KEY_ENV: "fake-key"}
+
+    def arguments(self, workdir: Path, prompt: str, extra_args: Sequence[str]) -> list[str]:
+        return [
             self.binary,
             "exec",
             "--json",
@@ -136,4 +97,6 @@ class Codex:
             *extra_args,
             prompt,
         ]
-        return CodexRun(run_bounded(args, env=child_env, cwd=workdir, timeout=timeout), codex_home)
+
+    def finished_run(self, finished: Finished, cli_home: Path) -> CodexRun:
+        return CodexRun(finished, cli_home)

@@ -18,13 +18,12 @@ headless in an untrusted folder exits 55.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.integration.runtimes.process import Finished, install, run_bounded
+from tests.integration.runtimes.process import Cli, CliRun, Finished, command_hooks, install
 
 __all__ = ["Gemini", "GeminiRun", "settings"]
 
@@ -42,17 +41,7 @@ def settings(hooks: Mapping[str, Sequence[str]] | None = None, timeout_ms: int =
         "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
     }
     if hooks:
-        result["hooks"] = {
-            event: [
-                {
-                    "matcher": ".*",
-                    "hooks": [
-                        {"type": "command", "command": command, "timeout": timeout_ms} for command in commands
-                    ],
-                }
-            ]
-            for event, commands in hooks.items()
-        }
+        result["hooks"] = command_hooks(hooks, matcher=".*", timeout=timeout_ms)
     return result
 
 
@@ -67,22 +56,8 @@ def _merged(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]
     return merged
 
 
-@dataclass
-class GeminiRun:
+class GeminiRun(CliRun):
     """One ``gemini -p -o stream-json`` run: the process and its JSONL events."""
-
-    finished: Finished
-    home: Path
-
-    @property
-    def events(self) -> list[dict[str, Any]]:
-        events = []
-        for line in self.finished.stdout.splitlines():
-            if line.startswith("{"):
-                event = json.loads(line)
-                if isinstance(event, dict):
-                    events.append(event)
-        return events
 
     def of_type(self, event_type: str) -> list[dict[str, Any]]:
         """The events of a type (``tool_use``, ``tool_result``, ``message``, ``error``, ``result``)."""
@@ -90,9 +65,14 @@ class GeminiRun:
 
 
 @dataclass
-class Gemini:
+class Gemini(Cli[GeminiRun]):
+    """``gemini -p`` with ``home`` as ``HOME``; ``extra_settings`` are merged into ``settings.json``
+    (objects key by key)."""
+
     node: str
     entry: str
+    extra_settings: Mapping[str, Any] = field(default_factory=dict)
+    own_env_prefixes = ("GEMINI_", "GOOGLE_")
 
     @classmethod
     def install(cls) -> Gemini:
@@ -100,38 +80,24 @@ class Gemini:
         node, entry = install(HERE / "gemini.sh")[-2:]
         return cls(node, entry)
 
-    def run(
-        self,
-        *,
-        home: Path,
-        workdir: Path,
-        base_url: str,
-        prompt: str,
-        hooks: Mapping[str, Sequence[str]] | None = None,
-        extra_settings: Mapping[str, Any] | None = None,
-        env: Mapping[str, str] | None = None,
-        extra_args: Sequence[str] = (),
-        timeout: float = 120.0,
-    ) -> GeminiRun:
-        """``gemini -p`` with ``home`` as ``HOME``, run in ``workdir``, the model at ``base_url``;
-        ``extra_settings`` are merged into ``settings.json`` (objects key by key)."""
+    def configure(self, home: Path, base_url: str, hooks: Mapping[str, Sequence[str]] | None) -> Path:
         gemini_dir = home / ".gemini"
         gemini_dir.mkdir(parents=True, exist_ok=True)
-        workdir.mkdir(parents=True, exist_ok=True)
         (gemini_dir / "settings.json").write_text(
-            json.dumps(_merged(settings(hooks), extra_settings or {}), indent=2)
+            json.dumps(_merged(settings(hooks), self.extra_settings), indent=2)
         )
-        child_env = {
-            key: value for key, value in os.environ.items() if not key.startswith(("GEMINI_", "GOOGLE_"))
+        return gemini_dir
+
+    def environment(self, home: Path, cli_home: Path, base_url: str) -> dict[str, str]:
+        return {
+            "HOME": str(home),
+            "GEMINI_API_KEY": "fake-key",
+            "GOOGLE_GEMINI_BASE_URL": base_url,
+            "NO_COLOR": "1",
         }
-        child_env.update(
-            HOME=str(home),
-            GEMINI_API_KEY="fake-key",
-            GOOGLE_GEMINI_BASE_URL=base_url,
-            NO_COLOR="1",
-        )
-        child_env.update(env or {})
-        args = [
+
+    def arguments(self, workdir: Path, prompt: str, extra_args: Sequence[str]) -> list[str]:
+        return [
             self.node,
             self.entry,
             "-p",
@@ -145,4 +111,6 @@ class Gemini:
             "stream-json",
             *extra_args,
         ]
-        return GeminiRun(run_bounded(args, env=child_env, cwd=workdir, timeout=timeout), gemini_dir)
+
+    def finished_run(self, finished: Finished, cli_home: Path) -> GeminiRun:
+        return GeminiRun(finished, cli_home)
