@@ -312,6 +312,36 @@ class _Routes:
             answer["verdicts"] = [msgspec.to_builtins(output) for output in decision.outputs]
         return web.json_response(plan.respond(answer) or {})
 
+    async def traces(self, request: web.Request) -> web.Response:
+        """``POST /v1/traces``: OTLP/HTTP traces, protobuf or JSON (:mod:`streams.gateway.otlp`).
+        Their ``execute_tool`` spans are applied as ``tool_call`` + ``tool_result`` events (the
+        tools already ran: observed, never decided); the answer is an ExportTraceServiceResponse
+        in the request's encoding, a malformed request 400 with a google.rpc.Status."""
+        from aiohttp.web_protocol import RequestPayloadError
+
+        from loopwatch.streams.gateway import otlp
+
+        protobuf = request.content_type.lower() == otlp.PROTOBUF_MEDIA
+        if protobuf and not otlp.protobuf_available():
+            return _error(415, otlp.PROTOBUF_MISSING)
+        media = otlp.PROTOBUF_MEDIA if protobuf else otlp.JSON_MEDIA
+        try:
+            body = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise _BodyTimeout from exc
+        except RequestPayloadError as exc:  # a Content-Encoding (gzip, deflate) that does not decode
+            reason = f"the body does not decode: {exc}"
+            return web.Response(body=otlp.status_body(reason, protobuf), status=400, content_type=media)
+        try:
+            mapped = otlp.events_of(otlp.parse_request(body, protobuf))
+        except otlp.OtlpError as exc:
+            self.dashboard.view.metrics.invalid += 1
+            await self.backend.refuse(body, exc.reason)
+            return web.Response(body=otlp.status_body(exc.reason, protobuf), status=400, content_type=media)
+        if mapped.events:
+            await self.backend.events(mapped.events)
+        return web.Response(body=otlp.export_response(mapped, protobuf), content_type=media)
+
     async def other(self, request: web.Request) -> web.StreamResponse:
         if request.path == "/":
             raise web.HTTPFound("/dashboard")
@@ -338,6 +368,7 @@ def gateway_app(
     app.router.add_post("/v1/events", routes.events)
     app.router.add_post("/v1/decide", routes.decide)
     app.router.add_post("/v1/hooks/{runtime}", routes.hook)
+    app.router.add_post("/v1/traces", routes.traces)
     app.router.add_get("/{tail:.*}", routes.other)
     return app
 
@@ -385,6 +416,14 @@ async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) 
             view = FleetView("loopwatch gateway (embedded)")
             runtime = await stack.enter_async_context(EmbeddedRuntime(config, view=view, state_ttl_s=ttl))
             backend = EmbeddedBackend(runtime)
+            from loopwatch.streams.otlp_verdicts import verdict_exporter_from_env
+
+            exporter = verdict_exporter_from_env("loopwatch-gateway")  # LOOPWATCH_OTLP_ENDPOINT: off unset
+            if exporter is not None:
+                from loopwatch.streams.gateway.otlp_export import ExportingBackend
+
+                stack.callback(exporter.shutdown)
+                backend = ExportingBackend(backend, exporter)
         app = gateway_app(backend, view, tokens, max_bytes, safety)
         await _listen(app, host, port, args.listen, tokens, err)
 

@@ -7,6 +7,8 @@
   does) must come from the gateway's own origin or one of ``--allowed-origins`` (403).
 * **Content type**: a POST must say ``application/json`` or ``application/x-ndjson`` (415):
   the types a web page can send without asking first (``text/plain``, forms) are refused.
+  ``POST /v1/traces`` (OTLP/HTTP) may also say ``application/x-protobuf`` (:data:`OTLP_TYPES`):
+  a browser asks before sending that type too (it is not a CORS-safelisted one).
 * **Token**: with tokens configured, every route but ``/health`` and the dashboard's static
   files needs ``Authorization: Bearer <token>`` (401); tokens are compared as UTF-8 bytes in
   constant time, whatever characters the header holds.
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "JSON_TYPES",
+    "OTLP_TYPES",
     "Refusal",
     "WebSafety",
     "is_loopback",
@@ -33,6 +36,8 @@ __all__ = [
 JSON_TYPES = frozenset(
     {"application/json", "application/x-ndjson", "application/jsonl", "application/ndjson"}
 )
+#: ``POST /v1/traces`` also takes OTLP protobuf (the path -> the extra types it takes).
+OTLP_TYPES = {"/v1/traces": frozenset({"application/x-protobuf"})}
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
 #: Routes served without a token: the page itself holds no data (its fetches send the token).
 OPEN_PATHS = frozenset(
@@ -153,7 +158,11 @@ class WebSafety:
             return Refusal(401, "a bearer token is required (Authorization: Bearer <token>)")
         if method == "POST":
             media = (content_type or "").split(";", 1)[0].strip().lower()
-            if media not in JSON_TYPES and not media.endswith("+json"):
+            if (
+                media not in JSON_TYPES
+                and not media.endswith("+json")
+                and media not in OTLP_TYPES.get(path, frozenset())
+            ):
                 return Refusal(
                     415,
                     f"content type {media or 'none'!r}: send Content-Type: application/json "

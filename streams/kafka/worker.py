@@ -51,6 +51,7 @@ from loopwatch.streams.kafka.redis_cache import DecisionCache
 from loopwatch.streams.kafka.run_processor import RunProcessor
 from loopwatch.streams.kafka.run_table import ENDED, unpack
 from loopwatch.streams.kafka.topic_followers import follow_alerts, follow_config, follow_fleet
+from loopwatch.streams.otlp_verdicts import verdict_exporter_from_env
 
 __all__ = ["FAULT_ENV", "LoopwatchWorker", "apply_config_record", "read_config_overrides"]
 
@@ -98,6 +99,7 @@ class LoopwatchWorker:
         self.facts_topic = settings.topic_fleet_facts
         self.bulk_topics = frozenset({self.topic, self.facts_topic})
         self.metrics = WorkerMetrics()
+        self.verdict_export = verdict_exporter_from_env("loopwatch-worker")  # OTLP out: off by default
         self.alerts = AlertBoard()
         self.fleet = FleetView(
             f"worker {settings.app_id}",
@@ -256,10 +258,14 @@ class LoopwatchWorker:
         await self._commit(stopped)
         if self._reply_producer is not None:
             await self._reply_producer.stop()
+        if self.verdict_export is not None:
+            await asyncio.to_thread(self.verdict_export.shutdown)
 
     # -- producer, consumer and commits ----------------------------------------------------------
 
     async def _send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None) -> Any:
+        if self.verdict_export is not None and topic == self.settings.topic_verdicts:
+            self.verdict_export.export_encoded(value)
         return await self.app.producer.send(topic, key, value, partition, None, None)
 
     async def _send_reply(

@@ -1,0 +1,525 @@
+"""OTLP/HTTP traces in: ``execute_tool`` spans (OpenTelemetry GenAI conventions) as wire events.
+
+No I/O here: the gateway's ``POST /v1/traces`` route (:mod:`streams.gateway.server`) reads the
+body and applies the events; this module turns an ``ExportTraceServiceRequest`` (protobuf or
+OTLP/JSON) into :class:`Span` values (:func:`parse_request`), those into ``tool_call`` +
+``tool_result`` events (:func:`events_of`), and writes the OTLP answers
+(:func:`export_response`, :func:`status_body`).
+
+The mapping of one span whose ``gen_ai.operation.name`` is ``"execute_tool"``:
+
+* ``run_id``: ``gen_ai.conversation.id`` (span, else resource attribute), else the trace id
+  (32 lowercase hex digits). ``agent_id``: ``gen_ai.agent.name``, else ``gen_ai.agent.id``
+  (span, else resource), else ``"default"``.
+* ``tool``: ``gen_ai.tool.name``, else the span name after ``"execute_tool "``.
+  ``tool_call_id``: ``gen_ai.tool.call.id``.
+* ``params``: ``gen_ai.tool.call.arguments``. A string holding a JSON object or array is that
+  JSON (the conventions serialise arguments that way); any other string is the string; a
+  structured value (kvlist, array) is its value. Missing: ``{}``.
+* the outcome: with status code ERROR, ``error`` is the status description, else the first
+  ``exception`` event's ``exception.message`` (else ``exception.type``), else the
+  ``error.type`` attribute, else ``"error"``. Otherwise ``result`` is
+  ``gen_ai.tool.call.result`` read like the arguments; missing: ``null``.
+* ``event_id``: ``otlp:<trace id>:<span id>:call`` and ``…:result`` (a span sent again is the
+  same events: the run's state de-duplicates them). ``ts``: the span's start (call) and end
+  (result) time in ms; 0 means unknown.
+* the events of a request are applied span by span in start-time order (call, then result).
+
+**The precision cost of spans without content.** The conventions make arguments and results
+opt-in (they may hold sensitive data), so many exporters leave them out. Such calls are hashed
+from what is there: every argument-less call of a tool has the same ``params`` (``{}``), so
+different calls of one tool count as repeats (the generic-repeat rule may warn on a run that
+makes progress), and every result-less outcome is the same ``null`` (no-progress rules see no
+change, ping-pong sees none either). Errors still differ by their description.
+
+A span that is not ``execute_tool`` is ignored (counted, never an error). An ``execute_tool``
+span that cannot become valid events (no tool name, ids of the wrong length, an attribute of
+the wrong type, an input limit exceeded) is rejected: it is counted in the answer's
+``partial_success`` with the first reasons, and the other spans are applied. A request that
+is not an ``ExportTraceServiceRequest`` at all (bad protobuf, bad JSON, wrong JSON types) is
+:class:`OtlpError` (400 with the reason).
+
+Protobuf needs ``opentelemetry-proto`` (the ``otlp`` extra, imported on first use):
+:data:`PROTOBUF_MISSING` is the reason given without it. OTLP/JSON needs nothing more.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+
+from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.events import Event, InvalidEvent
+
+__all__ = [
+    "JSON_MEDIA",
+    "PROTOBUF_MEDIA",
+    "PROTOBUF_MISSING",
+    "Mapped",
+    "OtlpError",
+    "Span",
+    "events_of",
+    "export_response",
+    "parse_request",
+    "protobuf_available",
+    "span_events",
+    "status_body",
+]
+
+PROTOBUF_MEDIA: Final = "application/x-protobuf"
+JSON_MEDIA: Final = "application/json"
+#: The answer to a protobuf request when ``opentelemetry-proto`` is not installed (415).
+PROTOBUF_MISSING: Final = (
+    "OTLP protobuf needs the otlp extra (pip install 'loopwatch[otlp]'); OTLP/JSON "
+    "(Content-Type: application/json) works without it"
+)
+_STATUS_ERROR: Final = 2
+_TOOL_OPERATION: Final = "execute_tool"
+#: How many rejection reasons an answer quotes.
+_REASONS_QUOTED: Final = 3
+
+
+class OtlpError(Exception):
+    """The body is not an ``ExportTraceServiceRequest``; ``reason`` says what and where."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass(frozen=True)
+class Span:
+    """What the mapping reads of one span (ids in lowercase hex, times in ns since the epoch)."""
+
+    trace_id: str
+    span_id: str
+    name: str = ""
+    start_ns: int = 0
+    end_ns: int = 0
+    attributes: dict[str, Any] = field(default_factory=dict)
+    resource: dict[str, Any] = field(default_factory=dict)
+    status_code: int = 0
+    status_message: str = ""
+    events: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+
+@dataclass
+class Mapped:
+    """The events of a request's spans, and what was not turned into events."""
+
+    events: list[Event] = field(default_factory=list)
+    tool_spans: int = 0
+    ignored: int = 0
+    rejected: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+    def message(self) -> str:
+        """The answer's ``partial_success.error_message`` ("" when there is nothing to say)."""
+        parts = []
+        if self.rejected:
+            parts.append(f"{self.rejected} execute_tool span(s) rejected: " + "; ".join(self.reasons))
+        if self.ignored:
+            parts.append(f"{self.ignored} span(s) ignored (not gen_ai.operation.name=execute_tool)")
+        return ". ".join(parts)
+
+
+# -- the mapping ---------------------------------------------------------------------------------
+
+
+def _lookup(span: Span, key: str) -> Any:
+    value = span.attributes.get(key)
+    return span.resource.get(key) if value is None else value
+
+
+def _text(value: Any, key: str) -> str | None:
+    """An attribute that must be a string (None: absent or empty)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidEvent(f"{key}: must be a string, not {type(value).__name__}")
+    return value or None
+
+
+def _content(value: Any) -> Any:
+    """Arguments or a result as wire JSON: a JSON object or array given as a string is that
+    JSON (kept as its text, so the core reads its numbers like any wire event's)."""
+    if isinstance(value, str):
+        stripped = value.strip()
+        if stripped[:1] in ("{", "["):
+            raw = stripped.encode("utf-8", "surrogatepass")
+            try:
+                msgspec.json.decode(raw)
+            except (msgspec.DecodeError, RecursionError):
+                return value
+            return msgspec.Raw(raw)
+        return value
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return value
+
+
+def _error_of(span: Span) -> str:
+    if span.status_message:
+        return span.status_message
+    for name, attributes in span.events:
+        if name == "exception":
+            message = attributes.get("exception.message") or attributes.get("exception.type")
+            if message:
+                return str(message)
+    kind = span.attributes.get("error.type")
+    return str(kind) if kind else "error"
+
+
+def span_events(span: Span) -> list[Event] | None:
+    """The ``tool_call`` and ``tool_result`` of an ``execute_tool`` span; None for any other
+    span. Raises :class:`InvalidEvent` for a tool span that cannot be valid events."""
+    if span.attributes.get("gen_ai.operation.name") != _TOOL_OPERATION:
+        return None
+    if len(span.trace_id) != 32 or len(span.span_id) != 16 or span.trace_id == "0" * 32:
+        raise InvalidEvent("traceId / spanId: a span needs a 16-byte trace id and an 8-byte span id")
+    tool = _text(span.attributes.get("gen_ai.tool.name"), "gen_ai.tool.name")
+    if tool is None:
+        prefix = _TOOL_OPERATION + " "
+        tool = span.name[len(prefix) :].strip() if span.name.startswith(prefix) else ""
+        if not tool:
+            raise InvalidEvent("gen_ai.tool.name: missing (and the span name names no tool)")
+    run_id = _text(_lookup(span, "gen_ai.conversation.id"), "gen_ai.conversation.id") or span.trace_id
+    agent = _text(_lookup(span, "gen_ai.agent.name"), "gen_ai.agent.name")
+    agent = agent or _text(_lookup(span, "gen_ai.agent.id"), "gen_ai.agent.id") or "default"
+    common: dict[str, Any] = {"run_id": run_id, "agent_id": agent, "tool": tool}
+    call_id = _text(span.attributes.get("gen_ai.tool.call.id"), "gen_ai.tool.call.id")
+    if call_id is not None:
+        common["tool_call_id"] = call_id
+    arguments = span.attributes.get("gen_ai.tool.call.arguments")
+    common["params"] = {} if arguments is None else _content(arguments)
+    base = f"otlp:{span.trace_id}:{span.span_id}"
+    call: dict[str, Any] = {"type": "tool_call", "event_id": f"{base}:call", **common}
+    outcome: dict[str, Any] = {"type": "tool_result", "event_id": f"{base}:result", **common}
+    if span.start_ns:
+        call["ts"] = span.start_ns // 1_000_000
+    if span.end_ns:
+        outcome["ts"] = span.end_ns // 1_000_000
+    if span.status_code == _STATUS_ERROR:
+        outcome["error"] = _error_of(span)
+    else:
+        outcome["result"] = _content(span.attributes.get("gen_ai.tool.call.result"))
+    return [decode_event(_encode(call)), decode_event(_encode(outcome))]
+
+
+def _encode(value: dict[str, Any]) -> bytes:
+    try:
+        return msgspec.json.encode(value)
+    except (TypeError, UnicodeEncodeError):  # lone surrogates: the standard library escapes them
+        return json.dumps(value, default=_raw_text).encode()
+    except RecursionError as exc:
+        raise InvalidEvent("gen_ai.tool.call.arguments / result: nested too deeply") from exc
+
+
+def _raw_text(value: Any) -> Any:
+    if isinstance(value, msgspec.Raw):
+        return json.loads(bytes(value))
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise InvalidEvent(f"not JSON: {type(value).__name__}")
+
+
+def events_of(spans: list[Span]) -> Mapped:
+    """The events of a request's spans (tool spans in start-time order), and the counts."""
+    mapped = Mapped()
+    ordered = sorted(spans, key=lambda span: (span.start_ns, span.end_ns))
+    for span in ordered:
+        try:
+            events = span_events(span)
+        except InvalidEvent as exc:
+            mapped.tool_spans += 1
+            mapped.rejected += 1
+            if len(mapped.reasons) < _REASONS_QUOTED:
+                mapped.reasons.append(f"span {span.span_id or '?'}: {exc.reason}")
+            continue
+        if events is None:
+            mapped.ignored += 1
+            continue
+        mapped.tool_spans += 1
+        mapped.events.extend(events)
+    return mapped
+
+
+# -- OTLP/JSON -----------------------------------------------------------------------------------
+
+
+def _field(obj: dict[str, Any], camel: str, snake: str, where: str, kind: type | tuple[type, ...]) -> Any:
+    """A field by its JSON name (or its proto name, which parsers accept too), type-checked."""
+    value = obj.get(camel, obj.get(snake))
+    if value is None:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise OtlpError(
+            f"{where}.{camel}: expected {_json_type(names)}, got {_json_type(type(value).__name__)}"
+        )
+    return value
+
+
+def _json_type(name: str) -> str:
+    return {"dict": "an object", "list": "an array", "str": "a string", "int": "an integer"}.get(name, name)
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise OtlpError(f"{where}: expected an object, got {_json_type(type(value).__name__)}")
+    return value
+
+
+def _items(obj: dict[str, Any], camel: str, snake: str, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    values = _field(obj, camel, snake, where, list) or []
+    for index, item in enumerate(values):
+        path = f"{where}.{camel}[{index}]"
+        yield path, _object(item, path)
+
+
+def _int64(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise OtlpError(f"{where}: expected an integer (or its decimal string)")
+    try:
+        number = int(value)
+    except ValueError:
+        raise OtlpError(
+            f"{where}: expected an integer (or its decimal string), got {str(value)[:40]!r}"
+        ) from None
+    if not -(2**63) <= number < 2**64:
+        raise OtlpError(f"{where}: out of the 64-bit range")
+    return number
+
+
+def _json_any(value: Any, where: str) -> Any:
+    """An OTLP/JSON ``AnyValue`` as a Python value."""
+    obj = _object(value, where)
+    if "stringValue" in obj or "string_value" in obj:
+        return _field(obj, "stringValue", "string_value", where, str) or ""
+    if "boolValue" in obj or "bool_value" in obj:
+        return bool(_field(obj, "boolValue", "bool_value", where, bool))
+    if "intValue" in obj or "int_value" in obj:
+        return _int64(obj.get("intValue", obj.get("int_value")), f"{where}.intValue")
+    if "doubleValue" in obj or "double_value" in obj:
+        number = obj.get("doubleValue", obj.get("double_value"))
+        if isinstance(number, bool) or not isinstance(number, (int, float, str)):
+            raise OtlpError(f"{where}.doubleValue: expected a number")
+        try:
+            return float(number)
+        except ValueError:
+            raise OtlpError(f"{where}.doubleValue: expected a number") from None
+    if "arrayValue" in obj or "array_value" in obj:
+        array = _field(obj, "arrayValue", "array_value", where, dict) or {}
+        values = _field(array, "values", "values", f"{where}.arrayValue", list) or []
+        return [_json_any(item, f"{where}.arrayValue.values[{i}]") for i, item in enumerate(values)]
+    if "kvlistValue" in obj or "kvlist_value" in obj:
+        kvlist = _field(obj, "kvlistValue", "kvlist_value", where, dict) or {}
+        return _json_attributes(kvlist, f"{where}.kvlistValue", "values")
+    if "bytesValue" in obj or "bytes_value" in obj:
+        text = _field(obj, "bytesValue", "bytes_value", where, str) or ""
+        try:
+            return base64.b64decode(text, validate=True)
+        except ValueError:
+            raise OtlpError(f"{where}.bytesValue: not base64") from None
+    return None
+
+
+def _json_attributes(obj: dict[str, Any], where: str, name: str = "attributes") -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    for path, item in _items(obj, name, name, where):
+        key = _field(item, "key", "key", path, str)
+        if key is None:
+            raise OtlpError(f"{path}.key: required")
+        value = item.get("value")
+        attributes[key] = None if value is None else _json_any(value, f"{path}.value")
+    return attributes
+
+
+def _json_id(obj: dict[str, Any], camel: str, snake: str, where: str) -> str:
+    text = _field(obj, camel, snake, where, str) or ""
+    try:
+        return bytes.fromhex(text).hex()
+    except ValueError:
+        raise OtlpError(f"{where}.{camel}: expected hex digits, got {text[:40]!r}") from None
+
+
+def _json_status(span: dict[str, Any], where: str) -> tuple[int, str]:
+    status = _field(span, "status", "status", where, dict) or {}
+    code = status.get("code", 0)
+    if isinstance(code, str) and not code.lstrip("-").isdigit():
+        names = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+        if code not in names:
+            raise OtlpError(f"{where}.status.code: unknown status code {code[:40]!r}")
+        code = names[code]
+    number = _int64(code, f"{where}.status.code")
+    return number, _field(status, "message", "message", f"{where}.status", str) or ""
+
+
+def _json_span(span: dict[str, Any], where: str, resource: dict[str, Any]) -> Span:
+    events = tuple(
+        (_field(event, "name", "name", path, str) or "", _json_attributes(event, path))
+        for path, event in _items(span, "events", "events", where)
+    )
+    code, message = _json_status(span, where)
+    start = span.get("startTimeUnixNano", span.get("start_time_unix_nano", 0))
+    end = span.get("endTimeUnixNano", span.get("end_time_unix_nano", 0))
+    return Span(
+        trace_id=_json_id(span, "traceId", "trace_id", where),
+        span_id=_json_id(span, "spanId", "span_id", where),
+        name=_field(span, "name", "name", where, str) or "",
+        start_ns=_int64(start, f"{where}.startTimeUnixNano"),
+        end_ns=_int64(end, f"{where}.endTimeUnixNano"),
+        attributes=_json_attributes(span, where),
+        resource=resource,
+        status_code=code,
+        status_message=message,
+        events=events,
+    )
+
+
+def _spans_of_json(body: bytes) -> list[Span]:
+    try:
+        value = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        try:  # lone UTF-16 surrogates: the standard library reads them
+            value = json.loads(body)
+        except (ValueError, TypeError):
+            raise OtlpError(f"not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise OtlpError("not valid JSON: nested too deeply") from exc
+    except RecursionError as exc:
+        raise OtlpError("not valid JSON: nested too deeply") from exc
+    request = _object(value, "the body (an ExportTraceServiceRequest)")
+    spans: list[Span] = []
+    try:
+        for where, resource_spans in _items(request, "resourceSpans", "resource_spans", "body"):
+            resource_obj = _field(resource_spans, "resource", "resource", where, dict) or {}
+            resource = _json_attributes(resource_obj, f"{where}.resource")
+            for scope_where, scope in _items(resource_spans, "scopeSpans", "scope_spans", where):
+                for span_where, span in _items(scope, "spans", "spans", scope_where):
+                    spans.append(_json_span(span, span_where, resource))
+    except RecursionError:
+        raise OtlpError("the body nests attribute values too deeply") from None
+    return spans
+
+
+# -- OTLP protobuf (opentelemetry-proto, imported on first use) ------------------------------------
+
+
+def protobuf_available() -> bool:
+    """Whether ``opentelemetry-proto`` (the ``otlp`` extra) is installed."""
+    try:
+        import opentelemetry.proto.collector.trace.v1.trace_service_pb2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _proto_any(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_proto_any(item) for item in value.array_value.values]
+    if kind == "kvlist_value":
+        return _proto_attributes(value.kvlist_value.values)
+    return getattr(value, kind)
+
+
+def _proto_attributes(items: Any) -> dict[str, Any]:
+    return {item.key: _proto_any(item.value) for item in items}
+
+
+def _spans_of_protobuf(body: bytes) -> list[Span]:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except Exception as exc:  # google.protobuf's DecodeError (it ships no types)
+        raise OtlpError(f"not a protobuf ExportTraceServiceRequest: {exc}") from exc
+    spans: list[Span] = []
+    for resource_spans in request.resource_spans:
+        resource = _proto_attributes(resource_spans.resource.attributes)
+        for scope in resource_spans.scope_spans:
+            for span in scope.spans:
+                spans.append(
+                    Span(
+                        trace_id=span.trace_id.hex(),
+                        span_id=span.span_id.hex(),
+                        name=span.name,
+                        start_ns=span.start_time_unix_nano,
+                        end_ns=span.end_time_unix_nano,
+                        attributes=_proto_attributes(span.attributes),
+                        resource=resource,
+                        status_code=span.status.code,
+                        status_message=span.status.message,
+                        events=tuple((e.name, _proto_attributes(e.attributes)) for e in span.events),
+                    )
+                )
+    return spans
+
+
+def parse_request(body: bytes, protobuf: bool) -> list[Span]:
+    """The spans of an ``ExportTraceServiceRequest`` (``protobuf``: else OTLP/JSON).
+
+    Raises :class:`OtlpError` for a body that is not one (never anything else); ImportError
+    for protobuf without ``opentelemetry-proto`` (see :func:`protobuf_available`)."""
+    parse: Callable[[bytes], list[Span]] = _spans_of_protobuf if protobuf else _spans_of_json
+    return parse(body)
+
+
+# -- the answers -----------------------------------------------------------------------------------
+
+
+def export_response(mapped: Mapped, protobuf: bool) -> bytes:
+    """An ``ExportTraceServiceResponse``: ``partial_success`` when spans were rejected (or, as a
+    warning with 0 rejected, ignored)."""
+    message = mapped.message()
+    if protobuf:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTracePartialSuccess,
+            ExportTraceServiceResponse,
+        )
+
+        response = ExportTraceServiceResponse()
+        if message:
+            response.partial_success.CopyFrom(
+                ExportTracePartialSuccess(rejected_spans=mapped.rejected, error_message=message)
+            )
+        return bytes(response.SerializeToString())
+    answer: dict[str, Any] = {}
+    if message:
+        answer["partialSuccess"] = {"rejectedSpans": str(mapped.rejected), "errorMessage": message}
+    return msgspec.json.encode(answer)
+
+
+def _varint(number: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = number & 0x7F
+        number >>= 7
+        if number:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+#: ``google.rpc.Code.INVALID_ARGUMENT``
+_INVALID_ARGUMENT: Final = 3
+
+
+def status_body(reason: str, protobuf: bool) -> bytes:
+    """A refusal's body as OTLP/HTTP says: a ``google.rpc.Status`` (code INVALID_ARGUMENT, the
+    reason as its message), protobuf or JSON like the request (JSON also says ``error``, like
+    the gateway's other refusals)."""
+    if protobuf:
+        text = reason.encode("utf-8", "backslashreplace")
+        return b"\x08" + _varint(_INVALID_ARGUMENT) + b"\x12" + _varint(len(text)) + text
+    return json.dumps({"code": _INVALID_ARGUMENT, "message": reason, "error": reason}).encode()
