@@ -89,9 +89,16 @@ _VOLATILE_KEYS: Final = frozenset(
 )
 #: the outcome of a no-op ``write`` (revision 2026-08)
 _UNCHANGED: Final = {"status": "unchanged"}
+#: OpenClaw's patterns are non-unicode JavaScript regexes: their white space is JavaScript's
+#: (U+FEFF is one; \x1c-\x1f and U+0085 are not) and their case folding ASCII only (İ, ſ and
+#: the Kelvin sign are no letters of [a-z]): ``re.ASCII`` with JavaScript's white space.
+_JS_SPACE: Final = re.escape(_JS_WHITESPACE)
 _UNKNOWN_TOOL: Final = (
-    re.compile(r"unknown tool[:\s]+[\"']?([a-z0-9_.-]+)[\"']?", re.IGNORECASE),
-    re.compile(r"tool\s+[\"']?([a-z0-9_.-]+)[\"']?\s+(?:not found|is not available)", re.IGNORECASE),
+    re.compile(rf"unknown tool[:{_JS_SPACE}]+[\"']?([a-z0-9_.-]+)[\"']?", re.ASCII | re.IGNORECASE),
+    re.compile(
+        rf"tool[{_JS_SPACE}]+[\"']?([a-z0-9_.-]+)[\"']?[{_JS_SPACE}]+(?:not found|is not available)",
+        re.ASCII | re.IGNORECASE,
+    ),
 )
 
 

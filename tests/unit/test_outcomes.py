@@ -31,6 +31,11 @@ def h(
         ('The tool "web_search" is not available in this session', "web_search"),
         ("permission denied", None),
         ("   ", None),
+        # JavaScript's white space and ASCII-only case folding, as OpenClaw's regexes read them
+        ("Unknown tool:\ufeffsearch_docs", "search_docs"),
+        ("unknown tool:\x1cx.y-z", None),
+        ("unknown tool:\x85exec", None),
+        ("unknown tool: \u017fearch", None),
     ],
 )
 def test_unknown_tool_name(text: str, name: str | None) -> None:
