@@ -1,11 +1,25 @@
-"""``make bench``: the detector core on the four workloads (µs per tool call, calls/s).
+"""``make bench``: loopwatch's core beside OpenClaw's own shipped detector, four workloads.
 
-Per workload, digest and OpenClaw rule revision (2026-05 and 2026-08, timed alternately so
-both see the same machine): the time to process one tool call (its ``tool_call`` and
-``tool_result`` events) through :class:`detectors.engine.Engine`, with JSON decoding
-included and, separately, on events decoded beforehand; median of 5 timed passes after a
-warm-up pass, each pass on fresh state. The long workload runs at historySize 30, 100 and
-300. Then the SHA-256 equivalence census of the benchmark specification is recomputed and
+Per workload, loopwatch's core (:class:`detectors.engine.Engine`) is timed per digest (XXH3,
+SHA-256) and OpenClaw rule revision (2026-05, 2026-08), with JSON decoding included and on
+events decoded beforehand; on the same workload, in the same interleaved rounds (OpenClaw,
+then each loopwatch variant, again and again: ``--repeats`` rounds, at least 3, after one
+warm-up round), OpenClaw's ``detectToolCallLoop`` / ``recordToolCall`` /
+``recordToolCallOutcome`` from the installed ``openclaw`` npm package run in one Node process
+(:mod:`tests.bench.openclaw_side`). Medians of the rounds; every pass on fresh state.
+
+One replay contract for both sides: events decoded and grouped by run before timing (the
+decoding-included loopwatch figure decodes inside the timing; OpenClaw's side reads and
+decodes the workload once, untimed); per call, in file order: detect, record the call, record
+its outcome, every call and outcome recorded whatever the verdict (loopwatch: ``observeOnly``);
+fresh state per run; config ``{enabled: true}`` (historySize 30); scope = the run id. The
+ratio printed is OpenClaw's µs per call divided by loopwatch's (above 1: loopwatch is faster),
+under rules 2026-08, the revision the shipped detector implements (failure identities and the
+exec terminal tail, loop-veto records, argument churn). Both sides must flag the same number
+of stuck calls on every workload under 2026-08, or the bench fails. The long workload also
+runs loopwatch at historySize 100 and 300 (the shipped detector's history is fixed at 30).
+
+Then the SHA-256 equivalence census of the benchmark specification is recomputed and
 compared with its published digests, which are the 2026-05 rules'; the 2026-08 figures are
 printed beside them (looping: 3 more stuck calls, each a new ``exec`` command proposed right
 after 30 identical failures of the loop's command, the exec terminal tail at work).
@@ -34,17 +48,12 @@ from loopwatch.detectors.events import Event, ToolCall, ToolResult
 from loopwatch.detectors.hashing import digester_for
 from loopwatch.detectors.state import RunState
 from loopwatch.detectors.step import prepare, record_outcome
+from tests.bench.openclaw_side import OpenClawSide, OpenClawSideError, locate
 from tests.bench.workloads import ensure, to_wire
 
 BENCH_DIR = Path(".bench")
-OPENCLAW_CALLS_PER_S = {
-    "healthy": 86_700,
-    "looping": 83_600,
-    "large": 8_900,
-    "long-h30": 82_000,
-    "long-h100": 71_800,
-    "long-h300": 50_400,
-}
+SHIPPED_REVISION: Revision = "2026-08"  # the rules of OpenClaw's detector in the pinned package
+MIN_ROUNDS = 3
 CENSUS = {  # (workload, history) -> (stuck, outcomes, verdict_digest, outcome_digest)
     ("healthy", 30): (
         0,
@@ -91,21 +100,28 @@ for _name in ("healthy", "large", "long"):  # the specification: as at historySi
 
 
 REVISIONS: tuple[Revision, ...] = ("2026-05", "2026-08")
+DIGESTS: tuple[Digest, ...] = ("xxh3", "sha256")
+
+Run = Callable[[], float | None]  # a timed pass; a float is the pass's own measure (seconds)
 
 
 def config_for(digest: Digest, history: int, revision: Revision = "2026-08") -> FleetConfig:
+    """``{enabled: true}`` at ``history``, observe-only: every call recorded whatever the verdict."""
     block = {"enabled": True, "historySize": history}
-    return FleetConfig(
-        global_block=block, settings=DetectorSettings(digest=digest, openclaw_revision=revision)
-    )
+    settings = DetectorSettings(digest=digest, openclaw_revision=revision, observe_only=True)
+    return FleetConfig(global_block=block, settings=settings)
 
 
-def median_time(run: Callable[[], None], repeats: int) -> float:
+def median_time(run: Run, repeats: int) -> float:
     return median_times([run], repeats)[0]
 
 
-def median_times(runs: list[Callable[[], None]], repeats: int) -> list[float]:
-    """Median seconds of each run, timed in turns (a, b, a, b, ...) after one warm-up each."""
+def median_times(runs: list[Run], repeats: int) -> list[float]:
+    """Median seconds of each run, timed in turns (a, b, a, b, ...) after one warm-up each.
+
+    A run that returns a number measured itself (OpenClaw's side, timed inside Node): that
+    number is its time, not the wall time of the call.
+    """
     gc.collect()
     gc.freeze()  # the benchmark's own input lists are not the detector's garbage to scan
     for run in runs:
@@ -114,12 +130,20 @@ def median_times(runs: list[Callable[[], None]], repeats: int) -> list[float]:
     for _ in range(repeats):
         for run, spent in zip(runs, times, strict=True):
             start = time.perf_counter()
-            run()
-            spent.append(time.perf_counter() - start)
+            own = run()
+            spent.append(time.perf_counter() - start if own is None else own)
     return [statistics.median(spent) for spent in times]
 
 
-def with_decoding(lines: list[bytes], config: FleetConfig) -> Callable[[], None]:
+def by_run(events: list[Event]) -> list[int]:
+    """Indices of the events grouped by run (runs in order of appearance, file order within)."""
+    groups: dict[str | None, list[int]] = {}
+    for index, event in enumerate(events):
+        groups.setdefault(event.run_id, []).append(index)
+    return [index for group in groups.values() for index in group]
+
+
+def with_decoding(lines: list[bytes], config: FleetConfig) -> Run:
     def run() -> None:
         engine = Engine(config)
         process = engine.process
@@ -129,7 +153,7 @@ def with_decoding(lines: list[bytes], config: FleetConfig) -> Callable[[], None]
     return run
 
 
-def without_decoding(events: list[Event], config: FleetConfig) -> Callable[[], None]:
+def without_decoding(events: list[Event], config: FleetConfig) -> Run:
     def run() -> None:
         engine = Engine(config)
         process = engine.process
@@ -137,6 +161,19 @@ def without_decoding(events: list[Event], config: FleetConfig) -> Callable[[], N
             process(event)
 
     return run
+
+
+class OpenClawRun:
+    """OpenClaw's side as a run of :func:`median_times`; remembers every pass's stuck count."""
+
+    def __init__(self, side: OpenClawSide) -> None:
+        self.side = side
+        self.stuck: list[int] = []
+
+    def __call__(self) -> float:
+        done = self.side.time_pass()
+        self.stuck.append(done.stuck)
+        return done.seconds
 
 
 def time_healthy(repeats: int = 3) -> float:
@@ -219,42 +256,113 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--repeats", type=int, default=5, help=f"interleaved timed rounds (at least {MIN_ROUNDS})"
+    )
     parser.add_argument("--workloads", default="healthy,looping,large,long")
     args = parser.parse_args(argv)
-    names = args.workloads.split(",")
+    if args.repeats < MIN_ROUNDS:
+        parser.error(f"--repeats must be at least {MIN_ROUNDS}")
+    try:
+        node, package = locate()
+        side = OpenClawSide(node, package)
+    except OpenClawSideError as exc:
+        print(f"make bench: OpenClaw's side is unavailable: {exc}", file=sys.stderr)
+        return 2
+    with side:
+        try:
+            return bench(args.workloads.split(","), args.repeats, side)
+        except OpenClawSideError as exc:
+            print(f"make bench: OpenClaw's side failed: {exc}", file=sys.stderr)
+            return 2
+
+
+def _row(label: str, who: str, digest: str, rules: str, with_json: float | None, bare: float) -> None:
+    decoded = f"{with_json * 1e6:9.2f} {1 / with_json:10,.0f}" if with_json else f"{'—':>9} {'—':>10}"
+    print(
+        f"{label:10} {who:9} {digest:7} {rules:8} {decoded} {bare * 1e6:9.2f} {1 / bare:10,.0f}",
+        flush=True,
+    )
+
+
+def bench(names: list[str], repeats: int, side: OpenClawSide) -> int:  # noqa: C901
+    """The side-by-side run; 0 if the census and both sides' stuck counts agree, else 1."""
     rows: list[dict[str, Any]] = []
-    census_ok = True
+    census_ok = stuck_ok = True
     import loopwatch.detectors.step
 
     core = "pure Python" if loopwatch.detectors.step.__file__.endswith(".py") else "compiled with mypyc"
     print(
-        f"loopwatch core benchmark — median of {args.repeats} after warm-up, "
-        f"Python {sys.version.split()[0]}, "
-        f"core {core}"
+        f"loopwatch core beside OpenClaw {side.version}'s shipped detector ({side.module}, "
+        f"Node {side.node}) — {repeats} interleaved rounds (OpenClaw, then each loopwatch "
+        f"variant) after a warm-up round, medians; Python {sys.version.split()[0]}, core {core}"
     )
     print(
-        f"{'workload':12} {'digest':7} {'rules':8} {'µs/call':>9} {'calls/s':>10}"
-        f" {'µs/call':>9} {'calls/s':>10} {'OpenClaw calls/s':>17}"
+        f"{'workload':10} {'side':9} {'digest':7} {'rules':8} {'µs/call':>9} {'calls/s':>10}"
+        f" {'µs/call':>9} {'calls/s':>10}"
     )
-    print(f"{'':29} {'decoding included':>20} {'pre-decoded events':>21}")
+    print(f"{'':37} {'decoding included':>20} {'pre-decoded events':>20}")
+    side_by_side: list[tuple[str, float, dict[tuple[Digest, bool], float], int, int]] = []
     for name in names:
-        lines = to_wire(ensure(BENCH_DIR, name).read_bytes())
-        events = [decode_event(line) for line in lines]
+        path = ensure(BENCH_DIR, name)
+        wire = to_wire(path.read_bytes())
+        decoded = [decode_event(line) for line in wire]
+        order = by_run(decoded)  # decoded and grouped by run before timing
+        lines = [wire[index] for index in order]
+        events = [decoded[index] for index in order]
         calls = len(lines) // 2
+        if side.load(path) != calls:
+            raise OpenClawSideError(f"{path}: OpenClaw's side read {side.calls} calls, loopwatch's {calls}")
         histories = (30, 100, 300) if name == "long" else (30,)
+        openclaw_per_call = 0.0
+        openclaw_stuck: set[int] = set()
+        shipped: dict[tuple[Digest, bool], float] = {}
         for history in histories:
             label = f"{name}-h{history}" if name == "long" else name
-            digests: tuple[Digest, ...] = ("xxh3", "sha256")
-            for digest in digests:
-                configs = [config_for(digest, history, revision) for revision in REVISIONS]
-                decoded = median_times([with_decoding(lines, c) for c in configs], args.repeats)
-                bare = median_times([without_decoding(events, c) for c in configs], args.repeats)
-                for revision, with_json, without_json in zip(REVISIONS, decoded, bare, strict=True):
-                    per_call, per_call_bare = with_json / calls, without_json / calls
+            variants = [
+                (digest, revision, decoding)
+                for digest in DIGESTS
+                for revision in REVISIONS
+                for decoding in (True, False)
+            ]
+            runs: list[Run] = [
+                (with_decoding(lines, config) if decoding else without_decoding(events, config))
+                for digest, revision, decoding in variants
+                for config in (config_for(digest, history, revision),)
+            ]
+            openclaw = OpenClawRun(side) if history == 30 else None  # its history is fixed at 30
+            if openclaw is not None:
+                runs.insert(0, openclaw)  # each round: OpenClaw, then every loopwatch variant
+            medians = median_times(runs, repeats)
+            if openclaw is not None:
+                openclaw_per_call = medians.pop(0) / calls
+                openclaw_stuck = set(openclaw.stuck)
+                _row(label, "OpenClaw", "sha256", "shipped", None, openclaw_per_call)
+                rows.append(
+                    {
+                        "workload": label,
+                        "side": "openclaw",
+                        "version": side.version,
+                        "digest": "sha256",
+                        "revision": "shipped",
+                        "us_per_call_predecoded": openclaw_per_call * 1e6,
+                        "calls_per_s_predecoded": 1 / openclaw_per_call,
+                        "stuck": sorted(openclaw_stuck),
+                    }
+                )
+            timed = dict(zip(variants, medians, strict=True))
+            for digest in DIGESTS:
+                for revision in REVISIONS:
+                    per_call = timed[(digest, revision, True)] / calls
+                    per_call_bare = timed[(digest, revision, False)] / calls
+                    if openclaw is not None and revision == SHIPPED_REVISION:
+                        shipped[(digest, True)] = per_call
+                        shipped[(digest, False)] = per_call_bare
+                    _row(label, "loopwatch", digest, revision, per_call, per_call_bare)
                     rows.append(
                         {
                             "workload": label,
+                            "side": "loopwatch",
                             "digest": digest,
                             "revision": revision,
                             "us_per_call": per_call * 1e6,
@@ -263,17 +371,14 @@ def main(argv: list[str] | None = None) -> int:
                             "calls_per_s_predecoded": 1 / per_call_bare,
                         }
                     )
-                    anchor = OPENCLAW_CALLS_PER_S.get(label, 0)
-                    print(
-                        f"{label:12} {digest:7} {revision:8} {per_call * 1e6:9.2f} {1 / per_call:10,.0f}"
-                        f" {per_call_bare * 1e6:9.2f} {1 / per_call_bare:10,.0f} {anchor:17,}",
-                        flush=True,
-                    )
+        stuck_by_revision: dict[Revision, int] = {}
         for census_name, census_history in sorted(key for key in CENSUS if key[0] == name):
             got = census(events, census_history)
             ok = got == CENSUS[(census_name, census_history)]
             census_ok &= ok
             newest = census(events, census_history, newest=True)
+            if census_history == 30:
+                stuck_by_revision = {"2026-05": got[0], "2026-08": newest[0]}
             same = "the same" if newest == got else f"stuck {newest[0]}, outcome digest {newest[3][:16]}…"
             print(
                 f"  census {name} h{census_history}: stuck {got[0]}, outcomes {got[1]}, "
@@ -282,9 +387,53 @@ def main(argv: list[str] | None = None) -> int:
                 f"2026-08 rules: {same}",
                 flush=True,
             )
-    by_key = {(r["workload"], r["digest"], r["revision"]): r for r in rows}
+        if not stuck_by_revision:
+            stuck_by_revision = {
+                "2026-05": census(events, 30)[0],
+                "2026-08": census(events, 30, newest=True)[0],
+            }
+        ours = stuck_by_revision[SHIPPED_REVISION]
+        theirs = next(iter(openclaw_stuck)) if len(openclaw_stuck) == 1 else -1
+        agree = theirs == ours
+        stuck_ok &= agree
+        verdict = "the same" if agree else "DIFFERENT: the bench fails"
+        if len(openclaw_stuck) != 1:
+            verdict = f"OpenClaw's passes disagree ({sorted(openclaw_stuck)}): the bench fails"
+        print(
+            f"  stuck calls, {name}, rules {SHIPPED_REVISION}: OpenClaw {theirs}, loopwatch {ours}: "
+            f"{verdict} (loopwatch under 2026-05: {stuck_by_revision['2026-05']})",
+            flush=True,
+        )
+        side_by_side.append((name, openclaw_per_call, shipped, theirs, ours))
+    print(
+        f"\nside by side, rules {SHIPPED_REVISION}, this run on this machine: µs per call, and "
+        f"OpenClaw ÷ loopwatch (above 1×: loopwatch faster)"
+    )
+    print(
+        f"{'workload':10} {'OpenClaw':>9} {'xxh3, decoding incl.':>21} {'xxh3, pre-decoded':>18}"
+        f" {'sha256, decoding incl.':>23} {'sha256, pre-decoded':>20}  stuck OpenClaw / loopwatch"
+    )
+    for name, theirs_s, ours_s, stuck_theirs, stuck_ours in side_by_side:
+        cells = []
+        for digest in DIGESTS:
+            for decoding in (True, False):
+                us = ours_s[(digest, decoding)]
+                cells.append(f"{us * 1e6:7.2f} {theirs_s / us:5.2f}×")
+        print(
+            f"{name:10} {theirs_s * 1e6:9.2f} {cells[0]:>21} {cells[1]:>18} {cells[2]:>23} {cells[3]:>20}"
+            f"  {stuck_theirs} / {stuck_ours}"
+        )
+        for row in rows:
+            if (
+                row["workload"] in (name, f"{name}-h30")
+                and row["side"] == "loopwatch"
+                and row["revision"] == SHIPPED_REVISION
+            ):
+                row["openclaw_ratio"] = theirs_s * 1e6 / row["us_per_call"]
+                row["openclaw_ratio_predecoded"] = theirs_s * 1e6 / row["us_per_call_predecoded"]
+    by_key = {(r["workload"], r["digest"], r["revision"]): r for r in rows if r["side"] == "loopwatch"}
     for workload in sorted({r["workload"] for r in rows}):
-        for digest in ("xxh3", "sha256"):
+        for digest in DIGESTS:
             old, new = by_key.get((workload, digest, "2026-05")), by_key.get((workload, digest, "2026-08"))
             if old and new:
                 print(
@@ -292,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{new['us_per_call'] / old['us_per_call']:.3f}× (decoding included), "
                     f"{new['us_per_call_predecoded'] / old['us_per_call_predecoded']:.3f}× (pre-decoded)"
                 )
-    for digest in ("xxh3", "sha256"):
+    for digest in DIGESTS:
         for revision in REVISIONS:
             long300, long30 = (
                 by_key.get(("long-h300", digest, revision)),
@@ -300,18 +449,24 @@ def main(argv: list[str] | None = None) -> int:
             )
             if long300 and long30:
                 ratio = long300["us_per_call"] / long30["us_per_call"]
-                print(
-                    f"long workload, {digest}, {revision}: cost at historySize 300 / 30 = {ratio:.2f}× "
-                    "(OpenClaw: 1.63×)"
-                )
+                print(f"long workload, {digest}, {revision}: cost at historySize 300 / 30 = {ratio:.2f}×")
     if "healthy" in names:
-        own_rules_cost(args.repeats)
+        own_rules_cost(repeats)
     if core != "pure Python" and "healthy" in names:
         compiled_vs_pure()
     BENCH_DIR.mkdir(exist_ok=True)
     (BENCH_DIR / "core-results.json").write_text(json.dumps(rows, indent=1))
-    print("OpenClaw calls/s: published figures of its own detector on this machine kind (objects in memory).")
-    return 0 if census_ok else 1
+    print(
+        f"OpenClaw: its detector as shipped in openclaw {side.version}, events decoded before timing, "
+        "logging silenced; its history is fixed at 30 calls. Published OpenClaw figures: "
+        "docs/benchmarks.md (history only)."
+    )
+    if not stuck_ok:
+        print(
+            f"make bench: OpenClaw and loopwatch ({SHIPPED_REVISION}) flag different numbers of stuck calls",
+            file=sys.stderr,
+        )
+    return 0 if census_ok and stuck_ok else 1
 
 
 if __name__ == "__main__":
