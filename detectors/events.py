@@ -67,7 +67,7 @@ class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaul
 
     input_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
     output_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0
-    cost_usd: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    cost_usd: Annotated[float, msgspec.Meta(ge=0, le=1e9)] = 0.0
 
 
 def as_usage(value: Usage | dict[str, Any] | None) -> Usage | None:

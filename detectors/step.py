@@ -291,8 +291,9 @@ def _spend(
     if usage is not None:
         cost = usage.cost_usd
         state.spend_usd += cost
-        state.input_tokens += usage.input_tokens
-        state.output_tokens += usage.output_tokens
+        # bounded: a run's sums stay storable (int64), whatever its calls claim
+        state.input_tokens = min(state.input_tokens + usage.input_tokens, _INT64_MAX)
+        state.output_tokens = min(state.output_tokens + usage.output_tokens, _INT64_MAX)
         if in_loop:
             state.loop_spend_usd += cost
     if budget is None or not in_loop or not loop_budget.reached(state.loop_spend_usd, budget):
@@ -398,6 +399,9 @@ def _on_result(
 def _stale_limit(settings: DetectorSettings, resolved: ResolvedLoopDetection) -> int:
     """Seconds of churn that abort a run; 0 when the stale-churn abort does not apply."""
     return settings.churn_stale_after_s if resolved.newest and resolved.enabled else 0
+
+
+_INT64_MAX = 2**63 - 1
 
 
 def _note_abort(state: RunState, outputs: list[Output]) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import xxhash
 
+from loopwatch.detectors.stable_json import _sanitize_surrogates
 from loopwatch.detectors.state import PathEdits, RunState
 
 __all__ = ["DETECTOR", "critical_message", "observe_call", "warning_key", "warning_message"]
@@ -63,6 +64,7 @@ def observe_call(state: RunState, tool: str, params: Any) -> tuple[str, int] | N
     path = _string(params, "path", "file_path")
     if not path:
         return None
+    path = _sanitize_surrogates(path)  # a key of the state and a part of the message: encodable
     if name == "write":
         content = _string(params, "content")
         if content is None:

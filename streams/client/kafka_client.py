@@ -359,12 +359,12 @@ class LoopwatchClient:
         verdicts only for warnings, blocks and aborts). With ``fail_fast``, a call to a tool
         under an open outage is blocked at once.
         """
-        blocked = self._outage_block(event_id)
-        if blocked is not None:
-            return blocked
         aborted = self._latest.get(self._call_runs.get(event_id, ""))
         if isinstance(aborted, Abort) and aborted.enforced:
             return RunDecision.of(aborted)  # an aborted run stays aborted: every later call too
+        blocked = self._outage_block(event_id)
+        if blocked is not None:
+            return blocked
         outputs = self._by_trigger.get(event_id)
         if outputs:
             return _strongest(outputs)

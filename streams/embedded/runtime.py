@@ -180,8 +180,6 @@ class EmbeddedRuntime:
         event = done.event
         view = self.view
         started = time.perf_counter()
-        if self.state_ttl_s is not None:
-            self._touch(index, event)
         if view is not None and isinstance(event, ToolCall) and event.usage is not None:
             done.outputs, done.prepared = self._process_counting_spend(engine, event, done.ts, view)
         else:
@@ -267,7 +265,8 @@ class EmbeddedRuntime:
 
     def submit(self, event: Event, decides: bool = False) -> asyncio.Future[list[Output]]:
         """Queue an event on its run's worker; the future resolves to its outputs, in input order."""
-        queue = self._queues[partition_for(run_scope(event), self.workers)]  # before taking a position
+        index = partition_for(run_scope(event), self.workers)
+        queue = self._queues[index]  # before taking a position
         future: asyncio.Future[list[Output]] = asyncio.get_running_loop().create_future()
         ts = event.ts if event.ts is not None else int(time.time() * 1000)  # event time (F0)
         done = _Done(event, future, ts)
@@ -276,6 +275,8 @@ class EmbeddedRuntime:
             self._progress_at = self.clock()  # idle until now: nothing was waiting
         queue.put_nowait((self.events, done))  # QueueFull (too much in flight) takes no position
         self.events += 1
+        if self.state_ttl_s is not None:  # when submitted: a run whose event waits in a queue is live
+            self._touch(index, event)
         return future
 
     def alerts_of(self, future: asyncio.Future[list[Output]]) -> list[FleetAlert]:

@@ -74,8 +74,7 @@ class KafkaBackend:
         self._follower: asyncio.Task[None] | None = None
         self._waiting: dict[str, asyncio.Future[tuple[list[Output], tuple[str, str] | None]]] = {}
         self._aborted: dict[str, tuple[str, str]] = {}  # run scope -> its abort, oldest first
-        self._answered_at = time.monotonic()  # when a worker last answered a decision (start: now)
-        self._timed_out_at = 0.0  # when a decision last timed out
+        self._timed_out_since: float | None = None  # first timeout since the last answer
 
     async def start(self) -> None:
         auth = aiokafka_auth(self.settings)
@@ -114,7 +113,7 @@ class KafkaBackend:
             batch = await self._consumer.getmany(timeout_ms=1000)
             for messages in batch.values():
                 for message in messages:
-                    waiter = self._waiting.get((message.key or b"").decode())
+                    waiter = self._waiting.get((message.key or b"").decode("utf-8", "replace"))
                     if waiter is None or waiter.done():
                         continue
                     try:
@@ -167,10 +166,11 @@ class KafkaBackend:
             try:
                 outputs, aborted = await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
             except TimeoutError:
-                self._timed_out_at = time.monotonic()
+                if self._timed_out_since is None:
+                    self._timed_out_since = time.monotonic()
                 self._observe(call, [])
                 return decision_of([], self._aborted.get(scope)), True
-            self._answered_at = time.monotonic()
+            self._timed_out_since = None
             self._observe(call, outputs)
             decision = decision_of(outputs, aborted)
             if decision.action == "abort" and decision.reason is not None and decision.message is not None:
@@ -186,11 +186,11 @@ class KafkaBackend:
                 del self._aborted[next(iter(self._aborted))]
 
     def stalled(self) -> bool:
-        """The last decision timed out, and no worker answered one for ``STALL_S`` seconds."""
+        """Decisions have been timing out for ``STALL_S`` seconds, none answered since."""
         from loopwatch.streams.gateway.server import STALL_S
 
-        answered = self._answered_at
-        return self._timed_out_at > answered and time.monotonic() - answered > STALL_S
+        since = self._timed_out_since
+        return since is not None and time.monotonic() - since > STALL_S
 
     async def refuse(self, body: bytes, reason: str) -> None:
         """Invalid input: to the dead-letter topic, with the reason."""

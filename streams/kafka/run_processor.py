@@ -232,11 +232,28 @@ class RunProcessor:
                 blob = pack_ended_hashes(run.offset, run.ended_ms, run.ended_ids)
             else:
                 assert run.state is not None
-                blob = pack_live(run.offset, run.state.to_bytes())
+                blob = pack_live(run.offset, self._state_bytes(key, run))
             data[key] = blob
             run.blob = blob
             await send(self._changelog, key, blob, run.partition)
         self._dirty.clear()
+
+    def _state_bytes(self, key: bytes, run: _Run) -> bytes:
+        """The run's state as stored; a state that cannot be stored (a bug, never input: the
+        doors bound what a state holds) is replaced by a fresh one rather than stop the worker."""
+        state = run.state
+        assert state is not None
+        try:
+            return state.to_bytes()
+        except (OverflowError, UnicodeEncodeError, ValueError, TypeError) as exc:
+            _log.error(
+                "run state cannot be stored: the run starts afresh",
+                run_id=key.decode("utf-8", "replace"),
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            limit = self._config().settings.seen_event_ids
+            run.state = RunState(state.scope, state.agent_id, state.run_id, state.session_id, limit)
+            return run.state.to_bytes()
 
     def forget_partitions(self, partitions: set[int]) -> None:
         """Drop the parsed states of partitions this worker no longer owns."""

@@ -282,3 +282,106 @@ def test_a_non_ascii_digit_in_a_query_number_answers_400() -> None:
                 assert answer.status == 400, raw
 
     asyncio.run(go())
+
+
+# -- what a state may hold (found by review: input that passed the doors and broke a store) -----
+
+
+def test_token_counts_at_the_limit_leave_a_storable_state_and_the_worker_goes_on() -> None:
+    from loopwatch.streams.kafka.run_table import unpack
+
+    async def go() -> None:
+        broker = Broker()
+        data: dict[bytes, bytes] = {}
+        proc = processor(broker, data)
+        proc.cursors.start(0, 0)
+        big = {"input_tokens": 2**63 - 1, "output_tokens": 2**63 - 1}
+        calls = [
+            json.dumps(
+                {
+                    "type": "tool_call",
+                    "event_id": f"t{n}",
+                    "run_id": "r",
+                    "tool": "read",
+                    "params": {"n": n},
+                    "usage": big,
+                }
+            ).encode()
+            for n in range(3)
+        ]
+        await proc.process(
+            {TP("in", 0): [Record("in", 0, n, 1, b"r", value) for n, value in enumerate(calls)]}
+        )
+        assert broker.on("dl") == []
+        assert unpack(data[b"r"]).offset == 2
+        state = proc._runs[b"r"].state
+        assert state is not None
+        assert (state.input_tokens, state.events) == (2**63 - 1, 3)  # capped, not started afresh
+
+    asyncio.run(go())
+
+
+def test_a_reverted_edit_of_a_path_with_a_lone_surrogate_gives_an_encodable_verdict() -> None:
+    import msgspec
+
+    from loopwatch.config import parse_config_text
+    from loopwatch.detectors.engine import Engine
+    from loopwatch.detectors.events import encode_output
+
+    config = parse_config_text(
+        json.dumps(
+            {
+                "tools": {"loopDetection": {"enabled": True}},
+                "loopwatch": {"detectors": {"editUndo": {"enabled": True}}},
+            }
+        )
+    )
+    engine = Engine(config)
+    outputs = []
+    for n, content in enumerate(["a", "b", "a", "b", "a", "b", "a"]):
+        raw = json.dumps(
+            {
+                "type": "tool_call",
+                "event_id": f"w{n}",
+                "run_id": "r",
+                "tool": "write",
+                "params": {"path": "/x\ud800", "content": content},
+            }
+        )
+        outputs += engine.process(decode_event(raw))
+    assert outputs, "the reverts are flagged"
+    for output in outputs:
+        assert msgspec.json.decode(encode_output(output))
+    assert engine.states["r"].to_bytes()
+
+
+def test_a_cost_too_large_to_count_is_refused_at_the_door() -> None:
+    raw = json.dumps(
+        {
+            "type": "tool_call",
+            "event_id": "e",
+            "run_id": "r",
+            "tool": "t",
+            "params": {},
+            "usage": {"cost_usd": 1e307},
+        }
+    )
+    with pytest.raises(InvalidEvent, match="cost_usd"):
+        decode_event(raw)
+
+
+def test_a_run_whose_next_event_waits_in_its_queue_is_not_expired() -> None:
+    async def go() -> None:
+        clock = Clock()
+        async with EmbeddedRuntime(
+            FleetConfig.enabled_default(), workers=1, state_ttl_s=10, clock=clock
+        ) as runtime:
+            first, second = loop_trace(calls=2, run_id="queued").events[:2]
+            await runtime.process(first)
+            clock.now += 10.5  # idle past the TTL since it was last processed...
+            future = runtime.submit(second)  # ...but its next event is already queued
+            runtime._expire(0)
+            assert "queued" in runtime.engines[0].states
+            await future
+
+    asyncio.run(go())
