@@ -192,9 +192,14 @@ def _event_files_and_transcripts(
 ) -> tuple[Iterator[tuple[str, bytes]], list[Event]]:
     """Lines of the event files of a source, and the events of its OpenClaw transcripts."""
     from loopwatch.streams.history.transcripts import agent_from_path, is_transcript, read_transcript
+    from loopwatch.streams.history.transcripts_sqlite import is_sqlite, read_sqlite_store
 
-    event_files, imported = [], []
+    event_files = []
+    imported: list[Event] = []
     for path in source_files(source):
+        if is_sqlite(path):  # OpenClaw 2026.8+: the agent's SQLite transcript store
+            imported.extend(read_sqlite_store(path, agent_id, err) or ())
+            continue
         with path.open("rb") as stream:
             first = stream.readline()
         if is_transcript(first):

@@ -7,7 +7,9 @@ Rules (the importer notes, A.6–A.8):
   normally) and a message that arrives while calls of the run are unanswered (steering).
   Injected assistant messages (``provider: "openclaw"``) are ignored. A run's id is the
   ``data.runId`` of an ``openclaw:prompt-error`` / ``openclaw:bootstrap-context:full``
-  entry written inside it, else ``<session>#<n>`` with n counting every run found.
+  entry written inside it, or the ``message.__openclaw.runId`` of an assistant / tool-result
+  entry (OpenClaw 2026.9+), whichever comes first, else ``<session>#<n>`` with n counting
+  every run found.
 * Calls: every ``toolCall``/``toolUse``/``functionCall`` block of an assistant message
   (R1). Results: ``isError`` → ``error`` = the text blocks joined (R4); an early-2026 adapter
   error ``details == {status: "error", tool, error}`` → ``error`` (R3); otherwise ``result`` =
@@ -180,6 +182,9 @@ class _Segmenter:
         run = self._touch(at, origin)
         if run is None:
             return
+        owner = message.get("__openclaw")  # OpenClaw 2026.9+: the run that wrote the entry
+        if run.run_id is None and role in ("assistant", "toolResult") and isinstance(owner, dict):
+            run.run_id = owner["runId"] if isinstance(owner.get("runId"), str) and owner["runId"] else None
         if role == "assistant" and not _injected(message):
             _assistant(run, message, at, origin)
         elif role == "toolResult":

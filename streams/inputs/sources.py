@@ -16,12 +16,13 @@ class InputError(LoopwatchError):
     """An input that cannot be read (missing file, empty folder)."""
 
 
-def _files(source: str) -> list[Path]:
+_EVENT_SUFFIXES = (".jsonl", ".json", ".ndjson")
+
+
+def _files(source: str, suffixes: tuple[str, ...] = _EVENT_SUFFIXES) -> list[Path]:
     path = Path(source)
     if path.is_dir():
-        files = sorted(
-            p for p in path.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json", ".ndjson")
-        )
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in suffixes)
         if not files:
             raise InputError(f"no .jsonl files in folder {source}")
         return files
@@ -31,8 +32,9 @@ def _files(source: str) -> list[Path]:
 
 
 def source_files(source: str) -> list[Path]:
-    """The files of a source (a file, or every .jsonl file under a folder)."""
-    return _files(source)
+    """The files of a source (a file, or every .jsonl file under a folder, and every .sqlite
+    file: OpenClaw 2026.8+ keeps its transcripts in SQLite)."""
+    return _files(source, (*_EVENT_SUFFIXES, ".sqlite"))
 
 
 def input_lines(source: str | None) -> Iterator[tuple[str, bytes]]:

@@ -23,6 +23,13 @@ def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
     if not folder.is_dir():
         print(f"loopwatch: {folder}: not a folder", file=err)
         return 2
+    if not any(folder.rglob("*.jsonl")) and any(folder.rglob("*.sqlite")):
+        print(
+            f"loopwatch: {folder}: holds only SQLite transcript stores (OpenClaw 2026.8+); "
+            "import --follow does not follow them yet: use `loopwatch import` on the .sqlite file",
+            file=err,
+        )
+        return 2
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -62,11 +69,18 @@ def cmd_import(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         return 2
     from loopwatch.detectors.events import encode_event
     from loopwatch.streams.history.transcripts import agent_from_path, is_transcript, read_transcript
+    from loopwatch.streams.history.transcripts_sqlite import is_sqlite, read_sqlite_store
     from loopwatch.streams.inputs.sources import source_files
 
     imported = 0
     for source in args.paths:
         for path in source_files(source):
+            if is_sqlite(path):  # OpenClaw 2026.8+: the agent's SQLite transcript store
+                stored = read_sqlite_store(path, args.agent_id, err)
+                for event in stored or ():
+                    out.write(encode_event(event) + b"\n")
+                imported += stored is not None
+                continue
             with path.open("rb") as stream:
                 first = stream.readline()
             if not is_transcript(first):
