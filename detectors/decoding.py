@@ -10,7 +10,7 @@ from typing import Final
 import msgspec
 from msgspec import UNSET
 
-from loopwatch.detectors.events import Event, InvalidEvent, ToolCall, ToolResult
+from loopwatch.detectors.events import CompactionRetry, Event, InvalidEvent, RunEnd, ToolCall, ToolResult
 from loopwatch.detectors.input_limits import (
     IDENTITY_FIELDS,
     MAX_NESTING,
@@ -55,18 +55,23 @@ def validate_event(event: Event, deep: bool = True) -> None:
         _validate_digested_outcome(event)  # type: ignore[arg-type]
 
 
+#: Per event type, the identity fields it has (computed once, not per event).
+_IDENTITIES: Final = {
+    kind: tuple(name for name in IDENTITY_FIELDS if name in kind.__struct_fields__)
+    for kind in (ToolCall, ToolResult, CompactionRetry, RunEnd)
+}
+
+
 def _check_limits(event: Event, deep: bool) -> None:
-    fields = event.__struct_fields__
-    for name in IDENTITY_FIELDS:
-        if name in fields:
-            value = getattr(event, name)
-            if type(value) is str and (problem := identity_problem(value)) is not None:
-                raise InvalidEvent(f"{name}: {problem}")
+    for field in _IDENTITIES[type(event)]:
+        value = getattr(event, field)
+        if type(value) is str and (problem := identity_problem(value)) is not None:
+            raise InvalidEvent(f"{field}: {problem}")
     if event.ts is not None and (problem := int64_problem(event.ts)) is not None:
         raise InvalidEvent(f"ts: {problem}")
     if deep and type(event) in (ToolCall, ToolResult):
         for name in ("params", "result", "error"):
-            if name in fields and nesting_exceeds(getattr(event, name), MAX_NESTING):
+            if nesting_exceeds(getattr(event, name, None), MAX_NESTING):
                 raise InvalidEvent(f"{name}: nests more than {MAX_NESTING} arrays and objects")
 
 

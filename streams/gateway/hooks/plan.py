@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import uuid
 from collections import OrderedDict
@@ -53,9 +55,6 @@ class PromptCounter(Protocol):
 
 def call_key(tool: str, params: Any) -> str:
     """A call's key where the runtime gives no call id (its tool and input)."""
-    import hashlib
-    import json
-
     text = json.dumps([tool, params], sort_keys=True, default=str)
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
@@ -87,8 +86,6 @@ class FilePrompts:
         return number
 
     def _notes(self, session: str) -> tuple[Path, dict[str, str]]:
-        import json
-
         path = self._path(session).with_suffix(".notes")
         try:
             notes = json.loads(path.read_text())
@@ -97,16 +94,12 @@ class FilePrompts:
         return path, notes if isinstance(notes, dict) else {}
 
     def leave_note(self, session: str, key: str, text: str) -> None:
-        import json
-
         path, notes = self._notes(session)
         notes[key] = text
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(dict(list(notes.items())[-64:])))
 
     def take_note(self, session: str, key: str) -> str | None:
-        import json
-
         path, notes = self._notes(session)
         text = notes.pop(key, None)
         if text is not None:
