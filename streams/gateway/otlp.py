@@ -55,6 +55,7 @@ import msgspec
 
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import Event, InvalidEvent
+from loopwatch.streams.gateway.tolerant_json import loads
 
 __all__ = [
     "JSON_MEDIA",
@@ -384,16 +385,9 @@ def _json_span(span: dict[str, Any], where: str, resource: dict[str, Any]) -> Sp
 
 def _spans_of_json(body: bytes) -> list[Span]:
     try:
-        value = msgspec.json.decode(body)
-    except msgspec.DecodeError as exc:
-        try:  # lone UTF-16 surrogates: the standard library reads them
-            value = json.loads(body)
-        except (ValueError, TypeError):
-            raise OtlpError(f"not valid JSON: {exc}") from exc
-        except RecursionError:
-            raise OtlpError("not valid JSON: nested too deeply") from exc
-    except RecursionError as exc:
-        raise OtlpError("not valid JSON: nested too deeply") from exc
+        value, _ = loads(body)
+    except InvalidEvent as exc:
+        raise OtlpError(exc.reason) from exc
     request = _object(value, "the body (an ExportTraceServiceRequest)")
     spans: list[Span] = []
     try:

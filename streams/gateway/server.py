@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import uuid
 from collections.abc import Awaitable, Callable
@@ -51,6 +50,7 @@ from loopwatch.streams.fleet_view.dashboard import Dashboard
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.gateway.hooks.plan import MemoryPrompts
 from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES
+from loopwatch.streams.gateway.tolerant_json import TOO_DEEP, dumps, loads
 from loopwatch.streams.gateway.web_safety import WebSafety, is_loopback
 
 __all__ = [
@@ -125,42 +125,17 @@ def _answer(fields: dict[str, Any], outputs: list[Output], key: str) -> web.Resp
     return web.Response(body=body, content_type="application/json")
 
 
-_TOO_DEEP = "not valid JSON: nested too deeply"
-
-
-def _loads(body: bytes) -> tuple[Any, bool]:
-    """The JSON value of ``body``, and whether it holds lone surrogates (then only the standard
-    library reads it, and :func:`_dumps` must write it back)."""
-    try:
-        return msgspec.json.decode(body), False
-    except msgspec.DecodeError as exc:
-        try:  # lone UTF-16 surrogates: JavaScript sends them, msgspec refuses them
-            return json.loads(body), True
-        except (ValueError, TypeError):
-            raise InvalidEvent(f"not valid JSON: {exc}") from exc
-        except RecursionError:
-            raise InvalidEvent(_TOO_DEEP) from exc
-    except RecursionError as exc:
-        raise InvalidEvent(_TOO_DEEP) from exc
-
-
-def _dumps(value: Any, surrogates: bool) -> bytes:
-    if surrogates:
-        return json.dumps(value).encode()  # ASCII, surrogates escaped: decode_event reads them
-    return msgspec.json.encode(value)
-
-
 def _split_body(body: bytes) -> list[bytes]:
     """The events of a body: a JSON array, one JSON object, or NDJSON lines."""
     stripped = body.strip()
     if stripped.startswith(b"["):
-        items, surrogates = _loads(stripped)
+        items, surrogates = loads(stripped)
         if not isinstance(items, list):
             raise InvalidEvent("not valid JSON: expected an array")
         try:
-            return [_dumps(item, surrogates) for item in items]
+            return [dumps(item, surrogates) for item in items]
         except RecursionError as exc:
-            raise InvalidEvent(_TOO_DEEP) from exc
+            raise InvalidEvent(TOO_DEEP) from exc
     return [line for line in stripped.split(b"\n") if line.strip()]
 
 
@@ -178,14 +153,14 @@ def _decode_all(body: bytes) -> list[Event]:
 
 
 def _proposed_call(body: bytes) -> ToolCall:
-    value, surrogates = _loads(body)
+    value, surrogates = loads(body)
     if not isinstance(value, dict):
         raise InvalidEvent("the body must be a JSON object (a proposed tool call)")
     call = {"type": "tool_call", "event_id": f"gateway-{uuid.uuid4().hex}", **value}
     try:
-        encoded = _dumps(call, surrogates)
+        encoded = dumps(call, surrogates)
     except RecursionError as exc:
-        raise InvalidEvent(_TOO_DEEP) from exc
+        raise InvalidEvent(TOO_DEEP) from exc
     event = decode_event(encoded)
     if not isinstance(event, ToolCall):
         raise InvalidEvent("type: a decision is asked for a tool_call")
@@ -297,16 +272,16 @@ class _Routes:
         runtime = RUNTIMES.get(name)
         if runtime is None:
             return _error(404, f"no hooks for {name!r} (known: {', '.join(RUNTIMES)})")
-        value, surrogates = await self.read(request, _loads)
+        value, surrogates = await self.read(request, loads)
         if not isinstance(value, dict):
             raise InvalidEvent("the body must be the runtime's hook input (a JSON object)")
         agent = request.query.get("agent_id") or runtime.default_agent
         plan = runtime.plan(value, self.prompts, agent, request.query.get("show_warnings") in ("1", "true"))
         if plan.events:
-            await self.backend.events([decode_event(_dumps(event, surrogates)) for event in plan.events])
+            await self.backend.events([decode_event(dumps(event, surrogates)) for event in plan.events])
         answer = None
         if plan.decide is not None:
-            call = _proposed_call(_dumps(plan.decide, surrogates))
+            call = _proposed_call(dumps(plan.decide, surrogates))
             decision, timed_out = await self.backend.decide(call)
             answer = _decision_fields(decision, call, timed_out)
             answer["verdicts"] = [msgspec.to_builtins(output) for output in decision.outputs]
