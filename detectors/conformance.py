@@ -20,12 +20,12 @@ from typing import Any
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.loop_detection import merge_agent, resolve
 from loopwatch.config.settings import DetectorSettings, Revision
-from loopwatch.detectors.compaction_guard import GuardVerdict
 from loopwatch.detectors.detection import Detection, detect
 from loopwatch.detectors.events import ToolCall, Verdict
 from loopwatch.detectors.hashing import digester_for
 from loopwatch.detectors.history import Record
 from loopwatch.detectors.outcomes import MISSING, ErrorMessage, hash_outcome, is_known_poll
+from loopwatch.detectors.rules.post_compaction_guard import GuardVerdict, guard_of
 from loopwatch.detectors.state import RunState
 from loopwatch.detectors.step import Prepared, apply, record_outcome
 
@@ -205,7 +205,7 @@ class _Session:
             outcome = self.prepared(step, with_outcome=True)
             guard = record_outcome(state, tool, _call_id(step), None, outcome, self.resolved)
         self.track(key, state, before)
-        observed["guard"] = (guard or GuardVerdict(False, state.guard.armed)).as_dict()
+        observed["guard"] = (guard or GuardVerdict(False, guard_of(state).armed)).as_dict()
         return observed
 
 
@@ -366,7 +366,7 @@ def _run_step(session: _Session, step: dict[str, Any]) -> None:
             session.op_call(step)
         guard = session.op_outcome(step)
         _, state = session.scope(step.get("runId"))
-        observed = (guard or GuardVerdict(False, state.guard.armed)).as_dict()
+        observed = (guard or GuardVerdict(False, guard_of(state).armed)).as_dict()
         _compare(op, expect, {"guard": observed}, {"guard"})
     elif op == "check":
         _compare("check", expect, _detection_dict(session.op_check(step)), _CHECK_KEYS)
@@ -377,7 +377,7 @@ def _run_step(session: _Session, step: dict[str, Any]) -> None:
             raise _Fail("compaction_retry: cannot evaluate expectations")
         _, state = session.scope(step.get("runId"))
         if session.resolved.guard_enabled:
-            state.guard.arm(session.resolved.guard_window)
+            guard_of(state).arm(session.resolved.guard_window)
     elif op == "assert_resolved_config":
         _compare("assert_resolved_config", expect, resolve(session.raw_block).as_openclaw(), _CONFIG_KEYS)
     elif op == "assert_history":

@@ -22,50 +22,24 @@ Example trace (defaults): ``read(a)`` answered "missing" 19 times → the 20th p
 recent 19 → rule 8 warning; after the 20th outcome the 21st sees noProgress 20 → rule 7
 critical; with 30 identical outcomes in the window rule 2 takes over.
 
-Detection is a pure read of the run's history; the rule modules hold conditions and texts.
+Each rule is a module of :mod:`detectors.rules` (condition, texts, keys) and the registry
+(:mod:`detectors.rules.registry`) keeps this order; :func:`detect` asks OpenClaw's rules only
+(the conformance sessions and the property tests use it); the step asks every rule.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.config.settings import DetectorSettings
+from loopwatch.detectors.events import ToolCall
 from loopwatch.detectors.history import History
-from loopwatch.detectors.rules import (
-    argument_churn,
-    generic_repeat,
-    global_circuit_breaker,
-    known_poll_no_progress,
-    ping_pong,
-    unknown_tool_repeat,
-)
+from loopwatch.detectors.rules.base import CallContext, Detection
+from loopwatch.detectors.rules.registry import REGISTRY
+from loopwatch.detectors.state import RunState
 
 __all__ = ["Detection", "detect"]
 
-
-@dataclass(frozen=True, slots=True)
-class Detection:
-    """A stuck result: what fired, at which count, and the key warnings are grouped by."""
-
-    level: str  # "warning" | "critical"
-    detector: str
-    count: int
-    message: str
-    warning_key: str
-    paired_tool: str | None = None
-    liveness_signal: str | None = None
-    bucket: int = 0  # warnings: the de-duplication bucket size, 0 for the warning threshold
-
-    @classmethod
-    def own(
-        cls, level: str, detector: str, count: int, message: str, warning_key: str, bucket: int
-    ) -> Detection:
-        """A verdict of one of loopwatch's own rules (no paired tool, no liveness signal)."""
-        return cls(level, detector, count, message, warning_key, None, None, bucket)
-
-    @property
-    def critical(self) -> bool:
-        return self.level == "critical"
+_SETTINGS = DetectorSettings()
 
 
 def detect(
@@ -75,93 +49,18 @@ def detect(
     known_poll: bool,
     config: ResolvedLoopDetection,
 ) -> Detection | None:
-    """The first matching rule for the proposed call, or ``None`` (not stuck)."""
+    """The first of OpenClaw's rules that matches the proposed call, or ``None`` (not stuck).
+
+    A pure read of ``history``."""
     if not config.enabled or not history.records:
         return None
-    newest = config.newest
-    streak, unknown_name = history.unknown_tool_streak(tool, newest)
-    if streak and streak >= config.unknown_tool_threshold:
-        return Detection(
-            "critical",
-            unknown_tool_repeat.DETECTOR,
-            streak,
-            unknown_tool_repeat.message(unknown_name or tool, streak),
-            unknown_tool_repeat.warning_key(tool, unknown_name),
-        )
-    recent, no_progress, latest = history.counts(args_hash)
-    if newest and tool == "exec":
-        tail, tail_latest = history.exec_terminal_tail(args_hash)
-        if tail > no_progress:
-            no_progress, latest = tail, tail_latest
-    if no_progress >= config.global_circuit_breaker_threshold:
-        return Detection(
-            "critical",
-            global_circuit_breaker.DETECTOR,
-            no_progress,
-            global_circuit_breaker.message(tool, no_progress),
-            global_circuit_breaker.warning_key(tool, args_hash, latest),
-        )
-    if known_poll and config.known_poll_no_progress:
-        level = known_poll_no_progress.level(no_progress, config)
-        if level is not None:
-            return Detection(
-                level,
-                known_poll_no_progress.DETECTOR,
-                no_progress,
-                known_poll_no_progress.message(level, tool, no_progress),
-                known_poll_no_progress.warning_key(tool, args_hash, latest),
-                None,
-                _liveness(history, tool, args_hash, config) if level == "warning" else None,
-            )
-    records = history.records
-    if config.ping_pong and len(records) >= 2 and records[-2].args_hash == args_hash:
-        found = ping_pong.evaluate(history, args_hash, config)
-        if found is not None:
-            level, count, paired = found
-            return Detection(
-                level,
-                ping_pong.DETECTOR,
-                count,
-                ping_pong.message(level, count),
-                ping_pong.warning_key(tool, args_hash, paired.args_hash),
-                paired.tool,
-                _liveness(history, tool, args_hash, config) if level == "warning" else None,
-            )
-    generic = not known_poll and config.generic_repeat
-    if generic and no_progress >= config.critical_threshold:
-        return Detection(
-            "critical",
-            generic_repeat.DETECTOR,
-            no_progress,
-            generic_repeat.critical_message(tool, no_progress),
-            generic_repeat.critical_key(tool, args_hash, latest),
-        )
-    if newest:
-        churn, variants = argument_churn.evaluate(history, tool, args_hash)
-        if churn >= config.warning_threshold:
-            return Detection(
-                "warning",
-                argument_churn.DETECTOR,
-                churn,
-                argument_churn.message(tool, variants, churn),
-                argument_churn.warning_key(tool),
-                None,
-                argument_churn.LIVENESS_SIGNAL,
-            )
-    if generic and recent >= config.warning_threshold:
-        return Detection(
-            "warning",
-            generic_repeat.DETECTOR,
-            recent,
-            generic_repeat.warning_message(tool, recent),
-            generic_repeat.warning_key(tool, args_hash),
-        )
+    state = RunState("")
+    state.history = history
+    event = ToolCall(event_id="", run_id=None, tool=tool)
+    ctx = CallContext(state, event, args_hash, known_poll, config, _SETTINGS)
+    for rule in REGISTRY.on_call:
+        if rule.openclaw:
+            found = rule.on_call(ctx, None)
+            if found is not None:
+                return found
     return None
-
-
-def _liveness(history: History, tool: str, args_hash: str, config: ResolvedLoopDetection) -> str | None:
-    """The liveness signal a poll or ping-pong warning carries while churn is at threshold."""
-    if not config.newest:
-        return None
-    churn, _ = argument_churn.evaluate(history, tool, args_hash)
-    return argument_churn.LIVENESS_SIGNAL if churn >= config.warning_threshold else None

@@ -3,7 +3,7 @@ kept outside the modules mypyc compiles)."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -48,6 +48,10 @@ class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
     edits: list[tuple[str, list[str], list[str], int]] = []
     # the first enforced abort's (reason, message) (absent in older snapshots): sticky decisions
     aborted: tuple[str, str] | None = None
+    # (rule name, the rule's state as plain values) of the rules that keep any (absent in older
+    # snapshots, whose guard, churn, budget, run_no_progress and edit_undo fields above are
+    # read into these; newer snapshots leave those fields empty)
+    rules: list[tuple[str, Any]] = []
 
 
 ENCODER: Final = msgspec.msgpack.Encoder()

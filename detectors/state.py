@@ -12,27 +12,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Final
 
-from loopwatch.detectors.compaction_guard import PostCompactionGuard
 from loopwatch.detectors.history import History
+from loopwatch.detectors.rule_state import RuleState, load_rule_state
 from loopwatch.detectors.snapshot import DECODER, ENCODER, FORMAT_VERSION, RunSnapshot
 
-__all__ = ["PathEdits", "RunSnapshot", "RunState"]
+__all__ = ["RunSnapshot", "RunState"]
 
 OUTBOX_LIMIT: Final = 64
 _UNMARKED: Final[tuple[str | None, bool, str | None]] = (None, False, None)
-
-
-class PathEdits:
-    """What ``edit_undo`` keeps of one path: recent content digests, recent edits, the count."""
-
-    __slots__ = ("changes", "contents", "count")
-
-    def __init__(
-        self, contents: list[str] | None = None, changes: list[str] | None = None, count: int = 0
-    ) -> None:
-        self.contents: list[str] = contents if contents is not None else []
-        self.changes: list[str] = changes if changes is not None else []
-        self.count = count
 
 
 class RunState:
@@ -43,30 +30,22 @@ class RunState:
         "aborted",
         "agent_id",
         "buckets",
-        "budget_aborted",
-        "budget_fired",
-        "churn_aborted",
-        "churn_since",
         "criticals",
-        "edits",
         "events",
         "first_detector",
-        "guard",
         "history",
         "input_tokens",
         "last_ts",
         "loop_spend_usd",
         "outbox",
-        "outcome_tools",
         "output_tokens",
         "recovery_aborted",
+        "rule_states",
         "run_id",
         "scope",
         "seen",
-        "seen_pairs",
         "seen_set",
         "session_id",
-        "since_new",
         "spend_usd",
     )
 
@@ -87,30 +66,19 @@ class RunState:
         self.seen: deque[str] = deque()
         self.seen_set: set[str] = set()
         self.buckets: dict[str, int] = {}
-        self.guard = PostCompactionGuard()
         self.criticals = 0
         self.recovery_aborted = False
         self.last_ts: int | None = None
         self.events = 0
-        # revision 2026-08: when the argument-churn lease started (event ms), and whether the
-        # run was aborted for stale churn (detectors.churn_liveness)
-        self.churn_since: int | None = None
-        self.churn_aborted = False
-        # spend (always counted): usage of the run's calls, and of those from its first verdict on
+        # spend (always counted, by the loop_budget rule): usage of the run's calls, and of
+        # those from its first verdict on
         self.spend_usd = 0.0
         self.loop_spend_usd = 0.0
         self.input_tokens = 0
         self.output_tokens = 0
         self.first_detector: str | None = None
-        self.budget_fired = False
-        self.budget_aborted = False
-        # run_no_progress (when on): tools of the last windowSize outcomes, outcomes since the
-        # last new one, the 256 most recently seen (tool, result hash) pairs, oldest first
-        self.outcome_tools: deque[str] = deque()
-        self.since_new = 0
-        self.seen_pairs: dict[str, None] = {}
-        # edit_undo (when on): per path, most recently changed last
-        self.edits: dict[str, PathEdits] = {}
+        # what each rule keeps, under the rule's name (detectors.rules.base)
+        self.rule_states: dict[str, RuleState] = {}
         # Encoded outputs whose delivery the shell has not confirmed yet, by trigger event id:
         # a redelivered event re-publishes them (at most OUTBOX_LIMIT events).
         self.outbox: dict[str, list[bytes]] = {}
@@ -153,26 +121,20 @@ class RunState:
                 for index, record in enumerate(self.history.records)
                 if record.kind is not None or record.no_progress
             ],
-            churn_since=self.churn_since,
-            churn_aborted=self.churn_aborted,
             spend=(self.spend_usd, self.loop_spend_usd, self.input_tokens, self.output_tokens),
             first_detector=self.first_detector,
-            budget=(self.budget_fired, self.budget_aborted),
-            outcome_tools=list(self.outcome_tools),
-            since_new=self.since_new,
-            seen_pairs=list(self.seen_pairs),
-            edits=[(path, e.contents, e.changes, e.count) for path, e in self.edits.items()],
             seen=list(self.seen),
             buckets=list(self.buckets.items()),
-            guard_remaining=self.guard.remaining,
-            guard_window=self.guard.window,
-            guard_observations=list(self.guard.observations),
+            guard_remaining=0,  # the guard's state is a rule's now (``rules``)
+            guard_window=0,
+            guard_observations=[],
             criticals=self.criticals,
             recovery_aborted=self.recovery_aborted,
             last_ts=self.last_ts,
             events=self.events,
             outbox=list(self.outbox.items()),
             aborted=self.aborted,
+            rules=[(name, self.rule_states[name].dump()) for name in sorted(self.rule_states)],
         )
 
     def to_bytes(self) -> bytes:
@@ -195,26 +157,19 @@ class RunState:
         for event_id in snap.seen:
             state.remember(event_id)
         state.buckets = dict(snap.buckets)
-        state.guard = PostCompactionGuard(
-            snap.guard_remaining,
-            snap.guard_window,
-            [tuple(t) for t in snap.guard_observations],  # type: ignore[misc]
-        )
         state.criticals = snap.criticals
         state.recovery_aborted = snap.recovery_aborted
         state.last_ts = snap.last_ts
         state.events = snap.events
         state.outbox = dict(snap.outbox)
-        state.churn_since = snap.churn_since
-        state.churn_aborted = snap.churn_aborted
         state.spend_usd, state.loop_spend_usd, state.input_tokens, state.output_tokens = snap.spend
         state.first_detector = snap.first_detector
-        state.budget_fired, state.budget_aborted = snap.budget
-        state.outcome_tools = deque(snap.outcome_tools)
-        state.since_new = snap.since_new
-        state.seen_pairs = dict.fromkeys(snap.seen_pairs)
-        state.edits = {path: PathEdits(list(c), list(h), n) for path, c, h, n in snap.edits}
         state.aborted = (snap.aborted[0], snap.aborted[1]) if snap.aborted is not None else None
+        rule_states = state.rule_states
+        for name, raw in _legacy_rule_states(snap):
+            rule_states[name] = load_rule_state(name, raw)
+        for name, raw in snap.rules:
+            rule_states[name] = load_rule_state(name, raw)
         return state
 
     @classmethod
@@ -226,3 +181,21 @@ class RunState:
         return isinstance(other, RunState) and self.snapshot() == other.snapshot()
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _legacy_rule_states(snap: RunSnapshot) -> list[tuple[str, object]]:
+    """The rules' states of a snapshot written before rules kept their own (commit 55edc0a and
+    older), in the stored form of each rule's state today."""
+    found: list[tuple[str, object]] = []
+    if snap.guard_remaining or snap.guard_observations:
+        observations = [list(t) for t in snap.guard_observations]
+        found.append(("compaction_loop_persisted", [snap.guard_remaining, snap.guard_window, observations]))
+    if snap.churn_since is not None or snap.churn_aborted:
+        found.append(("argument_churn_stale", [snap.churn_since, snap.churn_aborted]))
+    if snap.budget != (False, False):
+        found.append(("loop_budget", list(snap.budget)))
+    if snap.outcome_tools or snap.since_new or snap.seen_pairs:
+        found.append(("run_no_progress", [snap.outcome_tools, snap.since_new, snap.seen_pairs]))
+    if snap.edits:
+        found.append(("edit_undo", [[p, c, h, n] for p, c, h, n in snap.edits]))
+    return found

@@ -13,26 +13,26 @@ Rules, per event of one run scope:
 * ``compaction_retry`` arms the guard. ``run_end`` changes nothing here: the shell drops the
   state.
 
+The rules themselves (what each detects, what each keeps) are the registry's
+(:mod:`detectors.rules.registry`, :mod:`detectors.rules.base`); the step orders them: hashes
+once, asks the rules at a call, publishes the verdict (de-duplicating warnings, escalating
+criticals), records the call and the outcome, keeps the run's first enforced abort.
+
 Observe-only (shadow rollout): verdicts carry ``enforced: false`` and critical calls are
-recorded as if they had run. The step reads no clock and makes no ids of its own: ``ts``
-comes from the event and ``verdict_id`` is a hash of the scope, trigger event and kind.
+recorded as if they had run. The step reads no clock and makes no ids of its own
+(:mod:`detectors.verdicts`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import xxhash
 from msgspec import UNSET
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.loop_detection import ResolvedLoopDetection
-from loopwatch.config.own_rules import OwnRules
 from loopwatch.config.settings import DetectorSettings
-from loopwatch.detectors import churn_liveness, escalation
-from loopwatch.detectors.compaction_guard import DETECTOR as GUARD_REASON
-from loopwatch.detectors.compaction_guard import GuardVerdict
-from loopwatch.detectors.detection import Detection, detect
+from loopwatch.detectors import escalation
 from loopwatch.detectors.events import (
     Abort,
     CompactionRetry,
@@ -41,23 +41,20 @@ from loopwatch.detectors.events import (
     RunEnd,
     ToolCall,
     ToolResult,
-    Usage,
-    Verdict,
     run_scope,
 )
 from loopwatch.detectors.hashing import Digester, digester_for
 from loopwatch.detectors.outcomes import MISSING, VETO, ErrorMessage, OutcomeHash, hash_outcome, is_known_poll
-from loopwatch.detectors.rules import argument_churn, edit_undo, loop_budget, run_no_progress
+from loopwatch.detectors.rules.base import CallContext, Detection, ResultContext
+from loopwatch.detectors.rules.post_compaction_guard import DETECTOR as GUARD
+from loopwatch.detectors.rules.post_compaction_guard import GuardVerdict, PostCompactionGuard
+from loopwatch.detectors.rules.registry import REGISTRY
 from loopwatch.detectors.stable_json import canonical_bytes
 from loopwatch.detectors.state import RunState
+from loopwatch.detectors.verdicts import new_abort, new_verdict, verdict_id
 from loopwatch.detectors.warning_buckets import should_emit
 
-__all__ = ["Prepared", "apply", "new_state", "prepare", "record_outcome", "verdict_id"]
-
-
-def verdict_id(scope: str, trigger_event_id: str, kind: str) -> str:
-    """Deterministic id: the same trigger in the same run gives the same id."""
-    return xxhash.xxh3_128_hexdigest(f"{scope}\x1f{trigger_event_id}\x1f{kind}".encode())
+__all__ = ["Prepared", "apply", "new_state", "prepare", "prepare_for", "record_outcome", "verdict_id"]
 
 
 def new_state(event: Event, config: FleetConfig) -> RunState:
@@ -156,6 +153,18 @@ def prepare(
     )
 
 
+def prepare_for(event: ToolCall | ToolResult, config: FleetConfig) -> Prepared:
+    """:func:`prepare` with the digest, send tools and rule revision ``config`` gives the
+    event's agent: the one way every shell hashes an event."""
+    settings = config.settings
+    return prepare(
+        event,
+        digester_for(settings.digest),
+        settings.provider_send_tools,
+        config.for_agent(event.agent_id).newest,
+    )
+
+
 def apply(
     state: RunState, event: Event, config: FleetConfig, prepared: Prepared | None = None
 ) -> list[Output]:
@@ -178,7 +187,7 @@ def apply(
                 resolved.newest,
             )
         if kind is ToolCall:
-            outputs = _on_call(state, event, prepared, resolved, config)  # type: ignore[arg-type]
+            outputs = _on_call(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
         else:
             outputs = _on_result(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
         if outputs and state.aborted is None:
@@ -186,8 +195,8 @@ def apply(
         return outputs
     if isinstance(event, CompactionRetry):
         resolved = config.for_agent(event.agent_id)
-        if resolved.guard_enabled:
-            state.guard.arm(resolved.guard_window)
+        for rule in REGISTRY.on_compaction_retry:
+            rule.on_compaction_retry(state, resolved)
         return []
     assert isinstance(event, RunEnd)
     return []
@@ -198,112 +207,39 @@ def _on_call(
     event: ToolCall,
     prepared: Prepared,
     resolved: ResolvedLoopDetection,
-    config: FleetConfig,
+    settings: DetectorSettings,
 ) -> list[Output]:
-    settings = config.settings
-    history = state.history
-    tool = event.tool
-    args_hash = prepared.args_hash
-    found = detect(history, tool, args_hash, prepared.known_poll, resolved)
-    rules = resolved.rules
-    if rules.run_no_progress or rules.edit_undo:
-        found = _own_rules(state, event, found, rules)
-    found, budget = _spend(state, event.usage, found, rules.loop_budget_usd)
+    ctx = CallContext(state, event, prepared.args_hash, prepared.known_poll, resolved, settings)
+    openclaw = ctx.openclaw
+    found: Detection | None = None
+    for rule in REGISTRY.on_call:
+        if rule.openclaw and (found is not None or not openclaw):
+            continue
+        found = rule.on_call(ctx, found)
+    ctx.found = found
     outputs: list[Output] = []
     blocked = _emit(state, event, found, resolved, settings, outputs)
-    if (
-        budget is not None
-        and not state.budget_aborted
-        and loop_budget.reached(state.loop_spend_usd, 2 * budget)
-    ):
-        state.budget_aborted = True
-        cents = round(state.loop_spend_usd * 100)
-        message = loop_budget.abort_message(state.loop_spend_usd, budget)
-        outputs.append(_abort(state, event, loop_budget.ABORT_REASON, cents, message, settings.observe_only))
-    stale_limit = _stale_limit(settings, resolved)
-    if stale_limit and not blocked:
-        if found is not None and found.detector == argument_churn.DETECTOR:
-            churn = found.count
-        else:
-            churn = argument_churn.evaluate(history, tool, args_hash)[0]
-        churn_liveness.after_call(state, churn, resolved.warning_threshold, event.ts)
+    for rule in REGISTRY.after_call:
+        rule.after_call(ctx, blocked, outputs)
     if blocked:
-        if resolved.newest:  # the blocked call leaves a veto record (2026-08)
-            history.append(
-                tool, args_hash, event.tool_call_id, None, None, event.ts, resolved.history_size, VETO
+        if ctx.newest:  # the blocked call leaves a veto record (2026-08)
+            state.history.append(
+                event.tool,
+                ctx.args_hash,
+                event.tool_call_id,
+                None,
+                None,
+                event.ts,
+                resolved.history_size,
+                VETO,
             )
     elif resolved.records_calls:
-        history.append(tool, args_hash, event.tool_call_id, None, None, event.ts, resolved.history_size)
-    if stale_limit and state.churn_since is not None:
-        _stale_churn_abort(state, event, stale_limit, settings.observe_only, outputs)
+        state.history.append(
+            event.tool, ctx.args_hash, event.tool_call_id, None, None, event.ts, resolved.history_size
+        )
+    for rule in REGISTRY.after_record:
+        rule.after_record(ctx, outputs)
     return outputs
-
-
-def _own_rules(
-    state: RunState, event: ToolCall, found: Detection | None, rules: OwnRules
-) -> Detection | None:
-    """``found`` (OpenClaw's rules) or a verdict of ``run_no_progress`` / ``edit_undo``.
-
-    A critical wins over a warning; between equals, OpenClaw's rules come first, then
-    ``run_no_progress``, then ``edit_undo``. ``edit_undo`` counts every write and edit.
-    """
-    own: list[Detection] = []
-    if rules.run_no_progress:
-        count = run_no_progress.count(state)
-        window, warning = rules.run_no_progress_window, rules.run_no_progress_warning
-        if count >= warning:
-            tools = run_no_progress.tools_in(state, count)
-            critical = count >= window
-            message = (run_no_progress.critical_message if critical else run_no_progress.warning_message)(
-                count, tools
-            )
-            level = "critical" if critical else "warning"
-            key = run_no_progress.warning_key()
-            own.append(Detection.own(level, run_no_progress.DETECTOR, count, message, key, warning))
-    if rules.edit_undo and event.params is not UNSET:
-        change = edit_undo.observe_call(state, event.tool, event.params)
-        if change is not None and change[1] >= rules.edit_undo_warning:
-            path, count = change
-            critical = count >= rules.edit_undo_critical
-            message = (edit_undo.critical_message if critical else edit_undo.warning_message)(path, count)
-            level = "critical" if critical else "warning"
-            key = edit_undo.warning_key(path)
-            own.append(Detection.own(level, edit_undo.DETECTOR, count, message, key, rules.edit_undo_warning))
-    if not own or (found is not None and found.critical):
-        return found
-    for detection in own:
-        if detection.critical:
-            return detection
-    return found if found is not None else own[0]
-
-
-def _spend(
-    state: RunState, usage: Usage | None, found: Detection | None, budget: float | None
-) -> tuple[Detection | None, float | None]:
-    """Count a call's usage; the call's verdict (the budget's, when the loop spend reaches it).
-
-    The loop spend counts from the run's first verdict on, the call that gets it included.
-    Also returns the budget while the loop spend is at or above it (for the abort at twice).
-    """
-    if found is not None and state.first_detector is None:
-        state.first_detector = found.detector
-    in_loop = state.first_detector is not None
-    if usage is not None:
-        cost = usage.cost_usd
-        state.spend_usd += cost
-        # bounded: a run's sums stay storable (int64), whatever its calls claim
-        state.input_tokens = min(state.input_tokens + usage.input_tokens, _INT64_MAX)
-        state.output_tokens = min(state.output_tokens + usage.output_tokens, _INT64_MAX)
-        if in_loop:
-            state.loop_spend_usd += cost
-    if budget is None or not in_loop or not loop_budget.reached(state.loop_spend_usd, budget):
-        return found, None
-    if not state.budget_fired and (found is None or not found.critical):
-        state.budget_fired = True
-        message = loop_budget.critical_message(state.loop_spend_usd, budget)
-        cents = round(state.loop_spend_usd * 100)
-        found = Detection.own("critical", loop_budget.DETECTOR, cents, message, loop_budget.warning_key(), 0)
-    return found, budget
 
 
 def _emit(
@@ -317,58 +253,22 @@ def _emit(
     """Publish the call's verdict (a critical also escalates); whether the call is blocked."""
     if found is None:
         return False
+    observe_only = settings.observe_only
     if not found.critical:
         key = f"{state.run_id}:{found.warning_key}" if state.run_id else found.warning_key
         if should_emit(state.buckets, key, found.count, found.bucket or resolved.warning_threshold):
-            outputs.append(_verdict(state, event, found, "warn", settings.observe_only))
+            outputs.append(new_verdict(state.scope, state.run_id, event, found, "warn", observe_only))
         return False
-    outputs.append(_verdict(state, event, found, "block", settings.observe_only))
+    outputs.append(new_verdict(state.scope, state.run_id, event, found, "block", observe_only))
     state.criticals += 1
     if escalation.recovery_exhausted(state.criticals, state.recovery_aborted, settings):
         state.recovery_aborted = True
         outputs.append(
-            _abort(state, event, escalation.REASON, None, escalation.MESSAGE, settings.observe_only)
-        )
-    return not settings.observe_only
-
-
-def _stale_churn_abort(
-    state: RunState, event: ToolCall | ToolResult, limit_s: int, observe_only: bool, outputs: list[Output]
-) -> None:
-    elapsed = churn_liveness.stale_for(state, event.ts, limit_s)
-    if elapsed is not None:
-        outputs.append(
-            _abort(
-                state,
-                event,
-                churn_liveness.REASON,
-                None,
-                churn_liveness.message(event.tool, elapsed, limit_s),
-                observe_only,
+            new_abort(
+                state.scope, state.run_id, event, escalation.REASON, None, escalation.MESSAGE, observe_only
             )
         )
-
-
-def _verdict(state: RunState, event: ToolCall, found: Detection, action: str, observe_only: bool) -> Output:
-    return Verdict(
-        verdict_id=verdict_id(state.scope, event.event_id, "verdict"),
-        run_id=state.run_id,
-        agent_id=event.agent_id,
-        session_id=event.session_id,
-        tool_call_id=event.tool_call_id,
-        trigger_event_id=event.event_id,
-        level=found.level,
-        action=action,
-        detector=found.detector,
-        count=found.count,
-        message=found.message,
-        warning_key=found.warning_key,
-        paired_tool=found.paired_tool,
-        tool=event.tool,
-        ts=event.ts,
-        enforced=not observe_only,
-        liveness_signal=found.liveness_signal,
-    )
+    return not observe_only
 
 
 def _on_result(
@@ -378,30 +278,14 @@ def _on_result(
     resolved: ResolvedLoopDetection,
     settings: DetectorSettings,
 ) -> list[Output]:
-    observe_only = settings.observe_only
-    verdict = record_outcome(state, event.tool, event.tool_call_id, event.ts, prepared, resolved)
-    rules = resolved.rules
-    if rules.run_no_progress and prepared.result_hash is not None:
-        run_no_progress.observe(state, event.tool, prepared.result_hash, rules.run_no_progress_window)
     outputs: list[Output] = []
-    if verdict is not None and verdict.should_abort:
-        outputs.append(_abort(state, event, GUARD_REASON, verdict.count, verdict.message or "", observe_only))
-    if state.churn_since is None:  # no churn lease running (always so under 2026-05)
-        return outputs
-    stale_limit = _stale_limit(settings, resolved)
-    if stale_limit:
-        if prepared.result_hash is not None:
-            churn_liveness.after_outcome(state, state.history, event.tool, prepared.args_hash)
-        _stale_churn_abort(state, event, stale_limit, observe_only, outputs)
+    if _record(state, event.tool, event.tool_call_id, event.ts, prepared, resolved):
+        ctx = ResultContext(
+            state, event, prepared.args_hash, prepared.result_hash, prepared.kind, resolved, settings
+        )
+        for rule in REGISTRY.on_result:
+            rule.on_result(ctx, outputs)
     return outputs
-
-
-def _stale_limit(settings: DetectorSettings, resolved: ResolvedLoopDetection) -> int:
-    """Seconds of churn that abort a run; 0 when the stale-churn abort does not apply."""
-    return settings.churn_stale_after_s if resolved.newest and resolved.enabled else 0
-
-
-_INT64_MAX = 2**63 - 1
 
 
 def _note_abort(state: RunState, outputs: list[Output]) -> None:
@@ -412,55 +296,20 @@ def _note_abort(state: RunState, outputs: list[Output]) -> None:
             return
 
 
-def _abort_kind(reason: str) -> str:
-    """The id kind of an abort: one call can abort a run for several reasons at once (a
-    stale churn or a spent budget besides the recovery), each needs its own id; the ids of
-    the first two reasons are as they always were."""
-    if reason == escalation.REASON or reason == GUARD_REASON:
-        return "abort"
-    return f"abort:{reason}"
-
-
-def _abort(
-    state: RunState,
-    event: ToolCall | ToolResult,
-    reason: str,
-    count: int | None,
-    message: str,
-    observe_only: bool,
-) -> Abort:
-    return Abort(
-        verdict_id=verdict_id(state.scope, event.event_id, _abort_kind(reason)),
-        run_id=state.run_id,
-        agent_id=event.agent_id,
-        session_id=event.session_id,
-        trigger_event_id=event.event_id,
-        reason=reason,
-        tool=event.tool,
-        count=count,
-        message=message,
-        ts=event.ts,
-        enforced=not observe_only,
-    )
-
-
-def record_outcome(
+def _record(
     state: RunState,
     tool: str,
     tool_call_id: str | None,
     ts: int | None,
     prepared: Prepared,
     resolved: ResolvedLoopDetection,
-) -> GuardVerdict | None:
-    """Record an outcome (spec §4.2) and feed the guard; ``None`` when it had no hash.
-
-    An outcome with neither a result hash nor a kind is not recorded. One with a kind but
-    no hash (a veto, 2026-08) is recorded but never seen by the guard.
-    """
+) -> bool:
+    """Record an outcome (spec §4.2); ``False`` when it had neither a result hash nor a kind
+    (it is not recorded). One with a kind but no hash is a veto record (2026-08)."""
     result_hash = prepared.result_hash
     kind = prepared.kind
     if result_hash is None and kind is None:
-        return None
+        return False
     history = state.history
     pending = history.find_pending(prepared.args_hash, tool_call_id or None)
     if pending is not None:
@@ -480,6 +329,22 @@ def record_outcome(
             prepared.no_progress,
             prepared.failure_id,
         )
-    if result_hash is None:
+    return True
+
+
+def record_outcome(
+    state: RunState,
+    tool: str,
+    tool_call_id: str | None,
+    ts: int | None,
+    prepared: Prepared,
+    resolved: ResolvedLoopDetection,
+) -> GuardVerdict | None:
+    """Record an outcome and feed the post-compaction guard, as OpenClaw's own
+    ``recordToolCallOutcome`` does (conformance sessions); ``None`` when it had no hash."""
+    if not _record(state, tool, tool_call_id, ts, prepared, resolved) or prepared.result_hash is None:
         return None
-    return state.guard.observe(resolved.guard_enabled, tool, prepared.args_hash, result_hash)
+    guard = state.rule_states.get(GUARD)
+    if not isinstance(guard, PostCompactionGuard):
+        return None
+    return guard.observe(resolved.guard_enabled, tool, prepared.args_hash, prepared.result_hash)

@@ -22,10 +22,10 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
-from loopwatch.detectors.compaction_guard import DETECTOR as GUARD_DETECTOR
 from loopwatch.detectors.events import Abort, Event, Output, ToolCall, ToolResult, Verdict
 from loopwatch.detectors.hashing import Digester
 from loopwatch.detectors.outcomes import error_text
+from loopwatch.detectors.rules.post_compaction_guard import DETECTOR as GUARD_DETECTOR
 from loopwatch.detectors.step import Prepared
 
 __all__ = [

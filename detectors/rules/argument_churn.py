@@ -23,12 +23,49 @@ from __future__ import annotations
 from typing import Final
 
 from loopwatch.detectors.history import History
+from loopwatch.detectors.rules.base import WARNING, CallContext, Detection, Rule
 
-__all__ = ["DETECTOR", "LIVENESS_SIGNAL", "MIN_STABLE_CALLS", "evaluate", "message", "warning_key"]
+__all__ = [
+    "DETECTOR",
+    "LIVENESS_SIGNAL",
+    "MIN_STABLE_CALLS",
+    "RULE",
+    "ArgumentChurn",
+    "evaluate",
+    "liveness",
+    "message",
+    "warning_key",
+]
 
 DETECTOR: Final = "argument_churn"
 LIVENESS_SIGNAL: Final = "argument_churn"
 MIN_STABLE_CALLS: Final = 3
+
+
+class ArgumentChurn(Rule):
+    """Rule 7a (revision 2026-08 only)."""
+
+    def __init__(self) -> None:
+        super().__init__(DETECTOR, openclaw=True)
+
+    def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
+        if not ctx.newest:
+            return None
+        tool = ctx.tool
+        churn, variants = evaluate(ctx.history, tool, ctx.args_hash)
+        if churn < ctx.resolved.warning_threshold:
+            return None
+        message_ = message(tool, variants, churn)
+        return Detection(WARNING, DETECTOR, churn, message_, warning_key(tool), None, LIVENESS_SIGNAL)
+
+
+def liveness(ctx: CallContext) -> str | None:
+    """The liveness signal a poll or ping-pong warning carries while churn is at threshold
+    (revision 2026-08)."""
+    if not ctx.newest:
+        return None
+    churn = evaluate(ctx.history, ctx.tool, ctx.args_hash)[0]
+    return LIVENESS_SIGNAL if churn >= ctx.resolved.warning_threshold else None
 
 
 def evaluate(history: History, tool: str, args_hash: str) -> tuple[int, int]:
@@ -82,3 +119,6 @@ def message(tool: str, variant_count: int, count: int) -> str:
 
 def warning_key(tool: str) -> str:
     return f"argument-churn:{tool}"
+
+
+RULE: Final[ArgumentChurn] = ArgumentChurn()

@@ -22,15 +22,93 @@ from __future__ import annotations
 from typing import Any, Final
 
 import xxhash
+from msgspec import UNSET
 
+from loopwatch.detectors.rule_state import RuleState
+from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detection, Rule, stronger
 from loopwatch.detectors.stable_json import _sanitize_surrogates
-from loopwatch.detectors.state import PathEdits, RunState
 
-__all__ = ["DETECTOR", "critical_message", "observe_call", "warning_key", "warning_message"]
+__all__ = [
+    "DETECTOR",
+    "RULE",
+    "FileVersions",
+    "PathEdits",
+    "critical_message",
+    "warning_key",
+    "warning_message",
+]
 
 DETECTOR: Final = "edit_undo"
 KEPT: Final = 32
 PATHS: Final = 256
+
+
+class PathEdits:
+    """What ``edit_undo`` keeps of one path: recent content digests, recent edits, the count."""
+
+    __slots__ = ("changes", "contents", "count")
+
+    def __init__(
+        self, contents: list[str] | None = None, changes: list[str] | None = None, count: int = 0
+    ) -> None:
+        self.contents: list[str] = contents if contents is not None else []
+        self.changes: list[str] = changes if changes is not None else []
+        self.count = count
+
+
+class FileVersions(RuleState):
+    """Per path, most recently changed last (at most :data:`PATHS` paths)."""
+
+    __slots__ = ("paths",)
+
+    def __init__(self, paths: dict[str, PathEdits] | None = None) -> None:
+        self.paths: dict[str, PathEdits] = paths if paths is not None else {}
+
+    def dump(self) -> Any:
+        return [[path, e.contents, e.changes, e.count] for path, e in self.paths.items()]
+
+    def track(self, path: str) -> PathEdits:
+        paths = self.paths
+        track = paths.pop(path, None)
+        if track is None:
+            track = PathEdits()
+            if len(paths) >= PATHS:
+                del paths[next(iter(paths))]
+        paths[path] = track  # most recent last
+        return track
+
+
+class EditUndo(Rule):
+    """Observes every write and edit (when on); a revert or undo count at a threshold speaks."""
+
+    def __init__(self) -> None:
+        super().__init__(DETECTOR)
+
+    def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
+        rules = ctx.resolved.rules
+        params = ctx.event.params
+        if not rules.edit_undo or params is UNSET:
+            return found
+        state = ctx.state
+        versions = state.rule_states.get(DETECTOR)
+        if not isinstance(versions, FileVersions):
+            versions = FileVersions()
+        change = observe_call(versions, ctx.tool, params)
+        if versions.paths and DETECTOR not in state.rule_states:
+            state.rule_states[DETECTOR] = versions
+        if change is None or change[1] < rules.edit_undo_warning:
+            return found
+        path, count = change
+        critical = count >= rules.edit_undo_critical
+        message = (critical_message if critical else warning_message)(path, count)
+        level = CRITICAL if critical else WARNING
+        own = Detection(
+            level, DETECTOR, count, message, warning_key(path), None, None, rules.edit_undo_warning
+        )
+        return stronger(found, own)
+
+    def load_state(self, raw: Any) -> FileVersions:
+        return FileVersions({path: PathEdits(list(c), list(h), n) for path, c, h, n in raw})
 
 
 def _digest(text: str) -> str:
@@ -45,18 +123,7 @@ def _string(params: dict[str, Any], *keys: str) -> str | None:
     return None
 
 
-def _track(state: RunState, path: str) -> PathEdits:
-    edits = state.edits
-    track = edits.pop(path, None)
-    if track is None:
-        track = PathEdits()
-        if len(edits) >= PATHS:
-            del edits[next(iter(edits))]
-    edits[path] = track  # most recent last
-    return track
-
-
-def observe_call(state: RunState, tool: str, params: Any) -> tuple[str, int] | None:
+def observe_call(versions: FileVersions, tool: str, params: Any) -> tuple[str, int] | None:
     """``(path, count)`` when this call reverts or undoes an earlier change, else ``None``."""
     name = tool.lower()
     if (name != "write" and name != "edit") or not isinstance(params, dict):
@@ -69,7 +136,7 @@ def observe_call(state: RunState, tool: str, params: Any) -> tuple[str, int] | N
         content = _string(params, "content")
         if content is None:
             return None
-        track = _track(state, path)
+        track = versions.track(path)
         digest = _digest(content)
         contents = track.contents
         back = bool(contents) and digest != contents[-1] and digest in contents[:-1]
@@ -81,7 +148,7 @@ def observe_call(state: RunState, tool: str, params: Any) -> tuple[str, int] | N
         new = _string(params, "newText", "new_string")
         if old is None or new is None:
             return None
-        track = _track(state, path)
+        track = versions.track(path)
         pair = f"{_digest(old)}>{_digest(new)}"
         back = f"{_digest(new)}>{_digest(old)}" in track.changes
         track.changes.append(pair)
@@ -109,3 +176,6 @@ def warning_message(path: str, count: int) -> str:
 
 def warning_key(path: str) -> str:
     return f"edit-undo:{path}"
+
+
+RULE: Final[EditUndo] = EditUndo()

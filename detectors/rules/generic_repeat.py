@@ -7,7 +7,38 @@ Trace (defaults): ``read(a)`` proposed after 10 identical calls → warning, cou
 
 from __future__ import annotations
 
-DETECTOR = "generic_repeat"
+from typing import Final
+
+from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detection, Rule
+
+__all__ = ["CRITICAL_RULE", "DETECTOR", "WARNING_RULE", "GenericRepeat"]
+
+DETECTOR: Final = "generic_repeat"
+
+
+class GenericRepeat(Rule):
+    """Rule 7 (``critical``) or rule 8 (warning): OpenClaw checks argument churn (7a) between
+    the two, so the registry holds each level as an entry of its own."""
+
+    def __init__(self, critical: bool) -> None:
+        super().__init__(DETECTOR, openclaw=True)
+        self.critical = critical
+
+    def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
+        if ctx.known_poll or not ctx.resolved.generic_repeat:
+            return None
+        tool = ctx.tool
+        if self.critical:
+            count = ctx.no_progress
+            if count >= ctx.resolved.critical_threshold:
+                key = critical_key(tool, ctx.args_hash, ctx.latest)
+                return Detection(CRITICAL, DETECTOR, count, critical_message(tool, count), key)
+        else:
+            count = ctx.recent
+            if count >= ctx.resolved.warning_threshold:
+                key = warning_key(tool, ctx.args_hash)
+                return Detection(WARNING, DETECTOR, count, warning_message(tool, count), key)
+        return None
 
 
 def critical_message(tool: str, count: int) -> str:
@@ -30,3 +61,7 @@ def critical_key(tool: str, args_hash: str, latest: str | None) -> str:
 
 def warning_key(tool: str, args_hash: str) -> str:
     return f"generic:{tool}:{args_hash}"
+
+
+CRITICAL_RULE: Final[GenericRepeat] = GenericRepeat(critical=True)
+WARNING_RULE: Final[GenericRepeat] = GenericRepeat(critical=False)

@@ -8,21 +8,52 @@ count 10; 20 times → blocked.
 
 from __future__ import annotations
 
-from loopwatch.config.loop_detection import ResolvedLoopDetection
+from typing import Final
 
-DETECTOR = "known_poll_no_progress"
+from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.detectors.rules import argument_churn
+from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detection, Rule
+
+__all__ = ["DETECTOR", "RULE", "KnownPollNoProgress", "level", "message", "warning_key"]
+
+DETECTOR: Final = "known_poll_no_progress"
+
+
+class KnownPollNoProgress(Rule):
+    """Rules 3-4 (gated by ``detectors.knownPollNoProgress``)."""
+
+    def __init__(self) -> None:
+        super().__init__(DETECTOR, openclaw=True)
+
+    def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
+        if not ctx.known_poll or not ctx.resolved.known_poll_no_progress:
+            return None
+        count = ctx.no_progress
+        level_ = level(count, ctx.resolved)
+        if level_ is None:
+            return None
+        tool = ctx.tool
+        return Detection(
+            level_,
+            DETECTOR,
+            count,
+            message(level_, tool, count),
+            warning_key(tool, ctx.args_hash, ctx.latest),
+            None,
+            argument_churn.liveness(ctx) if level_ == WARNING else None,
+        )
 
 
 def level(no_progress: int, config: ResolvedLoopDetection) -> str | None:
     if no_progress >= config.critical_threshold:
-        return "critical"
+        return CRITICAL
     if no_progress >= config.warning_threshold:
-        return "warning"
+        return WARNING
     return None
 
 
 def message(level: str, tool: str, count: int) -> str:
-    if level == "critical":
+    if level == CRITICAL:
         return (
             f"CRITICAL: Called {tool} with identical arguments and no progress {count} times. "
             "This appears to be a stuck polling loop. Session execution blocked to prevent "
@@ -37,3 +68,6 @@ def message(level: str, tool: str, count: int) -> str:
 
 def warning_key(tool: str, args_hash: str, latest: str | None) -> str:
     return f"poll:{tool}:{args_hash}:{latest or 'none'}"
+
+
+RULE: Final[KnownPollNoProgress] = KnownPollNoProgress()

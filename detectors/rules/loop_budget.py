@@ -11,17 +11,110 @@ turn): first warning at call 11 → loop spend 0.30, 0.60, 0.90, 1.20 at call 14
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["ABORT_REASON", "DETECTOR", "abort_message", "critical_message", "reached", "warning_key"]
+from loopwatch.detectors.events import Output
+from loopwatch.detectors.rule_state import RuleState
+from loopwatch.detectors.rules.base import CRITICAL, CallContext, Detection, Rule
+from loopwatch.detectors.verdicts import new_abort
+
+__all__ = [
+    "ABORT_REASON",
+    "DETECTOR",
+    "RULE",
+    "BudgetSpent",
+    "abort_message",
+    "critical_message",
+    "reached",
+    "warning_key",
+]
 
 DETECTOR: Final = "loop_budget"
 ABORT_REASON: Final = "loop_budget_exhausted"
+_INT64_MAX: Final = 2**63 - 1
 
 
 def reached(spend: float, limit: float) -> bool:
     """``spend >= limit`` up to a millionth of a dollar (ten $0.10 turns reach $1.00)."""
     return spend >= limit - 1e-6
+
+
+class BudgetSpent(RuleState):
+    """Whether the run got the budget's critical verdict, and its abort."""
+
+    __slots__ = ("aborted", "fired")
+
+    def __init__(self, fired: bool = False, aborted: bool = False) -> None:
+        self.fired = fired
+        self.aborted = aborted
+
+    def dump(self) -> Any:
+        return [self.fired, self.aborted]
+
+
+def _budget_of(rule_states: dict[str, RuleState]) -> BudgetSpent:
+    spent = rule_states.get(DETECTOR)
+    if not isinstance(spent, BudgetSpent):
+        spent = rule_states[DETECTOR] = BudgetSpent()
+    return spent
+
+
+class LoopBudget(Rule):
+    """Counts every call's usage into the run's spend (whatever the budget: the spend is the
+    run's, on the dashboard and in ``/metrics``), from the run's first verdict on also into
+    its loop spend; with a budget, the critical at the budget and the abort at twice it.
+    Registered last: the verdicts of every rule before it start the loop spend."""
+
+    def __init__(self) -> None:
+        super().__init__(DETECTOR)
+
+    def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
+        state = ctx.state
+        if found is not None and state.first_detector is None:
+            state.first_detector = found.detector
+        in_loop = state.first_detector is not None
+        usage = ctx.event.usage
+        if usage is not None:
+            cost = usage.cost_usd
+            state.spend_usd += cost
+            # bounded: a run's sums stay storable (int64), whatever its calls claim
+            state.input_tokens = min(state.input_tokens + usage.input_tokens, _INT64_MAX)
+            state.output_tokens = min(state.output_tokens + usage.output_tokens, _INT64_MAX)
+            if in_loop:
+                state.loop_spend_usd += cost
+        budget = ctx.resolved.rules.loop_budget_usd
+        if budget is None or not in_loop or not reached(state.loop_spend_usd, budget):
+            return found
+        if found is not None and found.critical:
+            return found
+        spent = _budget_of(state.rule_states)
+        if spent.fired:
+            return found
+        spent.fired = True
+        cents = round(state.loop_spend_usd * 100)
+        message = critical_message(state.loop_spend_usd, budget)
+        return Detection(CRITICAL, DETECTOR, cents, message, warning_key())
+
+    def after_call(self, ctx: CallContext, blocked: bool, outputs: list[Output]) -> None:
+        state = ctx.state
+        budget = ctx.resolved.rules.loop_budget_usd
+        if budget is None or state.first_detector is None or not reached(state.loop_spend_usd, 2 * budget):
+            return
+        spent = _budget_of(state.rule_states)
+        if spent.aborted:
+            return
+        spent.aborted = True
+        spend = state.loop_spend_usd
+        observe_only = ctx.settings.observe_only
+        cents = round(spend * 100)
+        text = abort_message(spend, budget)
+        outputs.append(
+            new_abort(state.scope, state.run_id, ctx.event, ABORT_REASON, cents, text, observe_only)
+        )
+
+    def load_state(self, raw: Any) -> BudgetSpent:
+        fired, aborted = raw
+        return BudgetSpent(fired, aborted)
 
 
 def critical_message(loop_spend: float, budget: float) -> str:
@@ -40,3 +133,6 @@ def abort_message(loop_spend: float, budget: float) -> str:
 
 def warning_key() -> str:
     return "loop-budget"
+
+
+RULE: Final[LoopBudget] = LoopBudget()

@@ -17,10 +17,42 @@ tool with different arguments.
 
 from __future__ import annotations
 
+from typing import Final
+
 from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.detectors.history import History, Record
+from loopwatch.detectors.rules import argument_churn
+from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detection, Rule
 
-DETECTOR = "ping_pong"
+__all__ = ["DETECTOR", "RULE", "PingPong", "evaluate", "message", "warning_key"]
+
+DETECTOR: Final = "ping_pong"
+
+
+class PingPong(Rule):
+    """Rules 5-6 (gated by ``detectors.pingPong``)."""
+
+    def __init__(self) -> None:
+        super().__init__(DETECTOR, openclaw=True)
+
+    def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
+        records = ctx.history.records
+        args_hash = ctx.args_hash
+        if not ctx.resolved.ping_pong or len(records) < 2 or records[-2].args_hash != args_hash:
+            return None
+        pattern = evaluate(ctx.history, args_hash, ctx.resolved)
+        if pattern is None:
+            return None
+        level, count, paired = pattern
+        return Detection(
+            level,
+            DETECTOR,
+            count,
+            message(level, count),
+            warning_key(ctx.tool, args_hash, paired.args_hash),
+            paired.tool,
+            argument_churn.liveness(ctx) if level == WARNING else None,
+        )
 
 
 def evaluate(
@@ -36,14 +68,14 @@ def evaluate(
     count = tail + 1
     last = records[-1]
     if count >= config.critical_threshold and history.tail_has_stable_outcomes(tail):
-        return "critical", count, last
+        return CRITICAL, count, last
     if count >= config.warning_threshold:
-        return "warning", count, last
+        return WARNING, count, last
     return None
 
 
 def message(level: str, count: int) -> str:
-    if level == "critical":
+    if level == CRITICAL:
         return (
             f"CRITICAL: You are alternating between repeated tool-call patterns ({count} "
             "consecutive calls) with no progress. This appears to be a stuck ping-pong loop. "
@@ -65,3 +97,6 @@ def warning_key(tool: str, args_hash: str, paired: str | None) -> str:
         return f"pingpong:{tool}:{args_hash}"
     first, second = sorted((args_hash, paired), key=_utf16)
     return f"pingpong:{first}|{second}"
+
+
+RULE: Final[PingPong] = PingPong()

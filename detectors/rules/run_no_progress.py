@@ -10,43 +10,105 @@ third outcome is the first repeat; 20 repeats later the next call gets the warni
 
 from __future__ import annotations
 
-from typing import Final
+from collections import deque
+from typing import Any, Final
 
-from loopwatch.detectors.state import RunState
+from loopwatch.detectors.events import Output
+from loopwatch.detectors.rule_state import RuleState
+from loopwatch.detectors.rules.base import (
+    CRITICAL,
+    WARNING,
+    CallContext,
+    Detection,
+    ResultContext,
+    Rule,
+    stronger,
+)
 
-__all__ = ["DETECTOR", "count", "critical_message", "observe", "tools_in", "warning_key", "warning_message"]
+__all__ = ["DETECTOR", "RULE", "OutcomeRepeats", "critical_message", "warning_key", "warning_message"]
 
 DETECTOR: Final = "run_no_progress"
 SEEN_PAIRS: Final = 256
 
 
-def observe(state: RunState, tool: str, result_hash: str, window: int) -> None:
-    """Account for one outcome with a result hash."""
-    key = f"{tool}\x1f{result_hash}"
-    seen = state.seen_pairs
-    if key in seen:
-        del seen[key]  # seen again: most recent now
-        state.since_new += 1
-    else:
-        state.since_new = 0
-        if len(seen) >= SEEN_PAIRS:
-            del seen[next(iter(seen))]
-    seen[key] = None
-    tools = state.outcome_tools
-    tools.append(tool)
-    while len(tools) > window:
-        tools.popleft()
+class OutcomeRepeats(RuleState):
+    """Tools of the last ``windowSize`` outcomes, outcomes since the last new one, and the
+    256 most recently seen (tool, result hash) pairs, oldest first."""
+
+    __slots__ = ("seen_pairs", "since_new", "tools")
+
+    def __init__(
+        self, tools: list[str] | None = None, since_new: int = 0, seen_pairs: list[str] | None = None
+    ) -> None:
+        self.tools: deque[str] = deque(tools) if tools is not None else deque()
+        self.since_new = since_new
+        self.seen_pairs: dict[str, None] = dict.fromkeys(seen_pairs) if seen_pairs is not None else {}
+
+    def dump(self) -> Any:
+        return [list(self.tools), self.since_new, list(self.seen_pairs)]
+
+    def observe(self, tool: str, result_hash: str, window: int) -> None:
+        """Account for one outcome with a result hash."""
+        key = f"{tool}\x1f{result_hash}"
+        seen = self.seen_pairs
+        if key in seen:
+            del seen[key]  # seen again: most recent now
+            self.since_new += 1
+        else:
+            self.since_new = 0
+            if len(seen) >= SEEN_PAIRS:
+                del seen[next(iter(seen))]
+        seen[key] = None
+        tools = self.tools
+        tools.append(tool)
+        while len(tools) > window:
+            tools.popleft()
+
+    def count(self) -> int:
+        """Outcomes since the run's last new outcome, within the window."""
+        return min(self.since_new, len(self.tools))
+
+    def tools_in(self, last: int) -> int:
+        """How many tools the newest ``last`` outcomes came from."""
+        tools = self.tools
+        return len({tools[index] for index in range(len(tools) - last, len(tools))})
 
 
-def count(state: RunState) -> int:
-    """Outcomes since the run's last new outcome, within the window."""
-    return min(state.since_new, len(state.outcome_tools))
+class RunNoProgress(Rule):
+    """Counts at every hashed outcome, judges at every call (when on)."""
 
+    def __init__(self) -> None:
+        super().__init__(DETECTOR)
 
-def tools_in(state: RunState, last: int) -> int:
-    """How many tools the newest ``last`` outcomes came from."""
-    tools = state.outcome_tools
-    return len({tools[index] for index in range(len(tools) - last, len(tools))})
+    def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
+        rules = ctx.resolved.rules
+        if not rules.run_no_progress:
+            return found
+        repeats = ctx.state.rule_states.get(DETECTOR)
+        count = repeats.count() if isinstance(repeats, OutcomeRepeats) else 0
+        warning = rules.run_no_progress_warning
+        if count < warning:
+            return found
+        tools = repeats.tools_in(count) if isinstance(repeats, OutcomeRepeats) else 0
+        critical = count >= rules.run_no_progress_window
+        message = (critical_message if critical else warning_message)(count, tools)
+        level = CRITICAL if critical else WARNING
+        return stronger(found, Detection(level, DETECTOR, count, message, warning_key(), None, None, warning))
+
+    def on_result(self, ctx: ResultContext, outputs: list[Output]) -> None:
+        rules = ctx.resolved.rules
+        result_hash = ctx.result_hash
+        if not rules.run_no_progress or result_hash is None:
+            return
+        state = ctx.state
+        repeats = state.rule_states.get(DETECTOR)
+        if not isinstance(repeats, OutcomeRepeats):
+            repeats = state.rule_states[DETECTOR] = OutcomeRepeats()
+        repeats.observe(ctx.tool, result_hash, rules.run_no_progress_window)
+
+    def load_state(self, raw: Any) -> OutcomeRepeats:
+        tools, since_new, seen_pairs = raw
+        return OutcomeRepeats(tools, since_new, seen_pairs)
 
 
 def critical_message(count: int, tools: int) -> str:
@@ -65,3 +127,6 @@ def warning_message(count: int, tools: int) -> str:
 
 def warning_key() -> str:
     return "run-no-progress"
+
+
+RULE: Final[RunNoProgress] = RunNoProgress()

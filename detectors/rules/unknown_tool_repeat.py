@@ -7,7 +7,28 @@ the end of the history (no outcome yet) ends the streak.
 
 from __future__ import annotations
 
-DETECTOR = "unknown_tool_repeat"
+from typing import Final
+
+from loopwatch.detectors.rules.base import CRITICAL, CallContext, Detection, Rule
+
+__all__ = ["DETECTOR", "RULE", "UnknownToolRepeat", "message", "warning_key"]
+
+DETECTOR: Final = "unknown_tool_repeat"
+
+
+class UnknownToolRepeat(Rule):
+    """Rule 1. Under revision 2026-08 the streak passes over veto records."""
+
+    def __init__(self) -> None:
+        super().__init__(DETECTOR, openclaw=True)
+
+    def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
+        tool = ctx.tool
+        streak, unknown_name = ctx.history.unknown_tool_streak(tool, ctx.newest)
+        if streak and streak >= ctx.resolved.unknown_tool_threshold:
+            message_ = message(unknown_name or tool, streak)
+            return Detection(CRITICAL, DETECTOR, streak, message_, warning_key(tool, unknown_name))
+        return None
 
 
 def message(name: str, count: int) -> str:
@@ -19,3 +40,6 @@ def message(name: str, count: int) -> str:
 
 def warning_key(tool: str, unknown_name: str | None) -> str:
     return f"unknown-tool:{tool}:{unknown_name or 'unknown'}"
+
+
+RULE: Final[UnknownToolRepeat] = UnknownToolRepeat()

@@ -8,6 +8,8 @@ import pytest
 from loopwatch.config import ConfigError, FleetConfig, parse_config_text
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Abort, Output, ToolCall, Usage, Verdict
+from loopwatch.detectors.rules.edit_undo import FileVersions
+from loopwatch.detectors.rules.run_no_progress import OutcomeRepeats
 from loopwatch.detectors.state import RunState
 from tests.helpers import Trace, text_result
 
@@ -247,11 +249,17 @@ def test_the_rules_state_survives_the_state_bytes() -> None:
     for event in [*rotator(25).events, *writes(*"ABABA").events]:
         engine.process(event)
     state = engine.states["run-1"]
-    assert state.edits
-    assert state.since_new > 0
+    versions = state.rule_states["edit_undo"]
+    repeats = state.rule_states["run_no_progress"]
+    assert isinstance(versions, FileVersions)
+    assert versions.paths
+    assert isinstance(repeats, OutcomeRepeats)
+    assert repeats.since_new > 0
     again = RunState.from_bytes(state.to_bytes())
     assert again == state
-    assert again.edits["src/app.py"].count == state.edits["src/app.py"].count == 3
+    loaded = again.rule_states["edit_undo"]
+    assert isinstance(loaded, FileVersions)
+    assert loaded.paths["src/app.py"].count == versions.paths["src/app.py"].count == 3
 
 
 def test_the_in_process_api_takes_usage_and_refuses_bad_usage() -> None:

@@ -13,6 +13,7 @@ from loopwatch.detectors.events import Abort, InvalidEvent, Output, ToolCall, To
 from loopwatch.detectors.exec_failures import failure_shape
 from loopwatch.detectors.hashing import Digester
 from loopwatch.detectors.outcomes import MISSING, TERMINAL_EXEC_FAILURE, VETO, ErrorMessage, hash_outcome
+from loopwatch.detectors.rules.argument_churn_stale import ChurnLease
 from loopwatch.detectors.stable_json import from_python
 from loopwatch.detectors.state import RunState
 from tests.helpers import Trace, text_result, with_revision
@@ -239,9 +240,7 @@ def test_stale_churn_abort_is_off_at_zero_and_under_2026_05() -> None:
     trace = Trace()
     cycling_writes(trace, 0, 60)
     assert not any(isinstance(o, Abort) for o in run(trace, stale_config(0)))
-    old = replace(
-        stale_config(300), settings=replace(stale_config(300).settings, openclaw_revision="2026-05")
-    )
+    old = with_revision("2026-05", stale_config(300))
     assert not any(isinstance(o, Abort) for o in run(trace, old))
 
 
@@ -261,10 +260,14 @@ def test_the_lease_survives_the_state_bytes() -> None:
     for event in trace.events:
         engine.process(event)
     state = engine.states["run-1"]
-    assert state.churn_since is not None
+    lease = state.rule_states["argument_churn_stale"]
+    assert isinstance(lease, ChurnLease)
+    assert lease.since is not None
     again = RunState.from_bytes(state.to_bytes())
     assert again == state
-    assert again.churn_since == state.churn_since
+    loaded = again.rule_states["argument_churn_stale"]
+    assert isinstance(loaded, ChurnLease)
+    assert loaded.since == lease.since
     assert [(r.kind, r.no_progress) for r in again.history] == [
         (r.kind, r.no_progress) for r in state.history
     ]

@@ -14,9 +14,18 @@ Trace (window 3): compaction_retry; read(a)→E; read(a)→E; read(a)→E → ab
 
 from __future__ import annotations
 
-__all__ = ["GuardVerdict", "PostCompactionGuard", "abort_message"]
+from typing import Any, Final
 
-DETECTOR = "compaction_loop_persisted"
+from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.detectors.events import Output
+from loopwatch.detectors.rule_state import RuleState
+from loopwatch.detectors.rules.base import ResultContext, Rule
+from loopwatch.detectors.state import RunState
+from loopwatch.detectors.verdicts import new_abort
+
+__all__ = ["DETECTOR", "RULE", "GuardVerdict", "PostCompactionGuard", "abort_message", "guard_of"]
+
+DETECTOR: Final = "compaction_loop_persisted"
 
 Triple = tuple[str, str, str]
 
@@ -61,7 +70,7 @@ class GuardVerdict:
         }
 
 
-class PostCompactionGuard:
+class PostCompactionGuard(RuleState):
     """Guard state of one run: at most ``window`` remembered triples."""
 
     __slots__ = ("observations", "remaining", "window")
@@ -70,6 +79,9 @@ class PostCompactionGuard:
         self.remaining = remaining
         self.window = window
         self.observations: list[Triple] = observations if observations is not None else []
+
+    def dump(self) -> Any:
+        return [self.remaining, self.window, self.observations]
 
     @property
     def armed(self) -> bool:
@@ -93,3 +105,51 @@ class PostCompactionGuard:
                 True, self.remaining > 0, count, tool, abort_message(tool, count, self.window)
             )
         return GuardVerdict(False, self.remaining > 0)
+
+
+def guard_of(state: RunState) -> PostCompactionGuard:
+    """The run's guard (an unarmed one until its first ``compaction_retry``)."""
+    guard = state.rule_states.get(DETECTOR)
+    if guard is None:
+        guard = state.rule_states[DETECTOR] = PostCompactionGuard()
+    assert isinstance(guard, PostCompactionGuard)
+    return guard
+
+
+class CompactionGuardRule(Rule):
+    """The guard as a rule: armed by ``compaction_retry``, fed every hashed outcome."""
+
+    def __init__(self) -> None:
+        super().__init__(DETECTOR)
+
+    def on_compaction_retry(self, state: RunState, resolved: ResolvedLoopDetection) -> None:
+        if resolved.guard_enabled:
+            guard_of(state).arm(resolved.guard_window)
+
+    def on_result(self, ctx: ResultContext, outputs: list[Output]) -> None:
+        result_hash = ctx.result_hash
+        guard = ctx.state.rule_states.get(DETECTOR)
+        if result_hash is None or guard is None:
+            return
+        assert isinstance(guard, PostCompactionGuard)
+        verdict = guard.observe(ctx.resolved.guard_enabled, ctx.tool, ctx.args_hash, result_hash)
+        if verdict is not None and verdict.should_abort:
+            state = ctx.state
+            outputs.append(
+                new_abort(
+                    state.scope,
+                    state.run_id,
+                    ctx.event,
+                    DETECTOR,
+                    verdict.count,
+                    verdict.message or "",
+                    ctx.settings.observe_only,
+                )
+            )
+
+    def load_state(self, raw: Any) -> PostCompactionGuard:
+        remaining, window, observations = raw
+        return PostCompactionGuard(remaining, window, [(t, a, r) for t, a, r in observations])
+
+
+RULE: Final[CompactionGuardRule] = CompactionGuardRule()

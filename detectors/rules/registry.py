@@ -1,0 +1,106 @@
+"""The rules, in the order the step asks them (:mod:`detectors.rules.base`).
+
+OpenClaw's ``detectToolCallLoop`` rules come first, in its first-match order (spec §5:
+unknown tool, global circuit breaker, known poll, ping-pong, generic repeat's critical,
+argument churn under 2026-08, generic repeat's warning); then the post-compaction guard and
+the churn lease, which only watch outcomes and calls; then loopwatch's own rules, each of
+which lets a critical win over the verdict so far; the loop budget last (its loop spend starts
+at the verdicts of the rules before it).
+
+Adding a rule: one module under ``detectors/rules/`` and one line here (or
+:func:`register` for a rule of one's own, e.g. in a test).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Final
+
+from loopwatch.detectors.rule_state import LOADERS
+from loopwatch.detectors.rules import (
+    argument_churn,
+    argument_churn_stale,
+    edit_undo,
+    generic_repeat,
+    global_circuit_breaker,
+    known_poll_no_progress,
+    loop_budget,
+    ping_pong,
+    post_compaction_guard,
+    run_no_progress,
+    unknown_tool_repeat,
+)
+from loopwatch.detectors.rules.base import Rule
+
+__all__ = ["REGISTRY", "Registry", "register", "registered", "unregister"]
+
+_DEFAULT_RULES: Final[tuple[Rule, ...]] = (
+    unknown_tool_repeat.RULE,
+    global_circuit_breaker.RULE,
+    known_poll_no_progress.RULE,
+    ping_pong.RULE,
+    generic_repeat.CRITICAL_RULE,
+    argument_churn.RULE,
+    generic_repeat.WARNING_RULE,
+    post_compaction_guard.RULE,
+    argument_churn_stale.RULE,
+    run_no_progress.RULE,
+    edit_undo.RULE,
+    loop_budget.RULE,
+)
+
+
+def _overrides(rule: Rule, hook: str) -> bool:
+    return getattr(type(rule), hook) is not getattr(Rule, hook)
+
+
+class Registry:
+    """The ordered rules, and for each hook the rules that have it (the step's loops)."""
+
+    __slots__ = ("after_call", "after_record", "on_call", "on_compaction_retry", "on_result", "rules")
+
+    def __init__(self, rules: tuple[Rule, ...]) -> None:
+        self.rules: tuple[Rule, ...] = ()
+        self.on_call: tuple[Rule, ...] = ()
+        self.after_call: tuple[Rule, ...] = ()
+        self.after_record: tuple[Rule, ...] = ()
+        self.on_result: tuple[Rule, ...] = ()
+        self.on_compaction_retry: tuple[Rule, ...] = ()
+        self.set(rules)
+
+    def set(self, rules: tuple[Rule, ...]) -> None:
+        self.rules = rules
+        self.on_call = tuple(rule for rule in rules if _overrides(rule, "on_call"))
+        self.after_call = tuple(rule for rule in rules if _overrides(rule, "after_call"))
+        self.after_record = tuple(rule for rule in rules if _overrides(rule, "after_record"))
+        self.on_result = tuple(rule for rule in rules if _overrides(rule, "on_result"))
+        self.on_compaction_retry = tuple(rule for rule in rules if _overrides(rule, "on_compaction_retry"))
+        LOADERS.clear()
+        for rule in rules:
+            if _overrides(rule, "load_state"):
+                LOADERS[rule.name] = rule.load_state
+
+
+REGISTRY: Final = Registry(_DEFAULT_RULES)
+
+
+def register(rule: Rule, before: Rule | None = None) -> None:
+    """Add a rule at the end, or just before ``before``."""
+    rules = list(REGISTRY.rules)
+    rules.insert(rules.index(before) if before is not None else len(rules), rule)
+    REGISTRY.set(tuple(rules))
+
+
+def unregister(rule: Rule) -> None:
+    REGISTRY.set(tuple(r for r in REGISTRY.rules if r is not rule))
+
+
+@contextmanager
+def registered(rule: Rule, before: Rule | None = None) -> Iterator[Rule]:
+    """The rule registered for the ``with`` block."""
+    register(rule, before)
+    try:
+        yield rule
+    finally:
+        unregister(rule)
