@@ -29,6 +29,7 @@ COMPILED = [
     "detectors/input_limits.py",
     "detectors/outcomes.py",
     "detectors/rule_state.py",
+    "detectors/run_engine.py",
     "detectors/rules/argument_churn.py",
     "detectors/rules/argument_churn_stale.py",
     "detectors/rules/base.py",

@@ -1,4 +1,5 @@
-"""Many runs at once: run-scope → :class:`RunState`, in memory (the embedded core).
+"""Many runs at once: run-scope → :class:`RunState`, in memory (the embedded core), each
+event through the run engine (:func:`detectors.run_engine.step_run`).
 
 The Kafka worker keeps the same states in faust tables; this class is the in-memory store
 used by ``loopwatch run``, replay, the demo and :class:`detectors.facade.LoopDetector`.
@@ -15,9 +16,9 @@ from __future__ import annotations
 from typing import Final
 
 from loopwatch.config.fleet import FleetConfig
-from loopwatch.detectors.events import EXPIRY_EVENT_PREFIX, Event, Output, RunEnd, run_scope
+from loopwatch.detectors.events import Event, Output, run_scope
+from loopwatch.detectors.run_engine import NO_POSITION, FleetHooks, RunSlot, Stepped, step_run
 from loopwatch.detectors.state import RunState
-from loopwatch.detectors.step import Prepared, apply, new_state
 from loopwatch.detectors.tombstone import Tombstone
 
 __all__ = ["ENDED_RUNS_KEPT", "Engine"]
@@ -26,16 +27,22 @@ ENDED_RUNS_KEPT: Final = 4096
 
 
 class Engine:
-    """Applies events of any number of runs; each run scope has its own state."""
+    """Applies events of any number of runs; each run scope has its own state.
 
-    __slots__ = ("config", "ended", "ended_limit", "late", "states")
+    ``fleet``: the fleet rules' hooks (F1's fail-fast block; the embedded runtime and replay
+    watch the fleet themselves, after each step)."""
 
-    def __init__(self, config: FleetConfig, ended_limit: int = ENDED_RUNS_KEPT) -> None:
+    __slots__ = ("config", "ended", "ended_limit", "fleet", "late", "states")
+
+    def __init__(
+        self, config: FleetConfig, ended_limit: int = ENDED_RUNS_KEPT, fleet: FleetHooks | None = None
+    ) -> None:
         self.config = config
         self.states: dict[str, RunState] = {}
         # scope -> the event ids an ended run had seen; insertion-ordered: oldest forgotten first
         self.ended: dict[str, Tombstone] = {}
         self.ended_limit = ended_limit
+        self.fleet = fleet
         self.late = 0
 
     def aborted(self, scope: str) -> tuple[str, str] | None:
@@ -43,25 +50,36 @@ class Engine:
         state = self.states.get(scope)
         return state.aborted if state is not None else None
 
-    def process(self, event: Event, prepared: Prepared | None = None) -> list[Output]:
+    def process(self, event: Event) -> list[Output]:
         """Apply one event; the verdicts and aborts it produced."""
+        return self.step(event).outputs
+
+    def step(self, event: Event, ts: int | None = None) -> Stepped:
+        """Apply one event (``ts``: its time for the fleet rules, the event's own by default)."""
         run_id = event.run_id
         scope = run_id if run_id and run_id == run_id.strip() else run_scope(event)
-        ended = self.ended.get(scope)
+        states = self.states
+        state = states.get(scope)
+        ended = self.ended.get(scope) if state is None else None
+        slot = RunSlot(state, ended)
+        if ts is None:
+            ts = event.ts if event.ts is not None else 0
+        stepped = step_run(slot, scope, event, self.config, ts, NO_POSITION, self.fleet)
+        kind = stepped.kind
+        if kind == "late":
+            self.late += 1
+            return stepped
         if ended is not None:
-            if event.event_id in ended:
-                self.late += 1
-                return []
-            del self.ended[scope]  # an event the ended run never had: a new run
-        if type(event) is RunEnd:
-            state = self.states.pop(scope, None)
-            if self.ended_limit > 0 and not event.event_id.startswith(EXPIRY_EVENT_PREFIX):
-                seen = list(state.seen) if state is not None else []
-                self.ended[scope] = Tombstone([*seen, event.event_id])
-                if len(self.ended) > self.ended_limit:
-                    del self.ended[next(iter(self.ended))]
-            return []
-        state = self.states.get(scope)
-        if state is None:
-            state = self.states[scope] = new_state(event, self.config)
-        return apply(state, event, self.config, prepared)
+            del self.ended[scope]
+        if kind == "applied":
+            if state is None:
+                assert slot.state is not None
+                states[scope] = slot.state
+            return stepped
+        states.pop(scope, None)
+        if kind == "ended" and self.ended_limit > 0:
+            assert slot.ended is not None
+            self.ended[scope] = slot.ended
+            if len(self.ended) > self.ended_limit:
+                del self.ended[next(iter(self.ended))]
+        return stepped

@@ -27,8 +27,11 @@ class Tombstone:
 
     __slots__ = ("hashes",)
 
-    def __init__(self, event_ids: Iterable[str]) -> None:
-        self.hashes = array("Q", sorted({id_hash(event_id) for event_id in event_ids}))
+    def __init__(self, event_ids: Iterable[str] = (), hashes: Iterable[int] | None = None) -> None:
+        """From the run's event ids, or from their ``hashes`` as stored."""
+        if hashes is None:
+            hashes = {id_hash(event_id) for event_id in event_ids}
+        self.hashes = array("Q", sorted(set(hashes)))
 
     def __contains__(self, event_id: str) -> bool:
         hashes = self.hashes

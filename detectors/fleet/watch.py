@@ -8,6 +8,7 @@ questions for the next calls (:meth:`FleetWatch.fail_fast`).
 
 from __future__ import annotations
 
+from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.fleet_rules import FleetRules
 from loopwatch.detectors.events import Event, Output, ToolCall, Verdict
 from loopwatch.detectors.fleet import systemic_loop, tool_outage
@@ -22,9 +23,10 @@ from loopwatch.detectors.fleet.facts import (
 )
 from loopwatch.detectors.fleet.fail_fast import fail_fast_verdict, is_blocking
 from loopwatch.detectors.hashing import Digester
+from loopwatch.detectors.run_engine import FleetHooks
 from loopwatch.detectors.step import Prepared
 
-__all__ = ["FleetWatch", "apply_fact"]
+__all__ = ["FleetWatch", "WatchHooks", "apply_fact"]
 
 
 def apply_fact(
@@ -84,3 +86,18 @@ class FleetWatch:
         if opened is None or not is_blocking(opened.last_failure_ts, ts, self.rules.tool_outage):
             return None
         return fail_fast_verdict(scope, event, opened.alert_runs, observe_only)
+
+
+class WatchHooks(FleetHooks):
+    """A :class:`FleetWatch` as the run engine's fleet hooks: F1's fail-fast block when
+    ``toolOutage.block`` is on. The watch sees the events itself, after each step
+    (:meth:`FleetWatch.observe`, in input order), so nothing is noted here."""
+
+    def __init__(self, watch: FleetWatch) -> None:
+        self.watch = watch
+
+    def fail_fast(self, scope: str, event: ToolCall, ts: int, config: FleetConfig) -> Output | None:
+        watch = self.watch
+        if not watch.rules.tool_outage.block:
+            return None
+        return watch.fail_fast(scope, event, ts, config.settings.observe_only)

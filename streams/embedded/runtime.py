@@ -33,8 +33,7 @@ from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Event, Output, RunEnd, ToolCall, run_scope
 from loopwatch.detectors.facade import Decision, decision_of
 from loopwatch.detectors.fleet.alerts import FleetAlert
-from loopwatch.detectors.fleet.engine_step import step_event
-from loopwatch.detectors.fleet.watch import FleetWatch
+from loopwatch.detectors.fleet.watch import FleetWatch, WatchHooks
 from loopwatch.detectors.hashing import digester_for
 from loopwatch.detectors.step import Prepared
 from loopwatch.streams.fleet_view.view import FleetView
@@ -89,8 +88,9 @@ class EmbeddedRuntime:
         self._progress_at = clock()  # when the released position last moved (or work arrived)
         self.expired = 0
         self.view = view  # fed every event and output, for the dashboard
-        self.engines = [Engine(config) for _ in range(workers)]
         self.fleet = FleetWatch(fleet_rules(config.global_rules), digester_for(config.settings.digest))
+        hooks = WatchHooks(self.fleet)
+        self.engines = [Engine(config, fleet=hooks) for _ in range(workers)]
         self.on_alert = on_alert
         self.alerts: list[FleetAlert] = []  # every alert given, in order
         self._queues: list[asyncio.Queue[Any]] = []
@@ -180,10 +180,12 @@ class EmbeddedRuntime:
         event = done.event
         view = self.view
         started = time.perf_counter()
+        stepped = engine.step(event, done.ts)
+        done.outputs, done.prepared = stepped.outputs, stepped.prepared
         if view is not None and isinstance(event, ToolCall) and event.usage is not None:
-            done.outputs, done.prepared = self._process_counting_spend(engine, event, done.ts, view)
-        else:
-            done.outputs, done.prepared = step_event(engine, event, done.ts, self.fleet)
+            state = engine.states.get(run_scope(event))
+            if stepped.kind == "applied" and state is not None:
+                view.metrics.spend(event.agent_id, event.usage, stepped.loop_spend, state.first_detector)
         if done.decides:
             done.aborted = engine.aborted(run_scope(event))
         if view is not None:
@@ -226,19 +228,6 @@ class EmbeddedRuntime:
             if self.on_alert is not None:
                 self.on_alert(alert)
         return alerts
-
-    def _process_counting_spend(
-        self, engine: Engine, event: ToolCall, ts: int, view: FleetView
-    ) -> tuple[list[Output], Prepared | None]:
-        state = engine.states.get(run_scope(event))
-        before = state.loop_spend_usd if state is not None else 0.0
-        processed = step_event(engine, event, ts, self.fleet)
-        state = engine.states.get(run_scope(event))
-        if state is not None and event.usage is not None:
-            view.metrics.spend(
-                event.agent_id, event.usage, state.loop_spend_usd - before, state.first_detector
-            )
-        return processed
 
     def gauges(self) -> tuple[int, int, int]:
         """Active runs, ended runs remembered, and the bytes of the active runs' state.

@@ -36,8 +36,7 @@ from loopwatch.config.fleet_rules import fleet_rules
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Abort, Event, ToolCall, chain_of, detector_of, run_scope
 from loopwatch.detectors.fleet.alerts import FleetAlert
-from loopwatch.detectors.fleet.engine_step import step_event
-from loopwatch.detectors.fleet.watch import FleetWatch
+from loopwatch.detectors.fleet.watch import FleetWatch, WatchHooks
 from loopwatch.detectors.hashing import digester_for
 from loopwatch.streams.console import report_console
 from loopwatch.streams.fleet_view.spend_ledger import SpendLedger
@@ -74,8 +73,8 @@ def replay(
 ) -> dict[str, RunSummary]:
     """Every run's summary under ``config`` (pure: fresh in-memory state); spend into ``ledger``,
     the fleet alerts into ``alerts`` (events without ``ts`` are timed when read)."""
-    engine = Engine(config)
     watch = FleetWatch(fleet_rules(config.global_rules), digester_for(config.settings.digest))
+    engine = Engine(config, fleet=WatchHooks(watch))
     read_ms = int(time.time() * 1000)
     runs: dict[str, RunSummary] = {}
     for event in events:
@@ -91,8 +90,9 @@ def replay(
         if isinstance(event, ToolCall):
             summary.calls += 1
         ts = event.ts if event.ts is not None else read_ms
-        outputs, prepared = step_event(engine, event, ts, watch)
-        raised = watch.observe(event, scope, ts, prepared, outputs)
+        stepped = engine.step(event, ts)
+        outputs = stepped.outputs
+        raised = watch.observe(event, scope, ts, stepped.prepared, outputs)
         if alerts is not None:
             alerts += raised
         for output in outputs:

@@ -24,7 +24,8 @@ from loopwatch.detectors.fleet.fact_batch import FactBatch
 from loopwatch.detectors.fleet.facts import encode_facts, result_fact
 from loopwatch.detectors.fleet.fail_fast import fail_fast_verdict, is_blocking
 from loopwatch.detectors.hashing import digester_for
-from loopwatch.detectors.step import Prepared, prepare
+from loopwatch.detectors.run_engine import FleetHooks
+from loopwatch.detectors.step import Prepared
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 
 __all__ = ["FactSender"]
@@ -32,7 +33,9 @@ __all__ = ["FactSender"]
 Send = Callable[[str, bytes | None, bytes | None, int | None], Awaitable["asyncio.Future[Any]"]]
 
 
-class FactSender:
+class FactSender(FleetHooks):
+    """The fleet hooks of the worker's run engine, and the facts topic's producer side."""
+
     def __init__(self, topic: str | None, send: Send, alerts: AlertBoard | None = None) -> None:
         self.topic = topic
         self._send = send
@@ -54,26 +57,36 @@ class FactSender:
         self.batch.outage_bucket_ms = rules.tool_outage.bucket_s * 1000
         self.batch.loop_bucket_ms = rules.systemic_loop.bucket_s * 1000
 
-    @staticmethod
-    def prepare(event: ToolCall | ToolResult, config: FleetConfig) -> Prepared:
-        settings = config.settings
-        newest = config.for_agent(event.agent_id).newest
-        return prepare(event, digester_for(settings.digest), settings.provider_send_tools, newest)
-
-    def outages_open(self) -> bool:
-        """Whether any tool has an open outage (the only time calls can be refused)."""
-        return self.alerts is not None and bool(self.alerts.open_outages)
-
     def fail_fast(self, scope: str, event: ToolCall, ts: int, config: FleetConfig) -> Verdict | None:
         """F1's block of a call to a tool under an open outage, when ``toolOutage.block`` is on."""
         board = self.alerts
-        assert board is not None
+        if not self.active or board is None or not board.open_outages:
+            return None
         last_failure = board.last_failure(event.tool)
         if last_failure is None or not is_blocking(last_failure, ts, self.rules(config).tool_outage):
             return None
         return fail_fast_verdict(
             scope, event, board.open_outages[event.tool].runs, config.settings.observe_only
         )
+
+    def noted(
+        self,
+        scope: str,
+        event: ToolCall | ToolResult,
+        ts: int,
+        prepared: Prepared,
+        outputs: list[Output],
+        config: FleetConfig,
+    ) -> None:
+        if not self.active:
+            return
+        if type(event) is ToolCall:
+            self.call(event, scope, ts)
+        else:
+            assert isinstance(event, ToolResult)
+            self.result(event, scope, ts, prepared, config)
+        if outputs:
+            self.outputs(outputs, scope, ts)
 
     def call(self, event: ToolCall, scope: str, ts: int) -> None:
         self.batch.call(event.agent_id, scope, ts)

@@ -36,20 +36,19 @@ import structlog
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import (
-    EXPIRY_EVENT_PREFIX,
     Abort,
     Event,
     InvalidEvent,
-    Output,
-    RunEnd,
     ToolCall,
     ToolResult,
     Verdict,
     encode_output,
     run_scope,
 )
+from loopwatch.detectors.run_engine import RunSlot, admit, step_admitted
 from loopwatch.detectors.state import OUTBOX_LIMIT, RunState
-from loopwatch.detectors.step import apply, new_state
+from loopwatch.detectors.step import prepare_for
+from loopwatch.detectors.tombstone import Tombstone
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.fleet_view.metrics import WorkerMetrics
 from loopwatch.streams.kafka.dead_letter import dead_letter
@@ -57,10 +56,8 @@ from loopwatch.streams.kafka.fact_sender import FactSender
 from loopwatch.streams.kafka.input_cursors import InputCursors, apply_admitted
 from loopwatch.streams.kafka.redis_cache import DecisionCache
 from loopwatch.streams.kafka.run_table import (
-    ENDED,
     LIVE,
     NO_OFFSET,
-    id_hash,
     pack_ended_hashes,
     pack_live,
     unpack,
@@ -72,7 +69,6 @@ __all__ = ["OUTBOX_FLUSH_AT", "REPLY_HEADER", "RunProcessor"]
 #: A run holding the unconfirmed outputs of this many events makes the batch wait for the
 #: broker's confirmations (which empty the outbox) before it goes on: the outbox stays bounded.
 OUTBOX_FLUSH_AT: Final = OUTBOX_LIMIT
-_GONE: Final = 0  # deleted in this batch
 
 _log = structlog.get_logger("loopwatch.worker")
 _OUTPUT: Any = msgspec.json.Decoder(Verdict | Abort)
@@ -103,28 +99,25 @@ class Record(Protocol):
 Send = Callable[[str, bytes | None, bytes | None, int | None], Awaitable["asyncio.Future[Any]"]]
 
 
-class _Run:
-    """A run's table value, parsed, with the bytes it was parsed from (None: changed since)."""
-
-    __slots__ = ("blob", "ended_ids", "ended_ms", "kind", "offset", "partition", "state")
+class _Run(RunSlot):
+    """A run's table entry (:class:`~detectors.run_engine.RunSlot`: the position is the input
+    offset), with the bytes it was parsed from (None: changed since), its input partition, and
+    whether it is deleted in this batch (``gone``)."""
 
     def __init__(
         self,
         partition: int,
         blob: bytes | None = None,
-        kind: int = LIVE,
-        offset: int = NO_OFFSET,
         state: RunState | None = None,
+        ended: Tombstone | None = None,
         ended_ms: int = 0,
-        ended_ids: frozenset[int] = frozenset(),
+        offset: int = NO_OFFSET,
+        gone: bool = False,
     ) -> None:
+        super().__init__(state, ended, ended_ms, offset)
         self.partition = partition
         self.blob = blob
-        self.kind = kind
-        self.offset = offset
-        self.state = state
-        self.ended_ms = ended_ms
-        self.ended_ids = ended_ids
+        self.gone = gone
 
 
 class RunProcessor:
@@ -211,7 +204,7 @@ class RunProcessor:
             facts.call(event, scope, ts)
         elif type(event) is ToolResult:
             config = self._config()
-            facts.result(event, scope, ts, facts.prepare(event, config), config)
+            facts.result(event, scope, ts, prepare_for(event, config), config)
         if outbox:
             facts.outputs([_OUTPUT.decode(value) for value in outbox], scope, ts)
 
@@ -223,16 +216,16 @@ class RunProcessor:
             await self._flush()
             self._flush_before_write = False
         for key, run in self._dirty.items():
-            if run.kind == _GONE:
+            if run.gone:
                 self._runs.pop(key, None)
                 if data.pop(key, None) is not None:
                     await send(self._changelog, key, None, run.partition)
                 continue
-            if run.kind == ENDED:
-                blob = pack_ended_hashes(run.offset, run.ended_ms, run.ended_ids)
+            if run.ended is not None:
+                blob = pack_ended_hashes(run.position, run.ended_ms, run.ended.hashes)
             else:
                 assert run.state is not None
-                blob = pack_live(run.offset, self._state_bytes(key, run))
+                blob = pack_live(run.position, self._state_bytes(key, run))
             data[key] = blob
             run.blob = blob
             await send(self._changelog, key, blob, run.partition)
@@ -312,12 +305,11 @@ class RunProcessor:
         self._answer = (event.event_id, [])
         self._answer_key = key
         run = self._load(key, record.partition)
-        if run.kind == ENDED:
-            if record.offset <= run.offset or id_hash(event.event_id) in run.ended_ids:
-                self.metrics.ended_run_events += 1  # redelivered or republished
-                return kind
-            run = self._runs[key] = _Run(record.partition)  # a new run
-        if record.offset <= run.offset:  # applied before: re-publish what is unconfirmed
+        refused = admit(run, event, record.offset)
+        if refused == "late":
+            self.metrics.ended_run_events += 1  # redelivered or republished
+            return kind
+        if refused == "redelivered":  # applied before: re-publish what is unconfirmed
             self.metrics.redelivered += 1
             if run.state is not None:
                 outbox = run.state.outbox.get(event.event_id, [])
@@ -332,41 +324,35 @@ class RunProcessor:
         return kind
 
     async def _step(self, key: bytes, run: _Run, event: Event, record: Record) -> None:
-        run.offset = record.offset
         run.blob = None
         self._dirty[key] = run
-        if type(event) is RunEnd:
+        scope = key.decode()
+        config = self._config()
+        # the tombstone keeps no outbox: its verdicts must be on the broker before it
+        unconfirmed = run.state is not None and bool(run.state.outbox)
+        ts = event.ts if event.ts is not None else record.timestamp
+        stepped = step_admitted(run, scope, event, config, ts, record.offset, self.facts)
+        run.gone = stepped.kind == "expired"
+        if stepped.kind != "applied":  # the run ended, or expired
             self.last_seen.pop(key, None)
-            if run.state is not None and run.state.outbox:
-                # the tombstone keeps no outbox: its verdicts must be on the broker before it
-                self._flush_before_write = True
-            if event.event_id.startswith(EXPIRY_EVENT_PREFIX):
-                run.kind = _GONE
-            else:
-                seen = list(run.state.seen) if run.state is not None else []
-                run.ended_ids = frozenset(id_hash(i) for i in [*seen, event.event_id])
-                run.kind, run.state, run.ended_ms = ENDED, None, record.timestamp or 0
+            self._flush_before_write = self._flush_before_write or unconfirmed
+            if stepped.kind == "ended":
+                run.ended_ms = record.timestamp or 0
             if self.cache is not None:
-                await self.cache.forget(key.decode())
+                await self.cache.forget(scope)
             return
         self.last_seen[key] = time.time()
-        config = self._config()
         state = run.state
-        if state is None:
-            state = run.state = new_state(event, config)
-        loop_before = state.loop_spend_usd
-        outputs = self._apply_with_fleet(key, state, event, record, config)
+        assert state is not None
         usage = event.usage if isinstance(event, ToolCall) else None
         if usage is not None:
-            self.metrics.spend(
-                event.agent_id, usage, state.loop_spend_usd - loop_before, state.first_detector
-            )
+            self.metrics.spend(event.agent_id, usage, stepped.loop_spend, state.first_detector)
+        outputs = stepped.outputs
         if not outputs:
             return
         encoded = [encode_output(out) for out in outputs]
         self._answer = (event.event_id, encoded)
         state.hold(event.event_id, encoded)  # persisted with the state at the end of the batch
-        scope = key.decode()
         for out in outputs:
             self.metrics.output(out)
             _log.warning(
@@ -384,34 +370,6 @@ class RunProcessor:
             await self.facts.send()  # the outbox waits for them too
             await self._flush()  # confirmations empty the outbox
 
-    def _apply_with_fleet(
-        self, key: bytes, state: RunState, event: Event, record: Record, config: FleetConfig
-    ) -> list[Output]:
-        """The core's step, with F1's fail-fast block first and the event's facts noted."""
-        facts = self.facts
-        kind = type(event)
-        if not facts.active or (kind is not ToolCall and kind is not ToolResult):
-            return apply(state, event, config)
-        scope = key.decode()
-        ts = event.ts if event.ts is not None else record.timestamp
-        if kind is ToolCall:
-            assert isinstance(event, ToolCall)
-            block = None
-            if facts.outages_open() and event.event_id not in state.seen_set:
-                block = facts.fail_fast(scope, event, ts, config)
-            outputs = apply(state, event, config)
-            facts.call(event, scope, ts)
-            if block is not None:
-                outputs.insert(0, block)
-        else:
-            assert isinstance(event, ToolResult)
-            prepared = facts.prepare(event, config)
-            outputs = apply(state, event, config, prepared)
-            facts.result(event, scope, ts, prepared, config)
-        if outputs:
-            facts.outputs(outputs, scope, ts)
-        return outputs
-
     def _load(self, key: bytes, partition: int) -> _Run:
         """The run's parsed table value (cached while the table holds the same bytes)."""
         blob = self.data.get(key)
@@ -423,10 +381,12 @@ class RunProcessor:
         else:
             try:
                 value = unpack(blob)
-                state = None
                 if value.kind == LIVE:
                     state = RunState.from_bytes(value.state, self._config().settings.seen_event_ids)
-                run = _Run(partition, blob, value.kind, value.offset, state, value.ended_ms, value.ended_ids)
+                    run = _Run(partition, blob, state, offset=value.offset)
+                else:
+                    ended = Tombstone(hashes=value.ended_ids)
+                    run = _Run(partition, blob, None, ended, value.ended_ms, value.offset)
             except (ValueError, msgspec.DecodeError) as exc:  # not written by this version: start afresh
                 _log.error(
                     "unreadable run state replaced", run_id=key.decode("utf-8", "replace"), error=str(exc)
@@ -487,5 +447,5 @@ class RunProcessor:
     async def drop_ended(self, keys: list[bytes], partitions: dict[bytes, int]) -> None:
         """Delete tombstones past their grace period (call with :attr:`lock` held)."""
         for key in keys:
-            self._dirty[key] = _Run(partitions[key], kind=_GONE)
+            self._dirty[key] = _Run(partitions[key], gone=True)
         await self._write_dirty()

@@ -201,7 +201,7 @@ class _Loopwatch:
             event = decode_event(line)
             prepared = prepare(event, digester, send_tools, resolved.newest)  # type: ignore[arg-type]
             if step["op"] != "call":
-                engine.process(event, prepared)
+                engine.process(event)
                 observed.append(
                     (
                         prepared.result_hash,
@@ -216,7 +216,7 @@ class _Loopwatch:
             found = None
             if state is not None:
                 found = detect(state.history, step["tool"], prepared.args_hash, prepared.known_poll, resolved)
-            outputs = engine.process(event, prepared)
+            outputs = engine.process(event)
             published = None
             for output in outputs:
                 if type(output) is Verdict:
