@@ -98,7 +98,7 @@ def _rules_notes(agent: str, config: FleetConfig) -> list[str]:
 
 def explain(config: FleetConfig) -> list[AgentReport]:
     """The default agent's effective config, then every agent with its own block or rules."""
-    named = (set(config.agent_blocks) | set(config.agent_rules)) - {"default"}
+    named = set(config.agents) - {"default"}
     reports = []
     for agent in ["default", *sorted(named)]:
         effective = config.for_agent(agent).as_openclaw()

@@ -5,11 +5,17 @@ Reads OpenClaw config files (JSON5): ``tools.loopDetection`` (global),
 ``agents.entries.<id>.tools.loopDetection``. Every other OpenClaw key is left alone, so a
 real ``openclaw.json`` can be used as it is. loopwatch's settings live under ``loopwatch``.
 Parsing takes text, not a path: reading the file is the caller's I/O.
+
+Every agent is resolved once, when the config is built: the default (the global block and
+rules alone) and every agent with a block or rules of its own, into a frozen table that
+:meth:`FleetConfig.for_agent` reads with one lookup; any other agent gets the default.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import json5
@@ -39,7 +45,21 @@ class FleetConfig:
     global_rules: RawRules | None = None  # loopwatch.detectors
     agent_rules: dict[str, RawRules] = field(default_factory=dict)  # agents' loopwatch.detectors
     warnings: tuple[str, ...] = field(default=(), compare=False)  # keys that look like typos
-    _cache: dict[str, ResolvedLoopDetection] = field(default_factory=dict, compare=False, repr=False)
+    #: resolved at construction (``__post_init__``), never changed afterwards
+    default: ResolvedLoopDetection = field(init=False, compare=False, repr=False)
+    _agents: dict[str, ResolvedLoopDetection] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        default = self._resolve(None)
+        agents = {agent: self._resolve(agent) for agent in (*self.agent_blocks, *self.agent_rules)}
+        object.__setattr__(self, "default", default)
+        object.__setattr__(self, "_agents", agents)
+
+    def _resolve(self, agent_id: str | None) -> ResolvedLoopDetection:
+        block = self.global_block if agent_id is None else self.merged_block(agent_id)
+        own = None if agent_id is None else self.agent_rules.get(agent_id)
+        rules = resolve_rules(merge_rules(self.global_rules, own))
+        return resolve(block, self.settings.openclaw_revision, rules)
 
     @classmethod
     def enabled_default(cls, settings: DetectorSettings | None = None) -> FleetConfig:
@@ -50,15 +70,14 @@ class FleetConfig:
         """The merged, unresolved block of one agent (spec §6.4)."""
         return merge_agent(self.global_block, self.agent_blocks.get(agent_id))
 
+    @property
+    def agents(self) -> Mapping[str, ResolvedLoopDetection]:
+        """The agents with a block or rules of their own, resolved at construction (read-only)."""
+        return MappingProxyType(self._agents)
+
     def for_agent(self, agent_id: str) -> ResolvedLoopDetection:
-        """The resolved config of one agent (cached)."""
-        resolved = self._cache.get(agent_id)
-        if resolved is None:
-            rules = resolve_rules(merge_rules(self.global_rules, self.agent_rules.get(agent_id)))
-            resolved = resolve(self.merged_block(agent_id), self.settings.newest_rules, rules)
-            if len(self._cache) < 65_536:
-                self._cache[agent_id] = resolved
-        return resolved
+        """The resolved config of one agent: its entry of the table, or the default."""
+        return self._agents.get(agent_id, self.default)
 
     def with_agent_block(self, agent_id: str, block: RawBlock | None) -> FleetConfig:
         """A copy with one agent's block replaced (``None`` removes the override)."""

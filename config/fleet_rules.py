@@ -1,48 +1,29 @@
 """The fleet-wide rules' settings (spec BEYOND-OPENCLAW F0): ``toolOutage`` and ``systemicLoop``.
 
 They are read from the global ``loopwatch.detectors`` only (validated in
-:mod:`config.own_rules`, which refuses them per agent) and resolved here, every key with
-its default: both rules are on by default and only publish alerts; fail-fast blocks are off.
+:mod:`config.own_rules`, which refuses them per agent) and resolved here. Their keys, types,
+constraints and defaults are declared once, as the Structs :class:`ToolOutageRule` and
+:class:`SystemicLoopRule` of :mod:`config.sections`: both rules are on by default and only
+publish alerts; fail-fast blocks are off. This module defines a Struct: it stays interpreted.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from loopwatch.config.own_rules import RULES, RawRules
+import msgspec
+
+from loopwatch.config.own_rules import RawRules, decode_rules
+from loopwatch.config.sections import SystemicLoopRule, ToolOutageRule
 
 __all__ = ["FleetRules", "SystemicLoopRule", "ToolOutageRule", "as_dict", "describe", "fleet_rules"]
 
 
-@dataclass(frozen=True, slots=True)
-class ToolOutageRule:
-    enabled: bool = True
-    bucket_s: int = 60
-    window_buckets: int = 5
-    min_runs: int = 5
-    min_distinct_args: int = 3
-    block: bool = False
-    block_s: int = 60
+class FleetRules(msgspec.Struct, frozen=True, rename="camel"):
+    """The fleet-wide rules, resolved (file names: ``toolOutage``, ``systemicLoop``)."""
 
-
-@dataclass(frozen=True, slots=True)
-class SystemicLoopRule:
-    enabled: bool = True
-    bucket_s: int = 300
-    window_buckets: int = 12
-    min_runs: int = 10
-    min_share: float = 0.2
-
-    @property
-    def window_minutes(self) -> int:
-        return self.bucket_s * self.window_buckets // 60
-
-
-@dataclass(frozen=True, slots=True)
-class FleetRules:
-    tool_outage: ToolOutageRule = ToolOutageRule()
-    systemic_loop: SystemicLoopRule = SystemicLoopRule()
+    tool_outage: ToolOutageRule = msgspec.field(default_factory=ToolOutageRule)
+    systemic_loop: SystemicLoopRule = msgspec.field(default_factory=SystemicLoopRule)
 
     @property
     def any(self) -> bool:
@@ -79,51 +60,11 @@ def describe(rules: FleetRules) -> list[str]:
 
 def as_dict(rules: FleetRules) -> dict[str, Any]:
     """The resolved fleet-wide rules under their file names."""
-    outage, loop = rules.tool_outage, rules.systemic_loop
-    return {
-        "toolOutage": {
-            "enabled": outage.enabled,
-            "bucketSeconds": outage.bucket_s,
-            "windowBuckets": outage.window_buckets,
-            "minRuns": outage.min_runs,
-            "minDistinctArgs": outage.min_distinct_args,
-            "block": outage.block,
-            "blockSeconds": outage.block_s,
-        },
-        "systemicLoop": {
-            "enabled": loop.enabled,
-            "bucketSeconds": loop.bucket_s,
-            "windowBuckets": loop.window_buckets,
-            "minRuns": loop.min_runs,
-            "minShare": loop.min_share,
-        },
-    }
-
-
-def _get(rules: RawRules | None, rule: str, key: str) -> Any:
-    block = rules.get(rule) if rules else None
-    value = block.get(key) if isinstance(block, dict) else None
-    return RULES[rule][key][1] if value is None else value
+    encoded: dict[str, Any] = msgspec.to_builtins(rules)
+    return encoded
 
 
 def fleet_rules(global_rules: RawRules | None) -> FleetRules:
     """The resolved fleet-wide rules of a validated global ``loopwatch.detectors`` object."""
-    outage, loop = "toolOutage", "systemicLoop"
-    return FleetRules(
-        ToolOutageRule(
-            enabled=bool(_get(global_rules, outage, "enabled")),
-            bucket_s=int(_get(global_rules, outage, "bucketSeconds")),
-            window_buckets=int(_get(global_rules, outage, "windowBuckets")),
-            min_runs=int(_get(global_rules, outage, "minRuns")),
-            min_distinct_args=int(_get(global_rules, outage, "minDistinctArgs")),
-            block=bool(_get(global_rules, outage, "block")),
-            block_s=int(_get(global_rules, outage, "blockSeconds")),
-        ),
-        SystemicLoopRule(
-            enabled=bool(_get(global_rules, loop, "enabled")),
-            bucket_s=int(_get(global_rules, loop, "bucketSeconds")),
-            window_buckets=int(_get(global_rules, loop, "windowBuckets")),
-            min_runs=int(_get(global_rules, loop, "minRuns")),
-            min_share=float(_get(global_rules, loop, "minShare")),
-        ),
-    )
+    section = decode_rules(global_rules)
+    return FleetRules(section.tool_outage, section.systemic_loop)

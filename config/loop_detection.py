@@ -18,11 +18,12 @@ The raw block is kept as a plain ``dict`` so resolution sees exactly what OpenCl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loopwatch.config.errors import ConfigProblem
 from loopwatch.config.own_rules import DEFAULT_OWN_RULES, OwnRules
+from loopwatch.config.settings import Revision
 
 __all__ = [
     "DEFAULTS",
@@ -158,8 +159,14 @@ class ResolvedLoopDetection:
     known_poll_no_progress: bool
     ping_pong: bool
     guard_window: int
-    newest: bool = False  # revision 2026-08 rules (``loopwatch.openclawRevision``)
+    revision: Revision = "2026-05"  # OpenClaw rule revision (``loopwatch.openclawRevision``)
     rules: OwnRules = DEFAULT_OWN_RULES  # loopwatch's own in-run rules (``loopwatch.detectors``)
+    #: whether the rules of revision 2026-08 apply: derived from ``revision`` (a field, not a
+    #: property, for the step's sake); prefer ``revision``
+    newest: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "newest", self.revision == "2026-08")
 
     @property
     def enabled(self) -> bool:
@@ -203,13 +210,16 @@ def _flag(detectors: object, name: str) -> bool:
 
 
 def resolve(
-    block: RawBlock | None, newest: bool = False, rules: OwnRules = DEFAULT_OWN_RULES
+    block: RawBlock | None, revision: Revision | bool = "2026-05", rules: OwnRules = DEFAULT_OWN_RULES
 ) -> ResolvedLoopDetection:
     """Resolve a raw (possibly merged, possibly absent) block per spec §6.3 and §8.
 
-    ``newest`` selects the rules of revision 2026-08 (the setting ``openclawRevision``);
-    ``rules`` are the agent's own loopwatch rules, resolved.
+    ``revision`` is the OpenClaw rule revision (the setting ``openclawRevision``; ``True`` and
+    ``False`` still stand for 2026-08 and 2026-05); ``rules`` are the agent's own loopwatch
+    rules, resolved.
     """
+    if isinstance(revision, bool):
+        revision = "2026-08" if revision else "2026-05"
     raw = block or {}
     warning = as_positive_int(raw.get("warningThreshold"), DEFAULTS["warningThreshold"])
     critical = as_positive_int(raw.get("criticalThreshold"), DEFAULTS["criticalThreshold"])
@@ -237,6 +247,6 @@ def resolve(
         known_poll_no_progress=_flag(detectors, "knownPollNoProgress"),
         ping_pong=_flag(detectors, "pingPong"),
         guard_window=as_positive_int(window, DEFAULT_GUARD_WINDOW),
-        newest=newest,
+        revision=revision,
         rules=rules,
     )

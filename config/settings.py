@@ -8,36 +8,29 @@ In a config file they live under the top-level key ``loopwatch``::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
+
+import msgspec
+from msgspec import Meta
 
 from loopwatch.config.errors import ConfigProblem
+from loopwatch.config.struct_decoding import decode_struct
 
-__all__ = ["REVISIONS", "DetectorSettings", "parse_settings"]
+__all__ = ["REVISIONS", "DetectorSettings", "Digest", "Revision", "parse_settings"]
 
 Digest = Literal["xxh3", "sha256"]
 Revision = Literal["2026-08", "2026-05"]
 
-#: Field name in files -> (attribute, kind)
-_FIELDS: dict[str, tuple[str, str]] = {
-    "digest": ("digest", "digest"),
-    "criticalBlocksBeforeAbort": ("critical_blocks_before_abort", "nonneg"),
-    "recoveryAbort": ("recovery_abort", "bool"),
-    "observeOnly": ("observe_only", "bool"),
-    "providerSendTools": ("provider_send_tools", "strings"),
-    "seenEventIds": ("seen_event_ids", "seen"),
-    "maxEventBytes": ("max_event_bytes", "positive"),
-    "openclawRevision": ("openclaw_revision", "revision"),
-    "churnStaleAfterS": ("churn_stale_after_s", "nonneg"),
-}
-
 #: OpenClaw rule revisions loopwatch implements; the first is the default.
-REVISIONS: tuple[Revision, ...] = ("2026-08", "2026-05")
+REVISIONS: tuple[Revision, ...] = get_args(Revision)
 
 
-@dataclass(frozen=True, slots=True)
-class DetectorSettings:
+class DetectorSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     """Settings of the loopwatch profile that OpenClaw's config has no field for.
+
+    Declared once: the file names are the camelCase field names (``criticalBlocksBeforeAbort``),
+    the constraints are the fields' ``Meta``; :func:`parse_settings` decodes a ``loopwatch``
+    object against them, key by key.
 
     * ``digest``: ``xxh3`` (XXH3-128, default) or ``sha256`` (OpenClaw-identical hashes, E2).
     * ``critical_blocks_before_abort``: critical blocks a run may receive before the next
@@ -55,83 +48,41 @@ class DetectorSettings:
     """
 
     digest: Digest = "xxh3"
-    critical_blocks_before_abort: int = 1
+    critical_blocks_before_abort: Annotated[int, Meta(ge=0)] = 1
     recovery_abort: bool = True
     observe_only: bool = False
-    provider_send_tools: frozenset[str] = field(default_factory=frozenset)
-    seen_event_ids: int = 256
-    max_event_bytes: int = 1_048_576
+    provider_send_tools: frozenset[Annotated[str, Meta(min_length=1)]] = frozenset()
+    seen_event_ids: Annotated[int, Meta(ge=256)] = 256
+    max_event_bytes: Annotated[int, Meta(gt=0)] = 1_048_576
     openclaw_revision: Revision = "2026-08"
-    churn_stale_after_s: int = 300
+    churn_stale_after_s: Annotated[int, Meta(ge=0)] = 300
+
+    @property
+    def revision(self) -> Revision:
+        """The OpenClaw rule revision that applies (``openclawRevision``)."""
+        return self.openclaw_revision
 
     @property
     def newest_rules(self) -> bool:
-        """Whether the rules of revision 2026-08 apply."""
+        """Whether the rules of revision 2026-08 apply (read-only; prefer :attr:`revision`)."""
         return self.openclaw_revision == "2026-08"
 
     def as_dict(self) -> dict[str, Any]:
-        """The settings under their file names."""
-        return {
-            "digest": self.digest,
-            "criticalBlocksBeforeAbort": self.critical_blocks_before_abort,
-            "recoveryAbort": self.recovery_abort,
-            "observeOnly": self.observe_only,
-            "providerSendTools": sorted(self.provider_send_tools),
-            "seenEventIds": self.seen_event_ids,
-            "maxEventBytes": self.max_event_bytes,
-            "openclawRevision": self.openclaw_revision,
-            "churnStaleAfterS": self.churn_stale_after_s,
-        }
-
-
-def _check(kind: str, value: object) -> str | None:
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    if kind == "digest":
-        return None if value in ("xxh3", "sha256") else 'must be "xxh3" or "sha256"'
-    if kind == "revision":
-        return None if value in REVISIONS else 'must be "2026-08" or "2026-05"'
-    if kind == "bool":
-        return None if isinstance(value, bool) else "must be a boolean"
-    if kind == "nonneg":
-        return None if is_int and value >= 0 else "must be a non-negative integer"  # type: ignore[operator]
-    if kind == "positive":
-        return None if is_int and value > 0 else "must be a positive integer"  # type: ignore[operator]
-    if kind == "seen":
-        return None if is_int and value >= 256 else "must be an integer of at least 256"  # type: ignore[operator]
-    if kind == "strings":
-        ok = isinstance(value, list) and all(isinstance(v, str) and v for v in value)
-        return None if ok else "must be a list of non-empty strings"
-    raise AssertionError(kind)
+        """The settings under their file names (``providerSendTools`` sorted)."""
+        encoded: dict[str, Any] = msgspec.to_builtins(self, order="deterministic")
+        return encoded
 
 
 def parse_settings(
     raw: object, path: str = "loopwatch", base: DetectorSettings | None = None
 ) -> tuple[DetectorSettings, list[ConfigProblem]]:
-    """Settings from a ``loopwatch`` object over ``base``, with every problem found."""
+    """Settings from a ``loopwatch`` object over ``base``, with every problem found.
+
+    ``detectors`` (loopwatch's own rules, :mod:`config.own_rules`) is read elsewhere.
+    """
     base = base or DetectorSettings()
     if raw is None:
         return base, []
-    if not isinstance(raw, dict):
-        return base, [ConfigProblem(path, "must be an object")]
     problems: list[ConfigProblem] = []
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        spec = _FIELDS.get(key)
-        if spec is None:
-            problems.append(ConfigProblem(f"{path}.{key}", "unknown key"))
-            continue
-        attr, kind = spec
-        error = _check(kind, value)
-        if error:
-            problems.append(ConfigProblem(f"{path}.{key}", error))
-        else:
-            values[attr] = frozenset(value) if kind == "strings" else value
-    if problems:
-        return base, problems
-    return _replace(base, values), []
-
-
-def _replace(base: DetectorSettings, values: dict[str, Any]) -> DetectorSettings:
-    current = {name: getattr(base, name) for name in DetectorSettings.__slots__}
-    current.update(values)
-    return DetectorSettings(**current)
+    parsed = decode_struct(raw, DetectorSettings, path, problems, base=base, also_known=("detectors",))
+    return (base, problems) if parsed is None else (parsed, problems)

@@ -95,10 +95,12 @@ def with_revision(revision: str, config: Any = None) -> Any:
     """``config`` (default: detection enabled) under OpenClaw rule revision ``revision``."""
     from dataclasses import replace
 
+    import msgspec
+
     from loopwatch.config import FleetConfig
 
     base = config if config is not None else FleetConfig.enabled_default()
-    return replace(base, settings=replace(base.settings, openclaw_revision=revision))
+    return replace(base, settings=msgspec.structs.replace(base.settings, openclaw_revision=revision))
 
 
 def wait_for_line(stream: Any, pattern: str, timeout: float = 60) -> str:

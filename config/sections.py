@@ -1,0 +1,111 @@
+"""loopwatch's own rules, declared once: the ``detectors`` object of a ``loopwatch`` section.
+
+Each Struct is the single declaration of one rule's keys: their file names (camelCase),
+types, ``Meta`` constraints and defaults. Validation (:mod:`config.struct_decoding`),
+resolution (:mod:`config.own_rules`, :mod:`config.fleet_rules`) and ``check-config`` all read
+them from here. Declarations beside the fields:
+
+* ``ordered`` (ClassVar): (lower, higher) field pairs; the lower must stay below the higher.
+* ``fleet_wide`` (ClassVar): the rule watches the whole fleet and is set globally only.
+* ``member`` (ClassVar): what an unknown key of the object is called in messages.
+
+Every rule is off by default (the budget unset) except the fleet-wide ones, which only
+publish alerts, so OpenClaw parity stays exact unless an operator opts in (docs/own-rules.md).
+This module defines msgspec Structs, so it stays interpreted (not in setup.py's list).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Final
+
+import msgspec
+from msgspec import Meta
+
+__all__ = [
+    "FLEET_RULES",
+    "MAX_WINDOW",
+    "Detectors",
+    "EditUndo",
+    "LoopBudget",
+    "RunNoProgress",
+    "SystemicLoopRule",
+    "ToolOutageRule",
+]
+
+MAX_WINDOW: Final = 1000
+
+Positive = Annotated[int, Meta(gt=0)]
+
+
+class RunNoProgress(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``runNoProgress``: results repeating across tools without progress."""
+
+    enabled: bool = False
+    warning_threshold: Positive = 20
+    window_size: Annotated[int, Meta(gt=0, le=MAX_WINDOW)] = 30
+
+    ordered: ClassVar[tuple[tuple[str, str], ...]] = (("warning_threshold", "window_size"),)
+
+
+class EditUndo(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``editUndo``: a file changed back to an earlier version."""
+
+    enabled: bool = False
+    warning_threshold: Positive = 3
+    critical_threshold: Positive = 5
+
+    ordered: ClassVar[tuple[tuple[str, str], ...]] = (("warning_threshold", "critical_threshold"),)
+
+
+class LoopBudget(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``loopBudget``: a run's spend from its first verdict on (unset: off)."""
+
+    usd: Annotated[float, Meta(gt=0, description="USD")] | None = None
+
+
+class ToolOutageRule(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``toolOutage`` (fleet-wide): a tool failing the same way across runs."""
+
+    enabled: bool = True
+    bucket_s: Positive = msgspec.field(default=60, name="bucketSeconds")
+    window_buckets: Positive = 5
+    min_runs: Positive = 5
+    min_distinct_args: Positive = 3
+    block: bool = False
+    block_s: Positive = msgspec.field(default=60, name="blockSeconds")
+
+    fleet_wide: ClassVar[bool] = True
+
+
+class SystemicLoopRule(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``systemicLoop`` (fleet-wide): many runs of one agent hitting one detector on one tool."""
+
+    enabled: bool = True
+    bucket_s: Positive = msgspec.field(default=300, name="bucketSeconds")
+    window_buckets: Positive = 12
+    min_runs: Positive = 10
+    min_share: Annotated[float, Meta(gt=0, le=1)] = 0.2
+
+    fleet_wide: ClassVar[bool] = True
+
+    @property
+    def window_minutes(self) -> int:
+        return self.bucket_s * self.window_buckets // 60
+
+
+class Detectors(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``loopwatch.detectors`` (globally) or ``agents…loopwatch.detectors`` (per agent)."""
+
+    run_no_progress: RunNoProgress = msgspec.field(default_factory=RunNoProgress)
+    edit_undo: EditUndo = msgspec.field(default_factory=EditUndo)
+    loop_budget: LoopBudget = msgspec.field(default_factory=LoopBudget)
+    tool_outage: ToolOutageRule = msgspec.field(default_factory=ToolOutageRule)
+    systemic_loop: SystemicLoopRule = msgspec.field(default_factory=SystemicLoopRule)
+
+    member: ClassVar[str] = "rule"
+
+
+#: the rules that watch the whole fleet (file names): set globally only
+FLEET_RULES: Final[tuple[str, ...]] = tuple(
+    info.encode_name for info in msgspec.structs.fields(Detectors) if getattr(info.type, "fleet_wide", False)
+)
