@@ -1,7 +1,13 @@
-"""Wait until a Kafka broker really serves clients: metadata, produce, and a group consume.
+"""Wait until a Kafka broker (or cluster) really serves clients: metadata, produce, and a group consume.
+
+On a cluster (``KAFKA_REPLICATION`` > 1) the round trip is a replicated one: at least
+``KAFKA_WAIT_BROKERS`` brokers are registered, the probe topic has ``KAFKA_REPLICATION``
+replicas of which at least that many (up to the replication factor) are in sync, and the
+record is produced with acks=all before it is consumed. (A node started again while another
+one is down waits with ``KAFKA_WAIT_BROKERS=1``.)
 
 Exit 0 when ready, 1 on timeout. Environment: KAFKA_BOOTSTRAP (127.0.0.1:19092),
-KAFKA_WAIT_TIMEOUT (seconds, 90).
+KAFKA_WAIT_TIMEOUT (seconds, 90), KAFKA_REPLICATION (1), KAFKA_WAIT_BROKERS (1).
 """
 
 from __future__ import annotations
@@ -17,15 +23,31 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:19092")
 TIMEOUT = float(os.environ.get("KAFKA_WAIT_TIMEOUT", "90"))
-TOPIC = "_loopwatch_readiness"
+REPLICATION = int(os.environ.get("KAFKA_REPLICATION", "1"))
+BROKERS = int(os.environ.get("KAFKA_WAIT_BROKERS", "1"))
+TOPIC = "_loopwatch_readiness" if REPLICATION == 1 else f"_loopwatch_readiness_r{REPLICATION}"
+
+
+class NotYet(Exception):
+    """The cluster answers but is not complete yet."""
 
 
 async def probe() -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP, request_timeout_ms=5000)
     await admin.start()
     try:
+        brokers = (await admin.describe_cluster())["brokers"]
+        if len(brokers) < BROKERS:
+            raise NotYet(f"{len(brokers)} of {BROKERS} brokers registered")
         if TOPIC not in await admin.list_topics():
-            await admin.create_topics([NewTopic(TOPIC, num_partitions=1, replication_factor=1)])
+            await admin.create_topics([NewTopic(TOPIC, num_partitions=1, replication_factor=REPLICATION)])
+        if REPLICATION > 1:
+            for topic in await admin.describe_topics([TOPIC]):
+                if topic.get("error_code") or not topic["partitions"]:
+                    raise NotYet(f"{TOPIC} not in the metadata yet")
+                for partition in topic["partitions"]:
+                    if len(partition["isr"]) < min(REPLICATION, BROKERS):
+                        raise NotYet(f"{TOPIC}[{partition['partition']}] in-sync replicas {partition['isr']}")
     finally:
         await admin.close()
     marker = uuid.uuid4().hex.encode()

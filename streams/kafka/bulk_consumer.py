@@ -53,7 +53,7 @@ import structlog
 from aiokafka import TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-__all__ = ["BulkConsumer", "BulkSink", "BulkTransport", "LoopwatchApp"]
+__all__ = ["BulkConsumer", "BulkSink", "BulkTransport", "IdempotentProducer", "LoopwatchApp"]
 
 _log = structlog.get_logger("loopwatch.worker")
 
@@ -247,5 +247,14 @@ class BulkConsumer(faust_aiokafka.Consumer):
             raise
 
 
+class IdempotentProducer(faust_aiokafka.Producer):
+    """faust's producer (acks from ``producer_acks``: all), idempotent: a send retried after a
+    leader moved or a connection dropped is written once (faust sets that only in transactions)."""
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        return {**super()._settings_extra(), "enable_idempotence": True}
+
+
 class BulkTransport(faust_aiokafka.Transport):
     Consumer = BulkConsumer
+    Producer = IdempotentProducer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from typing import Any
+from typing import Any, Final
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
@@ -20,8 +20,13 @@ __all__ = [
     "ensure_topics",
     "faust_credentials",
     "partition_problems",
+    "replication_configs",
     "wait_for_broker",
 ]
+
+#: With this many replicas or more, a write with acks=all needs :data:`MIN_INSYNC_REPLICAS` of them.
+REPLICATED_FROM: Final = 3
+MIN_INSYNC_REPLICAS: Final = 2
 
 
 class BrokerUnavailable(LoopwatchError):
@@ -99,8 +104,21 @@ async def wait_for_broker(settings: StreamSettings) -> None:
     )
 
 
+def replication_configs(settings: StreamSettings) -> dict[str, str]:
+    """Topic configs every loopwatch topic (changelogs included) gets for its replication.
+
+    With ``LOOPWATCH_REPLICATION_FACTOR`` 3 or more, ``min.insync.replicas`` 2: a write that
+    the producer (acks=all) sees confirmed is on two brokers, so the loss of one (the leader
+    included) loses nothing, and writes go on while one broker is down.
+    """
+    if settings.replication_factor >= REPLICATED_FROM:
+        return {"min.insync.replicas": str(MIN_INSYNC_REPLICAS)}
+    return {}
+
+
 async def ensure_topics(settings: StreamSettings) -> None:
-    """Create loopwatch's topics with the configured partitions (the config topic compacted)."""
+    """Create loopwatch's topics with the configured partitions and replication factor (and
+    :func:`replication_configs`; the config topic compacted). Existing topics are kept as they are."""
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10000, **aiokafka_auth(settings)
     )
@@ -108,17 +126,21 @@ async def ensure_topics(settings: StreamSettings) -> None:
     try:
         existing = set(await admin.list_topics())
         rf = settings.replication_factor
+        replicated = replication_configs(settings)
         wanted = [
-            NewTopic(settings.topic_events, settings.partitions, rf),
-            NewTopic(settings.topic_verdicts, settings.partitions, rf),
-            NewTopic(settings.topic_dead_letter, settings.partitions, rf),
-            NewTopic(settings.topic_alerts, settings.partitions, rf),
+            NewTopic(settings.topic_events, settings.partitions, rf, topic_configs=replicated),
+            NewTopic(settings.topic_verdicts, settings.partitions, rf, topic_configs=replicated),
+            NewTopic(settings.topic_dead_letter, settings.partitions, rf, topic_configs=replicated),
+            NewTopic(settings.topic_alerts, settings.partitions, rf, topic_configs=replicated),
             NewTopic(
-                settings.topic_replies, settings.partitions, rf, topic_configs={"retention.ms": "3600000"}
+                settings.topic_replies,
+                settings.partitions,
+                rf,
+                topic_configs={**replicated, "retention.ms": "3600000"},
             ),
             # partitioned like the input: its partitions and the fleet table's go together
-            NewTopic(settings.topic_fleet_facts, settings.partitions, rf),
-            NewTopic(settings.topic_config, 1, rf, topic_configs={"cleanup.policy": "compact"}),
+            NewTopic(settings.topic_fleet_facts, settings.partitions, rf, topic_configs=replicated),
+            NewTopic(settings.topic_config, 1, rf, topic_configs={**replicated, "cleanup.policy": "compact"}),
         ]
         missing = [topic for topic in wanted if topic.name not in existing]
         if missing:

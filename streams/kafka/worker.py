@@ -45,7 +45,7 @@ from loopwatch.streams.fleet_view.metrics import WorkerMetrics
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.kafka.bulk_consumer import LoopwatchApp
 from loopwatch.streams.kafka.config_topic import apply_config_record, apply_logged, read_config_overrides
-from loopwatch.streams.kafka.connect import aiokafka_auth, faust_credentials
+from loopwatch.streams.kafka.connect import aiokafka_auth, faust_credentials, replication_configs
 from loopwatch.streams.kafka.fleet_processor import FleetProcessor
 from loopwatch.streams.kafka.redis_cache import DecisionCache
 from loopwatch.streams.kafka.run_processor import RunProcessor
@@ -140,8 +140,15 @@ class LoopwatchWorker:
         )
         self.events_topic = events_topic
         # bytes keys and values: faust derives the "raw" codec for the table and its changelog
+        # changelogs replicated like loopwatch's own topics (topic_replication_factor above)
+        replicated = replication_configs(settings)
         self.runs = app.Table(
-            "runs", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions
+            "runs",
+            default=None,
+            key_type=bytes,
+            value_type=bytes,
+            partitions=settings.partitions,
+            extra_topic_configs=replicated,
         )
         facts_topic = app.topic(
             settings.topic_fleet_facts,
@@ -153,7 +160,12 @@ class LoopwatchWorker:
         )
         # subject (tool:..., agent:...) -> its rule's rolling window, partitioned like the facts
         self.fleet_table = app.Table(
-            "fleet", default=None, key_type=bytes, value_type=bytes, partitions=settings.partitions
+            "fleet",
+            default=None,
+            key_type=bytes,
+            value_type=bytes,
+            partitions=settings.partitions,
+            extra_topic_configs=replicated,
         )
         self.processor = RunProcessor(
             self.runs.data,

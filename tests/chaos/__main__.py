@@ -4,7 +4,9 @@
 
 Prints one line per try, ``N runs matched, M differed`` per scenario, and a final
 ``N passed, M failed`` line (a try passes when no run differs); exits 1 if any try failed.
-The broker-restart scenario starts a broker of its own on ``--own-broker-port``.
+The broker-restart scenario starts a broker of its own on ``--own-broker-port``; the cluster
+scenarios a three-node cluster of their own, clients on ``--own-cluster-port`` and the next
+two ports, controllers 100 ports higher.
 """
 
 from __future__ import annotations
@@ -16,22 +18,24 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.chaos.broker import own_broker
-from tests.chaos.scenarios import OWN_BROKER, SCENARIOS, ScenarioResult, run_scenario
+from tests.chaos.broker import own_broker, own_cluster
+from tests.chaos.scenarios import CLUSTER_SCENARIOS, OWN_BROKER, SCENARIOS, ScenarioResult, run_scenario
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=10, help="tries per scenario (default 10)")
-    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="only these")
+    every = [*SCENARIOS, *CLUSTER_SCENARIOS]
+    parser.add_argument("--scenario", action="append", choices=sorted(every), help="only these")
     parser.add_argument("--runs", type=int, default=150, help="runs per fleet (default 150)")
     parser.add_argument("--seed", type=int, default=1000, help="seed of the first fleet")
     parser.add_argument("--kafka", default=os.environ.get("LOOPWATCH_TEST_KAFKA", "127.0.0.1:19092"))
     parser.add_argument("--own-broker-port", type=int, default=19292)
+    parser.add_argument("--own-cluster-port", type=int, default=19392)
     args = parser.parse_args()
     if args.repeat < 1 or args.runs < 1:
         parser.error("--repeat and --runs must be at least 1")
-    names = args.scenario or list(SCENARIOS)
+    names = args.scenario or every
     results: list[ScenarioResult] = []
     with tempfile.TemporaryDirectory(prefix="loopwatch-chaos-") as tmp:
         for name in names:
@@ -42,6 +46,12 @@ def main() -> int:
                 if name in OWN_BROKER:
                     with own_broker(args.own_broker_port) as bootstrap:
                         result = asyncio.run(run_scenario(name, seed, bootstrap, workdir, args.runs))
+                elif name in CLUSTER_SCENARIOS:
+                    port = args.own_cluster_port
+                    with own_cluster(port, port + 100, Path(tmp) / f"{name}-{attempt}-kafka") as cluster:
+                        result = asyncio.run(
+                            run_scenario(name, seed, cluster.bootstrap, workdir, args.runs, cluster)
+                        )
                 else:
                     result = asyncio.run(run_scenario(name, seed, args.kafka, workdir, args.runs))
                 print(f"  {result.line()}", flush=True)

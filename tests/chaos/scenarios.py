@@ -3,7 +3,9 @@
 Each scenario runs a fresh random fleet (:mod:`tests.chaos.fleet`) through ``loopwatch worker``
 processes while something happens to them — a worker joins mid-backlog or while events
 arrive, a worker is killed with SIGKILL, one of two is stopped with SIGTERM, the broker
-restarts, the whole input is delivered again after every run ended — then waits until the
+restarts, the whole input is delivered again after every run ended, and (on a three-node
+cluster of its own, :data:`CLUSTER_SCENARIOS`) the broker leading the input is killed with
+SIGKILL and started again — then waits until the
 group has committed the end of the input and compares, run by run, the verdicts on the topic
 (de-duplicated on ``verdict_id``) with those of one uninterrupted in-process core. A run
 whose verdicts differ in any way (one missing, one extra, one changed) is reported.
@@ -32,11 +34,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from loopwatch.detectors.events import Event, run_scope
+from tests.chaos.broker import Cluster
 from tests.chaos.fleet import ChaosFleet, chaos_fleet
 from tests.helpers import ROOT
 from tests.integration.harness import Names, WorkerProcess, event_records, expected_outputs, per_run, produce
 
-__all__ = ["SCENARIOS", "ScenarioResult", "run_scenario"]
+__all__ = ["CLUSTER_SCENARIOS", "SCENARIOS", "ScenarioResult", "run_scenario"]
 
 PARTITIONS = 4
 SETTLE_TIMEOUT_S = 180.0
@@ -73,6 +76,7 @@ class Context:
     fleet: ChaosFleet
     names: Names = field(default_factory=Names)
     workers: list[WorkerProcess] = field(default_factory=list)
+    cluster: Cluster | None = None  # the cluster scenarios' own cluster (``bootstrap`` names its nodes)
 
     @cached_property
     def expected(self) -> list[dict[str, Any]]:
@@ -371,6 +375,53 @@ async def poison_pills(ctx: Context) -> None:
         raise AssertionError(f"{len(repeated)} pills dead-lettered more than once per delivery")
 
 
+async def _input_leaders(ctx: Context) -> Counter[int]:
+    """How many input partitions each node leads."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=ctx.bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics([ctx.names.events])
+    finally:
+        await admin.close()
+    return Counter(int(p["leader"]) for topic in described for p in topic["partitions"])
+
+
+async def input_leader_kill(ctx: Context) -> None:
+    """A three-node cluster, every topic with 3 replicas and min.insync.replicas 2; two workers;
+    events arrive at a steady pace. A third of the way in, the node leading the most input
+    partitions is killed with SIGKILL; events go on arriving (the other nodes take the lead);
+    two thirds of the way in it is started again on its data."""
+    cluster = ctx.cluster
+    assert cluster is not None, "a cluster scenario runs on a cluster of its own"
+    await ctx.start_worker(LOOPWATCH_REPLICATION_FACTOR="3")
+    await ctx.start_worker(LOOPWATCH_REPLICATION_FACTOR="3")
+    events = ctx.fleet.events
+    chunk = 150
+
+    async def paced() -> None:
+        for start in range(0, len(events), chunk):
+            await ctx.produce(events[start : start + chunk])
+            await asyncio.sleep(0.2)
+
+    producing = asyncio.create_task(paced())
+    try:
+        while await _produced(ctx) < len(events) // 3:
+            await asyncio.sleep(0.05)
+        await ctx.wait_verdicts(1)
+        leaders = await _input_leaders(ctx)
+        victim = leaders.most_common(1)[0][0]
+        await asyncio.to_thread(cluster.kill_node, victim)
+        while await _produced(ctx) < 2 * len(events) // 3:
+            await asyncio.sleep(0.1)
+        moved = await _input_leaders(ctx)
+        if victim in moved:
+            raise AssertionError(f"node {victim} still leads input partitions after its kill: {moved}")
+        await asyncio.to_thread(cluster.start_node, victim)
+        await producing
+    finally:
+        producing.cancel()
+
+
 Scenario = Callable[[Context], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "join-mid-backlog": join_mid_backlog,
@@ -383,10 +434,15 @@ SCENARIOS: dict[str, Scenario] = {
 }
 #: Scenarios that restart the broker run on a broker of their own (started and stopped here).
 OWN_BROKER = {"broker-restart"}
+#: Scenarios on a three-node cluster of their own (:func:`tests.chaos.broker.own_cluster`),
+#: run by ``make chaos`` only (slow: a cluster per try).
+CLUSTER_SCENARIOS: dict[str, Scenario] = {
+    "input-leader-kill": input_leader_kill,
+}
 
 
 async def run_scenario(
-    name: str, seed: int, bootstrap: str, workdir: Path, runs: int = 150
+    name: str, seed: int, bootstrap: str, workdir: Path, runs: int = 150, cluster: Cluster | None = None
 ) -> ScenarioResult:
     """Run one scenario with a fresh fleet; the comparison with the uninterrupted core.
 
@@ -395,9 +451,9 @@ async def run_scenario(
     ``test-artifacts/chaos/``.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    ctx = Context(bootstrap, workdir, chaos_fleet(seed, runs))
+    ctx = Context(bootstrap, workdir, chaos_fleet(seed, runs), cluster=cluster)
     try:
-        await SCENARIOS[name](ctx)
+        await {**SCENARIOS, **CLUSTER_SCENARIOS}[name](ctx)
         await ctx.wait_processed()
         got = await _read_all(ctx.bootstrap, ctx.names.verdicts)
     except AssertionError as exc:
