@@ -22,18 +22,20 @@ from loopwatch.detectors.stable_json import wire_enc_hook
 __all__ = [
     "EXPIRY_EVENT_PREFIX",
     "Abort",
+    "Action",
     "CompactionRetry",
     "Event",
     "InvalidEvent",
+    "Level",
     "Output",
     "RunEnd",
     "ToolCall",
     "ToolResult",
     "Usage",
     "Verdict",
+    "VerdictAction",
     "as_usage",
     "chain_of",
-    "detector_of",
     "encode_event",
     "encode_output",
     "run_scope",
@@ -124,6 +126,13 @@ EXPIRY_EVENT_PREFIX: Final = "loopwatch-expiry:"
 Event = ToolCall | ToolResult | CompactionRetry | RunEnd
 
 
+#: a verdict's level, and what it asks: a warning warns, a critical blocks (``enforced``)
+Level = Literal["warning", "critical"]
+VerdictAction = Literal["warn", "block"]
+#: what to do with a call: the action of a verdict, ``abort`` for an abort, else ``allow``
+Action = Literal["allow", "warn", "block", "abort"]
+
+
 class Verdict(msgspec.Struct, kw_only=True, frozen=True, tag="verdict", tag_field="type"):
     """A warning or a block for one proposed tool call."""
 
@@ -133,8 +142,8 @@ class Verdict(msgspec.Struct, kw_only=True, frozen=True, tag="verdict", tag_fiel
     session_id: str | None
     tool_call_id: str | None
     trigger_event_id: str
-    level: str
-    action: str
+    level: Level
+    action: VerdictAction
     detector: str
     count: int
     message: str
@@ -161,6 +170,20 @@ class Abort(msgspec.Struct, kw_only=True, frozen=True, tag="abort", tag_field="t
     ts: int | None
     enforced: bool = True
 
+    # one vocabulary with verdicts: an abort is critical, its action ``abort``, its detector
+    # the reason (not on the wire: these are the reason's other names)
+    @property
+    def detector(self) -> str:
+        return self.reason
+
+    @property
+    def level(self) -> Level:
+        return "critical"
+
+    @property
+    def action(self) -> Action:
+        return "abort"
+
 
 Output = Verdict | Abort
 
@@ -175,16 +198,9 @@ def run_scope(event: Event) -> str:
     return f"session:{(event.session_id or '').strip()}"
 
 
-def detector_of(output: Output) -> str:
-    """The detector a verdict names, or the reason of an abort (one vocabulary for both)."""
-    return output.detector if type(output) is Verdict else output.reason  # type: ignore[union-attr]
-
-
-def shape_of(output: Output) -> tuple[str, str, str]:
-    """``(level, detector, action)`` of a verdict; an abort is ``("critical", reason, "abort")``."""
-    if type(output) is Verdict:
-        return output.level, output.detector, output.action
-    return "critical", output.reason, "abort"  # type: ignore[union-attr]
+def shape_of(output: Output) -> tuple[Level, str, Action]:
+    """``(level, detector, action)`` of a verdict or an abort (``critical``, reason, ``abort``)."""
+    return output.level, output.detector, output.action
 
 
 def chain_of(event: Event) -> tuple[str, str, int] | None:

@@ -22,20 +22,18 @@ from msgspec import UNSET
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.engine import Engine
+from loopwatch.detectors.event_builders import call_event, result_event
 from loopwatch.detectors.events import (
     Abort,
+    Action,
     CompactionRetry,
     Output,
     RunEnd,
-    ToolCall,
-    ToolResult,
     Usage,
     Verdict,
-    as_usage,
     run_scope,
 )
 from loopwatch.detectors.outcomes import MISSING
-from loopwatch.detectors.stable_json import from_python
 
 __all__ = ["Decision", "LoopDetector", "decision_of"]
 
@@ -44,7 +42,7 @@ __all__ = ["Decision", "LoopDetector", "decision_of"]
 class Decision:
     """What to do with a tool call: ``allow``, ``warn`` (proceed), ``block`` or ``abort``."""
 
-    action: str
+    action: Action
     message: str | None = None
     outputs: tuple[Output, ...] = field(default_factory=tuple)
     #: the abort's reason, or the verdict's detector (None for ``allow``)
@@ -114,17 +112,17 @@ class LoopDetector:
         ``usage``: what the model turn that proposed the call cost (its first call only).
         ``parent_run_id``: the run that started this one (a subagent's first call names it).
         """
-        event = ToolCall(
-            event_id=self._event_id(),
-            run_id=run_id,
-            session_id=session_id,
+        event = call_event(
+            self._event_id(),
+            run_id,
+            tool,
+            params,
             agent_id=agent_id or self._agent_id,
+            session_id=session_id,
             ts=ts,
-            tool=tool,
-            params=from_python(params),
             tool_call_id=tool_call_id,
-            usage=as_usage(usage),
-            parent_run_id=parent_run_id if parent_run_id else UNSET,
+            usage=usage,
+            parent_run_id=parent_run_id,
         )
         outputs = self._engine.process(event)
         return decision_of(outputs, self._engine.aborted(run_scope(event)))
@@ -143,28 +141,20 @@ class LoopDetector:
         ts: int | None = None,
     ) -> Decision:
         """Record the outcome; ``abort`` when a loop persisted after a compaction."""
-        if error is not None:
-            error_value: Any = str(error) or (
-                type(error).__name__ if isinstance(error, BaseException) else ""
-            )
-            result_value: Any = UNSET
-        else:
-            error_value = UNSET
-            result_value = UNSET if result is MISSING else from_python(result)
-        if error_value is UNSET and result_value is UNSET:
-            return Decision("allow")
-        event = ToolResult(
-            event_id=self._event_id(),
-            run_id=run_id,
-            session_id=session_id,
+        event = result_event(
+            self._event_id(),
+            run_id,
+            tool,
+            params,
             agent_id=agent_id or self._agent_id,
+            result=result,
+            error=error,
+            session_id=session_id,
             ts=ts,
-            tool=tool,
-            params=from_python(params),
-            result=result_value,
-            error=error_value,
             tool_call_id=tool_call_id,
         )
+        if event.result is UNSET and event.error is UNSET:
+            return Decision("allow")  # nothing to record
         return decision_of(self._engine.process(event))
 
     def on_compaction_retry(self, run_id: str, *, agent_id: str | None = None) -> None:

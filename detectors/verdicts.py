@@ -12,7 +12,7 @@ from typing import Final
 
 import xxhash
 
-from loopwatch.detectors.events import Abort, ToolCall, ToolResult, Verdict
+from loopwatch.detectors.events import Abort, ToolCall, ToolResult, Verdict, VerdictAction
 from loopwatch.detectors.rules.base import Detection
 
 __all__ = ["new_abort", "new_verdict", "verdict_id"]
@@ -28,7 +28,12 @@ def verdict_id(scope: str, trigger_event_id: str, kind: str) -> str:
 
 
 def new_verdict(
-    scope: str, run_id: str | None, event: ToolCall, found: Detection, action: str, observe_only: bool
+    scope: str,
+    run_id: str | None,
+    event: ToolCall,
+    found: Detection,
+    action: VerdictAction,
+    observe_only: bool,
 ) -> Verdict:
     """The verdict ``found`` gives the proposed call (``action``: ``warn`` or ``block``)."""
     return Verdict(

@@ -8,6 +8,8 @@ from typing import Any
 
 import structlog
 
+from loopwatch.detectors.events import Verdict
+
 __all__ = ["configure_logging", "verdict_log_fields"]
 
 
@@ -42,13 +44,7 @@ def verdict_log_fields(output: Any, session_key: str) -> dict[str, Any]:
         "message": output.message,
         "enforced": output.enforced,
     }
-    if hasattr(output, "level"):
-        fields.update(
-            level=output.level,
-            action=output.action,
-            detector=output.detector,
-            pairedToolName=output.paired_tool,
-        )
-    else:
-        fields.update(level="critical", action="abort", detector=output.reason)
+    fields.update(level=output.level, action=output.action, detector=output.detector)
+    if type(output) is Verdict:
+        fields["pairedToolName"] = output.paired_tool
     return fields

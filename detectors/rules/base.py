@@ -28,14 +28,14 @@ from mypy_extensions import mypyc_attr
 
 from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.config.settings import DetectorSettings
-from loopwatch.detectors.events import Output, ToolCall, ToolResult
+from loopwatch.detectors.events import Level, Output, ToolCall, ToolResult
 from loopwatch.detectors.rule_state import RuleState
 from loopwatch.detectors.state import RunState
 
 __all__ = ["CRITICAL", "WARNING", "CallContext", "Detection", "ResultContext", "Rule", "stronger"]
 
-WARNING: Final = "warning"
-CRITICAL: Final = "critical"
+WARNING: Final[Level] = "warning"
+CRITICAL: Final[Level] = "critical"
 
 
 class Detection:
@@ -54,7 +54,7 @@ class Detection:
 
     def __init__(
         self,
-        level: str,
+        level: Level,
         detector: str,
         count: int,
         message: str,
@@ -63,7 +63,7 @@ class Detection:
         liveness_signal: str | None = None,
         bucket: int = 0,
     ) -> None:
-        self.level = level  # "warning" | "critical"
+        self.level: Level = level
         self.detector = detector
         self.count = count
         self.message = message
@@ -81,7 +81,7 @@ class Detection:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def as_tuple(self) -> tuple[str, str, int, str, str, str | None, str | None, int]:
+    def as_tuple(self) -> tuple[Level, str, int, str, str, str | None, str | None, int]:
         return (
             self.level,
             self.detector,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.detectors.events import Level
 from loopwatch.detectors.rules import argument_churn
 from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detection, Rule
 
@@ -44,7 +45,7 @@ class KnownPollNoProgress(Rule):
         )
 
 
-def level(no_progress: int, config: ResolvedLoopDetection) -> str | None:
+def level(no_progress: int, config: ResolvedLoopDetection) -> Level | None:
     if no_progress >= config.critical_threshold:
         return CRITICAL
     if no_progress >= config.warning_threshold:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Final
 
 from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.detectors.events import Level
 from loopwatch.detectors.history import History, Record
 from loopwatch.detectors.rules import argument_churn
 from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detection, Rule
@@ -57,7 +58,7 @@ class PingPong(Rule):
 
 def evaluate(
     history: History, args_hash: str, config: ResolvedLoopDetection
-) -> tuple[str, int, Record] | None:
+) -> tuple[Level, int, Record] | None:
     """``(level, count, newest record)`` when the proposal continues an alternation."""
     tail = history.alternating_tail()
     if tail < 2:

@@ -43,8 +43,10 @@ from msgspec import UNSET
 from loopwatch.config.settings import DetectorSettings
 from loopwatch.config.stream_settings import StreamSettings, parse_stream_settings
 from loopwatch.detectors.digest_only import digest_only
+from loopwatch.detectors.event_builders import call_event, result_event
 from loopwatch.detectors.events import (
     Abort,
+    Action,
     CompactionRetry,
     Event,
     Output,
@@ -53,14 +55,12 @@ from loopwatch.detectors.events import (
     ToolResult,
     Usage,
     Verdict,
-    as_usage,
     encode_event,
     run_scope,
 )
 from loopwatch.detectors.fleet.alerts import decode_alert
 from loopwatch.detectors.fleet.fail_fast import DETECTOR as OUTAGE_DETECTOR
 from loopwatch.detectors.fleet.fail_fast import block_message
-from loopwatch.detectors.stable_json import from_python
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.kafka.connect import aiokafka_auth
 
@@ -73,7 +73,7 @@ _OUTPUT = msgspec.json.Decoder(Verdict | Abort)
 class RunDecision:
     """May the next tool cycle of a run proceed, and with which message?"""
 
-    action: str  # "allow" | "warn" | "block" | "abort"
+    action: Action
     message: str | None = None
     detector: str | None = None
     verdict_id: str | None = None
@@ -86,8 +86,6 @@ class RunDecision:
     def of(cls, output: Output | None) -> RunDecision:
         if output is None or not output.enforced:
             return cls("allow")
-        if isinstance(output, Abort):
-            return cls("abort", output.message, output.reason, output.verdict_id)
         return cls(output.action, output.message, output.detector, output.verdict_id)
 
 
@@ -230,16 +228,17 @@ class LoopwatchClient:
         ``usage`` (``input_tokens``, ``output_tokens``, ``cost_usd``): what the model turn that
         proposed this call cost; give it with the turn's first call only.
         """
-        event: ToolCall | ToolResult = ToolCall(
-            event_id=self._event_id(),
-            run_id=run_id,
-            session_id=session_id,
+        now = ts if ts is not None else int(time.time() * 1000)
+        event: ToolCall | ToolResult = call_event(
+            self._event_id(),
+            run_id,
+            tool,
+            params,
             agent_id=self.agent_id,
-            ts=ts if ts is not None else int(time.time() * 1000),
-            tool=tool,
-            params=from_python(params),
+            session_id=session_id,
+            ts=now,
             tool_call_id=tool_call_id,
-            usage=as_usage(usage),
+            usage=usage,
         )
         self._call_tools[event.event_id] = tool
         self._call_runs[event.event_id] = run_scope(event)
@@ -261,16 +260,17 @@ class LoopwatchClient:
         ts: int | None = None,
     ) -> str:
         """Publish a ``tool_result`` (``result`` returned, or ``error`` raised)."""
-        event: ToolCall | ToolResult = ToolResult(
-            event_id=self._event_id(),
-            run_id=run_id,
-            session_id=session_id,
+        now = ts if ts is not None else int(time.time() * 1000)
+        event: ToolCall | ToolResult = result_event(
+            self._event_id(),
+            run_id,
+            tool,
+            params,
             agent_id=self.agent_id,
-            ts=ts if ts is not None else int(time.time() * 1000),
-            tool=tool,
-            params=from_python(params),
-            result=UNSET if error is not None else from_python(result),
-            error=error if error is not None else UNSET,
+            result=result,
+            error=error,
+            session_id=session_id,
+            ts=now,
             tool_call_id=tool_call_id,
         )
         if error is not None:

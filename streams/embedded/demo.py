@@ -146,7 +146,7 @@ def _note(outcome: RunOutcome, outputs: list[Output], detectors: Counter[str]) -
             if output.action == "block" and outcome.first_block is None:
                 outcome.first_block = outcome.calls
         elif isinstance(output, Abort):
-            detectors[output.reason] += 1
+            detectors[output.detector] += 1
             outcome.aborted_at = outcome.calls
             aborted = True
     return aborted

@@ -17,7 +17,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from loopwatch.detectors.events import Abort, Event, Output, ToolResult, Verdict, detector_of, run_scope
+from loopwatch.detectors.events import Abort, Event, Output, ToolResult, Verdict, run_scope
 
 __all__ = ["FleetStats", "Window", "result_failed"]
 
@@ -66,7 +66,7 @@ class FleetStats:
     def output(self, output: Output, ts_ms: int) -> None:
         window = self._window(ts_ms)
         action = output.action if isinstance(output, Verdict) else "abort"
-        detector = detector_of(output)
+        detector = output.detector
         assert isinstance(output, (Verdict, Abort))
         window.actions[action] += 1
         window.by_agent[(output.agent_id, action)] += 1

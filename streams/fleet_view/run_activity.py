@@ -278,7 +278,7 @@ def _fired(output: Output, ts_ms: int) -> Fired:
         output.verdict_id,
         "critical",
         "abort",
-        intern(output.reason),
+        intern(output.detector),
         output.count,
         intern(output.tool),
         intern(output.message),

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopwatch.detectors.events import Abort, Event, Output, ToolCall, detector_of, run_scope
+from loopwatch.detectors.events import Abort, Event, Output, ToolCall, run_scope
 
 __all__ = ["RunSpend", "SpendLedger"]
 
@@ -109,7 +109,7 @@ class SpendLedger:
         run = self._run(scope, output.agent_id)
         trigger = output.trigger_event_id
         if run.detector is None:
-            run.detector = detector_of(output)
+            run.detector = output.detector
             later = self._calls_from(run, trigger)
             if later is None:
                 run.loop_from = trigger

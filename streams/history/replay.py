@@ -34,7 +34,7 @@ from rich.table import Table
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.fleet_rules import fleet_rules
 from loopwatch.detectors.engine import Engine
-from loopwatch.detectors.events import Abort, Event, ToolCall, chain_of, detector_of, run_scope
+from loopwatch.detectors.events import Abort, Event, ToolCall, chain_of, run_scope
 from loopwatch.detectors.fleet.alerts import FleetAlert
 from loopwatch.detectors.fleet.watch import FleetWatch, WatchHooks
 from loopwatch.detectors.hashing import digester_for
@@ -99,7 +99,7 @@ def replay(
             if ledger is not None:
                 ledger.output(output)
             summary.verdicts += 1
-            name = detector_of(output)
+            name = output.detector
             summary.detectors[name] = summary.detectors.get(name, 0) + 1
             if isinstance(output, Abort):
                 summary.first_abort = summary.first_abort or summary.calls

@@ -54,7 +54,12 @@ def decision_fields(output: Output) -> dict[str, str]:
         }
     else:
         assert isinstance(output, Abort)
-        fields = {"action": "abort", "level": "critical", "detector": output.reason, "count": output.count}
+        fields = {
+            "action": output.action,
+            "level": output.level,
+            "detector": output.detector,
+            "count": output.count,
+        }
     fields.update(
         message=output.message,
         verdict_id=output.verdict_id,

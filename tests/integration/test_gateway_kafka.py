@@ -79,7 +79,7 @@ def gateways() -> Iterator[list[Gateway]]:
 def expected_decisions(steps: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
     """What the core decides for each call of a run whose calls and results are ``steps``."""
     engine = Engine(FleetConfig.enabled_default())
-    decisions = []
+    decisions: list[str] = []
     for n, (params, result) in enumerate(steps):
         call = ToolCall(event_id=f"c{n}", run_id="r", tool="read", params=from_python(params))
         decision = decision_of(engine.process(call)).action

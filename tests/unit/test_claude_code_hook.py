@@ -155,7 +155,7 @@ def _core_refusal(tool: str, params: dict[str, Any], error: str, calls: int) -> 
     from loopwatch import LoopDetector
 
     detector = LoopDetector()
-    actions = []
+    actions: list[str] = []
     for _ in range(calls):
         decision = detector.before_tool_call("r", tool, params)
         actions.append(decision.action)
@@ -172,7 +172,7 @@ def test_a_command_that_keeps_failing_is_blocked_through_post_tool_use_failure(
     assert call_hook("UserPromptSubmit", {**session, "prompt": "build it"}, env).returncode == 0
     command = {"command": "make build"}
     error = "Exit code 2\nmake: *** No rule to make target 'build'.  Stop."
-    actions = []
+    actions: list[str] = []
     for n in range(32):
         call = {**session, "tool_name": "Bash", "tool_input": command, "tool_use_id": f"b{n}"}
         pre = call_hook("PreToolUse", call, env)

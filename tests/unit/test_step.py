@@ -27,7 +27,7 @@ def test_warning_then_block_then_recovery_abort() -> None:
         ("Verdict", "warn", 10),
         ("Verdict", "block", 20),
         ("Verdict", "block", 21),  # the blocked call's result still arrived (E5)
-        ("Abort", None, None),
+        ("Abort", "abort", None),
     ]
     abort = outputs[-1]
     assert isinstance(abort, Abort)
@@ -43,7 +43,7 @@ def test_under_2026_08_a_blocked_call_leaves_a_veto_record_that_counts() -> None
         ("Verdict", "warn", 10),
         ("Verdict", "block", 20),
         ("Verdict", "block", 22),
-        ("Abort", None, None),
+        ("Abort", "abort", None),
     ]
 
 
