@@ -1,5 +1,5 @@
 """Many runs at once: run-scope → :class:`RunState`, in memory (the embedded core), each
-event through the run engine (:func:`detectors.run_engine.step_run`).
+event through the run engine (:mod:`detectors.run_engine`).
 
 The Kafka worker keeps the same states in faust tables; this class is the in-memory store
 used by ``loopwatch run``, replay, the demo and :class:`detectors.facade.LoopDetector`.
@@ -17,13 +17,14 @@ from typing import Final
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.events import Event, Output, run_scope
-from loopwatch.detectors.run_engine import NO_POSITION, FleetHooks, RunSlot, Stepped, step_run
+from loopwatch.detectors.run_engine import NO_POSITION, FleetHooks, RunSlot, Stepped, admit, step_admitted
 from loopwatch.detectors.state import RunState
 from loopwatch.detectors.tombstone import Tombstone
 
 __all__ = ["ENDED_RUNS_KEPT", "Engine"]
 
 ENDED_RUNS_KEPT: Final = 4096
+_LATE: Final = Stepped("late")
 
 
 class Engine:
@@ -64,11 +65,11 @@ class Engine:
         slot = RunSlot(state, ended)
         if ts is None:
             ts = event.ts if event.ts is not None else 0
-        stepped = step_run(slot, scope, event, self.config, ts, NO_POSITION, self.fleet)
-        kind = stepped.kind
-        if kind == "late":
+        if admit(slot, event) is not None:  # an event the ended run had: late
             self.late += 1
-            return stepped
+            return _LATE
+        stepped = step_admitted(slot, scope, event, self.config, ts, NO_POSITION, self.fleet)
+        kind = stepped.kind
         if ended is not None:
             del self.ended[scope]
         if kind == "applied":

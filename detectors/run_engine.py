@@ -4,7 +4,7 @@ A shell keeps its runs' entries (:class:`RunSlot`: a live state, or the tombston
 ended run, and the position of the last event applied) where it likes — a dict
 (:class:`detectors.engine.Engine`: the embedded runtime, the gateway, replay, the facade) or
 a faust table (the Kafka worker's run processor) — and hands each event with its run's entry
-to :func:`step_run`, which:
+to :func:`admit` and then, unless it refused the event, :func:`step_admitted`; together:
 
 * ignores an event of an ended run that the run had seen, or that sits at or below the
   tombstone's position (``late``); any other event of an ended run starts a new run;
@@ -40,7 +40,6 @@ __all__ = [
     "Stepped",
     "admit",
     "step_admitted",
-    "step_run",
 ]
 
 NO_POSITION: Final = -1
@@ -106,8 +105,6 @@ class Stepped:
         self.loop_spend = loop_spend
 
 
-_LATE: Final = Stepped("late")
-_REDELIVERED: Final = Stepped("redelivered")
 _EXPIRED: Final = Stepped("expired")
 _ENDED: Final = Stepped("ended")
 
@@ -128,25 +125,6 @@ def admit(slot: RunSlot, event: Event, position: int = NO_POSITION) -> StepKind 
     return None
 
 
-def step_run(
-    slot: RunSlot,
-    scope: str,
-    event: Event,
-    config: FleetConfig,
-    ts: int,
-    position: int = NO_POSITION,
-    fleet: FleetHooks | None = None,
-) -> Stepped:
-    """Apply ``event`` to its run's entry ``slot`` (changed in place); what it did.
-
-    The returned object of a ``late``, ``redelivered``, ``ended`` or ``expired`` step is
-    shared: read it, never change it."""
-    refused = admit(slot, event, position)
-    if refused is not None:
-        return _LATE if refused == "late" else _REDELIVERED
-    return step_admitted(slot, scope, event, config, ts, position, fleet)
-
-
 def step_admitted(
     slot: RunSlot,
     scope: str,
@@ -156,8 +134,9 @@ def step_admitted(
     position: int = NO_POSITION,
     fleet: FleetHooks | None = None,
 ) -> Stepped:
-    """:func:`step_run` for an event :func:`admit` let through (a shell that does something
-    between the two: the worker's fault injection)."""
+    """Apply an event :func:`admit` let through to its run's entry ``slot`` (changed in
+    place); what it did. The returned object of an ``ended`` or ``expired`` step is shared:
+    read it, never change it."""
     if position != NO_POSITION:
         slot.position = position
     kind = type(event)

@@ -180,12 +180,7 @@ def apply(
         settings = config.settings
         resolved = config.for_agent(event.agent_id)
         if prepared is None:
-            prepared = prepare(
-                event,  # type: ignore[arg-type]
-                digester_for(settings.digest),
-                settings.provider_send_tools,
-                resolved.newest,
-            )
+            prepared = prepare_for(event, config)  # type: ignore[arg-type]
         if kind is ToolCall:
             outputs = _on_call(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
         else:
