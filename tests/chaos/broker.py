@@ -4,6 +4,7 @@ scenarios that restart it) or a three-node cluster (leader kills, a node started
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from tests.helpers import ROOT
 
-__all__ = ["Cluster", "own_broker", "own_cluster"]
+__all__ = ["Cluster", "QuorumStatus", "own_broker", "own_cluster"]
 
 SCRIPT = str(ROOT / "docker" / "kafka" / "broker.sh")
 #: The jars, fetched once into the repository's .kafka/ and shared by every broker home.
@@ -34,6 +35,15 @@ def own_broker(port: int) -> Iterator[str]:
     finally:
         subprocess.run([SCRIPT, "reset"], env=env, check=False, cwd=ROOT, capture_output=True)
         shutil.rmtree(ROOT / ".kafka" / f"run-{port}", ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class QuorumStatus:
+    """The KRaft metadata quorum as its leader reports it (``kafka-metadata-quorum.sh describe
+    --status``): the node id of the active controller and its epoch (one more per election)."""
+
+    leader: int
+    epoch: int
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,26 @@ class Cluster:
     def start_node(self, node: int) -> None:
         """Node ``node`` again, on its data; returns once it serves."""
         self.run("start-node", str(node))
+
+    def quorum_status(self) -> QuorumStatus:
+        """The active controller, from Kafka's own ``MetadataQuorumCommand`` (the tool behind
+        ``kafka-metadata-quorum.sh``) run on the shared jars against the client ports: the
+        ``controller_id`` of a KRaft broker's metadata answer is any live broker, not the quorum
+        leader. RuntimeError if the tool fails or prints no leader."""
+        java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
+        command = [java, "-Xmx128m", "-cp", f"{SHARED_LIB}/*", "org.apache.kafka.tools.MetadataQuorumCommand"]
+        command += ["--bootstrap-server", self.bootstrap, "describe", "--status"]
+        try:
+            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"MetadataQuorumCommand (cluster on {self.port}): no answer in 120 s") from exc
+        fields = dict(re.findall(r"^(LeaderId|LeaderEpoch):\s*(-?\d+)\s*$", done.stdout, re.MULTILINE))
+        if done.returncode != 0 or len(fields) != 2:
+            raise RuntimeError(
+                f"MetadataQuorumCommand (cluster on {self.port}) failed ({done.returncode}):\n"
+                f"{done.stdout[-1500:]}{done.stderr[-3000:]}"
+            )
+        return QuorumStatus(int(fields["LeaderId"]), int(fields["LeaderEpoch"]))
 
     def node_log(self, node: int) -> Path:
         return self.home / f"cluster-{self.port}" / f"node-{node}" / "logs" / "kafka.out"

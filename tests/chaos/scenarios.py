@@ -4,8 +4,9 @@ Each scenario runs a fresh random fleet (:mod:`tests.chaos.fleet`) through ``loo
 processes while something happens to them — a worker joins mid-backlog or while events
 arrive, a worker is killed with SIGKILL, one of two is stopped with SIGTERM, the broker
 restarts, the whole input is delivered again after every run ended, and (on a three-node
-cluster of its own, :data:`CLUSTER_SCENARIOS`) the broker leading the input is killed with
-SIGKILL and started again — then waits until the
+cluster of its own, :data:`CLUSTER_SCENARIOS`) the broker leading the input, the broker leading
+the ``runs`` changelog or the active KRaft controller is killed with SIGKILL and started
+again — then waits until the
 group has committed the end of the input and compares, run by run, the verdicts on the topic
 (de-duplicated on ``verdict_id``) with those of one uninterrupted in-process core. A run
 whose verdicts differ in any way (one missing, one extra, one changed) is reported.
@@ -32,9 +33,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 
 from loopwatch.detectors.events import Event, run_scope
-from tests.chaos.broker import Cluster
+from tests.chaos.broker import Cluster, QuorumStatus
 from tests.chaos.fleet import ChaosFleet, chaos_fleet
 from tests.helpers import ROOT
 from tests.integration.harness import Names, WorkerProcess, event_records, expected_outputs, per_run, produce
@@ -375,22 +377,37 @@ async def poison_pills(ctx: Context) -> None:
         raise AssertionError(f"{len(repeated)} pills dead-lettered more than once per delivery")
 
 
-async def _input_leaders(ctx: Context) -> Counter[int]:
-    """How many input partitions each node leads."""
+async def _leaders(ctx: Context, topic: str) -> Counter[int]:
+    """How many partitions of ``topic`` each node leads (a partition without a leader: -1)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=ctx.bootstrap)
     await admin.start()
     try:
-        described = await admin.describe_topics([ctx.names.events])
+        described = await admin.describe_topics([topic])
     finally:
         await admin.close()
     return Counter(int(p["leader"]) for topic in described for p in topic["partitions"])
 
 
-async def input_leader_kill(ctx: Context) -> None:
-    """A three-node cluster, every topic with 3 replicas and min.insync.replicas 2; two workers;
-    events arrive at a steady pace. A third of the way in, the node leading the most input
-    partitions is killed with SIGKILL; events go on arriving (the other nodes take the lead);
-    two thirds of the way in it is started again on its data."""
+#: How long the changelog and controller scenarios wait, once two thirds of the input are
+#: produced, for the cluster to have moved the role away from the killed node: neither role
+#: holds up the input (a killed node that leads no input partition is fenced only after the
+#: controller's broker session timeout, 9 s by default).
+MOVE_PATIENCE_S = 60.0
+
+
+async def _node_killed_mid_stream(
+    ctx: Context,
+    victim: Callable[[], Awaitable[int]],
+    moved: Callable[[int], Awaitable[str | None]],
+    patience: float = 0.0,
+) -> None:
+    """The frame of the cluster scenarios: a three-node cluster, every topic with 3 replicas and
+    min.insync.replicas 2; two workers; events arrive at a steady pace. A third of the way in
+    (a verdict out), the node ``victim()`` names is killed with SIGKILL; events go on arriving;
+    two thirds of the way in, ``moved(node)`` must say nothing (``None``: the cluster moved the
+    role away from the dead node) — at once, or within ``patience`` seconds for a role whose
+    move does not hold up the input (what it says then fails the try); then the node is started
+    again on its data."""
     cluster = ctx.cluster
     assert cluster is not None, "a cluster scenario runs on a cluster of its own"
     await ctx.start_worker(LOOPWATCH_REPLICATION_FACTOR="3")
@@ -408,18 +425,98 @@ async def input_leader_kill(ctx: Context) -> None:
         while await _produced(ctx) < len(events) // 3:
             await asyncio.sleep(0.05)
         await ctx.wait_verdicts(1)
-        leaders = await _input_leaders(ctx)
-        victim = leaders.most_common(1)[0][0]
-        await asyncio.to_thread(cluster.kill_node, victim)
+        node = await victim()
+        await asyncio.to_thread(cluster.kill_node, node)
         while await _produced(ctx) < 2 * len(events) // 3:
             await asyncio.sleep(0.1)
-        moved = await _input_leaders(ctx)
-        if victim in moved:
-            raise AssertionError(f"node {victim} still leads input partitions after its kill: {moved}")
-        await asyncio.to_thread(cluster.start_node, victim)
+        deadline = time.monotonic() + patience
+        while (problem := await moved(node)) is not None:
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"{problem} (two thirds of the input produced, {patience:.0f}s waited)")
+            await asyncio.sleep(0.5)
+        await asyncio.to_thread(cluster.start_node, node)
         await producing
     finally:
         producing.cancel()
+
+
+async def _most_leading(ctx: Context, topic: str) -> int:
+    """The node leading the most partitions of ``topic`` (every partition has a leader)."""
+    leaders = await _leaders(ctx, topic)
+    if -1 in leaders or sum(leaders.values()) != PARTITIONS:
+        raise AssertionError(f"{topic}: partitions without a leader before any kill: {leaders}")
+    return leaders.most_common(1)[0][0]
+
+
+async def _no_longer_leads(ctx: Context, topic: str, node: int) -> str | None:
+    """``None`` once every partition of ``topic`` has a leader and none is ``node``."""
+    try:
+        leaders = await _leaders(ctx, topic)
+    except KafkaError as exc:  # a request to the dead node, before the cluster dropped it
+        return f"{topic}: no metadata ({exc!r})"
+    if node in leaders or -1 in leaders or sum(leaders.values()) != PARTITIONS:
+        return f"{topic}: node {node} killed, yet the partitions' leaders are {dict(leaders)}"
+    return None
+
+
+async def input_leader_kill(ctx: Context) -> None:
+    """The node leading the most input partitions is killed with SIGKILL mid-stream (the other
+    nodes take the lead) and started again on its data (:func:`_node_killed_mid_stream`)."""
+    topic = ctx.names.events
+
+    async def moved(node: int) -> str | None:  # a produce to a dead leader waits for the move
+        leaders = await _leaders(ctx, topic)
+        if node in leaders:
+            return f"node {node} still leads input partitions after its kill: {leaders}"
+        return None
+
+    await _node_killed_mid_stream(ctx, lambda: _most_leading(ctx, topic), moved)
+
+
+async def changelog_leader_kill(ctx: Context) -> None:
+    """The node leading the most partitions of the ``runs`` table's changelog (faust's
+    ``<app id>-runs-changelog``: every run's state and outbox) is killed with SIGKILL
+    mid-stream and started again on its data: the workers' state writes go to the new leaders,
+    and a worker that takes over a partition recovers it from them."""
+    topic = f"{ctx.names.app_id}-runs-changelog"
+    await _node_killed_mid_stream(
+        ctx,
+        lambda: _most_leading(ctx, topic),
+        lambda node: _no_longer_leads(ctx, topic, node),
+        MOVE_PATIENCE_S,
+    )
+
+
+async def controller_failover(ctx: Context) -> None:
+    """The active KRaft controller (the metadata quorum's leader, which in combined mode is a
+    broker too) is killed with SIGKILL mid-stream; the other two controllers elect a new leader
+    (a later epoch) that leads on while events arrive; the node is started again on its data."""
+    cluster = ctx.cluster
+    assert cluster is not None, "a cluster scenario runs on a cluster of its own"
+    before: list[QuorumStatus] = []
+
+    async def victim() -> int:
+        try:
+            status = await asyncio.to_thread(cluster.quorum_status)
+        except RuntimeError as exc:
+            raise AssertionError(f"the metadata quorum did not answer before any kill: {exc}") from exc
+        if status.leader not in range(1, cluster.nodes + 1):
+            raise AssertionError(f"no quorum leader before any kill: {status}")
+        before.append(status)
+        return status.leader
+
+    async def moved(node: int) -> str | None:
+        try:
+            status = await asyncio.to_thread(cluster.quorum_status)
+        except RuntimeError as exc:  # the tool may ask the dead node first; it is asked again
+            return f"the metadata quorum did not answer: {str(exc)[-300:]}"
+        if status.leader in (node, -1) or status.leader not in range(1, cluster.nodes + 1):
+            return f"quorum leader {status.leader} after the kill of node {node}"
+        if status.epoch <= before[0].epoch:
+            return f"quorum epoch {status.epoch} after the kill, {before[0].epoch} before"
+        return None
+
+    await _node_killed_mid_stream(ctx, victim, moved, MOVE_PATIENCE_S)
 
 
 Scenario = Callable[[Context], Awaitable[None]]
@@ -438,6 +535,8 @@ OWN_BROKER = {"broker-restart"}
 #: run by ``make chaos`` only (slow: a cluster per try).
 CLUSTER_SCENARIOS: dict[str, Scenario] = {
     "input-leader-kill": input_leader_kill,
+    "changelog-leader-kill": changelog_leader_kill,
+    "controller-failover": controller_failover,
 }
 
 
