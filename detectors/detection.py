@@ -58,7 +58,7 @@ def detect(
     state.history = history
     event = ToolCall(event_id="", run_id=None, tool=tool)
     ctx = CallContext(state, event, args_hash, known_poll, config, _SETTINGS)
-    for rule in REGISTRY.on_call:
+    for rule in REGISTRY.for_config(config).on_call:
         if rule.openclaw:
             found = rule.on_call(ctx, None)
             if found is not None:

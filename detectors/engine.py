@@ -33,7 +33,7 @@ class Engine:
     ``fleet``: the fleet rules' hooks (F1's fail-fast block; the embedded runtime and replay
     watch the fleet themselves, after each step)."""
 
-    __slots__ = ("config", "ended", "ended_limit", "fleet", "late", "states")
+    __slots__ = ("_slot", "config", "ended", "ended_limit", "fleet", "late", "states")
 
     def __init__(
         self, config: FleetConfig, ended_limit: int = ENDED_RUNS_KEPT, fleet: FleetHooks | None = None
@@ -45,6 +45,7 @@ class Engine:
         self.ended_limit = ended_limit
         self.fleet = fleet
         self.late = 0
+        self._slot = RunSlot()  # the entry of the event being stepped (its fields set per event)
 
     def aborted(self, scope: str) -> tuple[str, str] | None:
         """The (reason, message) of the run's first enforced abort, while the run lives."""
@@ -62,10 +63,13 @@ class Engine:
         states = self.states
         state = states.get(scope)
         ended = self.ended.get(scope) if state is None else None
-        slot = RunSlot(state, ended)
+        slot = self._slot
+        slot.state = state
+        slot.ended = ended
+        slot.ended_ms = 0
         if ts is None:
             ts = event.ts if event.ts is not None else 0
-        if admit(slot, event) is not None:  # an event the ended run had: late
+        if ended is not None and admit(slot, event) is not None:  # an event the ended run had
             self.late += 1
             return _LATE
         stepped = step_admitted(slot, scope, event, self.config, ts, NO_POSITION, self.fleet)

@@ -154,12 +154,13 @@ def step_admitted(
         state = slot.state = new_state(event, config)
     if kind is not ToolCall and kind is not ToolResult:
         return Stepped("applied", apply(state, event, config))
-    prepared = prepare_for(event, config)  # type: ignore[arg-type]
+    resolved = config.for_agent(event.agent_id)
+    prepared = prepare_for(event, config, resolved)  # type: ignore[arg-type]
     block = None
     if fleet is not None and kind is ToolCall and event.event_id not in state.seen_set:
         block = fleet.fail_fast(scope, event, ts, config)  # type: ignore[arg-type]
     loop_before = state.loop_spend_usd
-    outputs = apply(state, event, config, prepared)
+    outputs = apply(state, event, config, prepared, resolved)
     if block is not None:
         outputs.insert(0, block)
     if fleet is not None:

@@ -153,22 +153,27 @@ def prepare(
     )
 
 
-def prepare_for(event: ToolCall | ToolResult, config: FleetConfig) -> Prepared:
+def prepare_for(
+    event: ToolCall | ToolResult, config: FleetConfig, resolved: ResolvedLoopDetection | None = None
+) -> Prepared:
     """:func:`prepare` with the digest, send tools and rule revision ``config`` gives the
-    event's agent: the one way every shell hashes an event."""
+    event's agent (``resolved``, when at hand): the one way every shell hashes an event."""
     settings = config.settings
-    return prepare(
-        event,
-        digester_for(settings.digest),
-        settings.provider_send_tools,
-        config.for_agent(event.agent_id).newest,
-    )
+    if resolved is None:
+        resolved = config.for_agent(event.agent_id)
+    return prepare(event, digester_for(settings.digest), settings.provider_send_tools, resolved.newest)
 
 
 def apply(
-    state: RunState, event: Event, config: FleetConfig, prepared: Prepared | None = None
+    state: RunState,
+    event: Event,
+    config: FleetConfig,
+    prepared: Prepared | None = None,
+    resolved: ResolvedLoopDetection | None = None,
 ) -> list[Output]:
-    """Apply one event of the state's run scope; the verdicts and aborts it gives, in order."""
+    """Apply one event of the state's run scope; the verdicts and aborts it gives, in order.
+
+    ``prepared`` and ``resolved``: the event's hashes and its agent's config, when at hand."""
     if not state.remember(event.event_id):
         return []
     state.events += 1
@@ -178,9 +183,10 @@ def apply(
     kind = type(event)
     if kind is ToolCall or kind is ToolResult:
         settings = config.settings
-        resolved = config.for_agent(event.agent_id)
+        if resolved is None:
+            resolved = config.for_agent(event.agent_id)
         if prepared is None:
-            prepared = prepare_for(event, config)  # type: ignore[arg-type]
+            prepared = prepare_for(event, config, resolved)  # type: ignore[arg-type]
         if kind is ToolCall:
             outputs = _on_call(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
         else:
@@ -190,7 +196,7 @@ def apply(
         return outputs
     if isinstance(event, CompactionRetry):
         resolved = config.for_agent(event.agent_id)
-        for rule in REGISTRY.on_compaction_retry:
+        for rule in REGISTRY.for_config(resolved).on_compaction_retry:
             rule.on_compaction_retry(state, resolved)
         return []
     assert isinstance(event, RunEnd)
@@ -206,15 +212,19 @@ def _on_call(
 ) -> list[Output]:
     ctx = CallContext(state, event, prepared.args_hash, prepared.known_poll, resolved, settings)
     openclaw = ctx.openclaw
+    hooks = REGISTRY.for_config(resolved)
     found: Detection | None = None
-    for rule in REGISTRY.on_call:
-        if rule.openclaw and (found is not None or not openclaw):
-            continue
+    if openclaw:
+        for rule in hooks.openclaw_on_call:
+            found = rule.on_call(ctx, None)
+            if found is not None:
+                break
+    for rule in hooks.own_on_call:
         found = rule.on_call(ctx, found)
     ctx.found = found
     outputs: list[Output] = []
     blocked = _emit(state, event, found, resolved, settings, outputs)
-    for rule in REGISTRY.after_call:
+    for rule in hooks.after_call:
         rule.after_call(ctx, blocked, outputs)
     if blocked:
         if ctx.newest:  # the blocked call leaves a veto record (2026-08)
@@ -232,7 +242,7 @@ def _on_call(
         state.history.append(
             event.tool, ctx.args_hash, event.tool_call_id, None, None, event.ts, resolved.history_size
         )
-    for rule in REGISTRY.after_record:
+    for rule in hooks.after_record:
         rule.after_record(ctx, outputs)
     return outputs
 
@@ -278,7 +288,7 @@ def _on_result(
         ctx = ResultContext(
             state, event, prepared.args_hash, prepared.result_hash, prepared.kind, resolved, settings
         )
-        for rule in REGISTRY.on_result:
+        for rule in REGISTRY.for_config(resolved).on_result:
             rule.on_result(ctx, outputs)
     return outputs
 

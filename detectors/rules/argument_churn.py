@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.detectors.history import History
 from loopwatch.detectors.rules.base import WARNING, CallContext, Detection, Rule
 
@@ -47,6 +48,9 @@ class ArgumentChurn(Rule):
 
     def __init__(self) -> None:
         super().__init__(DETECTOR, openclaw=True)
+
+    def active(self, resolved: ResolvedLoopDetection) -> bool:
+        return resolved.enabled and resolved.newest
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
         if not ctx.newest:

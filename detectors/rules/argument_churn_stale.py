@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.detectors.events import Output, ToolCall, ToolResult
 from loopwatch.detectors.history import History
 from loopwatch.detectors.rule_state import RuleState
@@ -105,6 +106,9 @@ class ArgumentChurnStale(Rule):
 
     def __init__(self) -> None:
         super().__init__(REASON)
+
+    def active(self, resolved: ResolvedLoopDetection) -> bool:
+        return resolved.enabled and resolved.newest
 
     def after_call(self, ctx: CallContext, blocked: bool, outputs: list[Output]) -> None:
         if blocked or not _stale_limit(ctx):

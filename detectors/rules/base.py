@@ -222,6 +222,11 @@ class Rule:
         self.name = name
         self.openclaw = openclaw
 
+    def active(self, resolved: ResolvedLoopDetection) -> bool:
+        """Whether the rule can do anything under ``resolved`` (the step skips it otherwise):
+        ``False`` only where every hook of the rule would do nothing."""
+        return True
+
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
         """The verdict for the proposed call, given the earlier rules' ``found``."""
         return found

@@ -24,6 +24,7 @@ from typing import Any, Final
 import xxhash
 from msgspec import UNSET
 
+from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.detectors.rule_state import RuleState
 from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detection, Rule, stronger
 from loopwatch.detectors.stable_json import _sanitize_surrogates
@@ -83,6 +84,9 @@ class EditUndo(Rule):
 
     def __init__(self) -> None:
         super().__init__(DETECTOR)
+
+    def active(self, resolved: ResolvedLoopDetection) -> bool:
+        return resolved.rules.edit_undo
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
         rules = ctx.resolved.rules

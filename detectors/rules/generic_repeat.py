@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detection, Rule
 
 __all__ = ["CRITICAL_RULE", "DETECTOR", "WARNING_RULE", "GenericRepeat"]
@@ -23,6 +24,9 @@ class GenericRepeat(Rule):
     def __init__(self, critical: bool) -> None:
         super().__init__(DETECTOR, openclaw=True)
         self.critical = critical
+
+    def active(self, resolved: ResolvedLoopDetection) -> bool:
+        return resolved.enabled and resolved.generic_repeat
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
         if ctx.known_poll or not ctx.resolved.generic_repeat:

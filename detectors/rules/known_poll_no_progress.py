@@ -26,6 +26,9 @@ class KnownPollNoProgress(Rule):
     def __init__(self) -> None:
         super().__init__(DETECTOR, openclaw=True)
 
+    def active(self, resolved: ResolvedLoopDetection) -> bool:
+        return resolved.enabled and resolved.known_poll_no_progress
+
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
         if not ctx.known_poll or not ctx.resolved.known_poll_no_progress:
             return None

@@ -36,6 +36,9 @@ class PingPong(Rule):
     def __init__(self) -> None:
         super().__init__(DETECTOR, openclaw=True)
 
+    def active(self, resolved: ResolvedLoopDetection) -> bool:
+        return resolved.enabled and resolved.ping_pong
+
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
         records = ctx.history.records
         args_hash = ctx.args_hash

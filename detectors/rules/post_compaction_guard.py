@@ -122,6 +122,9 @@ class CompactionGuardRule(Rule):
     def __init__(self) -> None:
         super().__init__(DETECTOR)
 
+    def active(self, resolved: ResolvedLoopDetection) -> bool:
+        return resolved.guard_enabled
+
     def on_compaction_retry(self, state: RunState, resolved: ResolvedLoopDetection) -> None:
         if resolved.guard_enabled:
             guard_of(state).arm(resolved.guard_window)

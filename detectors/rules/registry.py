@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
+from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.detectors.rule_state import LOADERS
 from loopwatch.detectors.rules import (
     argument_churn,
@@ -33,7 +34,7 @@ from loopwatch.detectors.rules import (
 )
 from loopwatch.detectors.rules.base import Rule
 
-__all__ = ["REGISTRY", "Registry", "register", "registered", "unregister"]
+__all__ = ["REGISTRY", "Hooks", "Registry", "register", "registered", "unregister"]
 
 _DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     unknown_tool_repeat.RULE,
@@ -55,31 +56,76 @@ def _overrides(rule: Rule, hook: str) -> bool:
     return getattr(type(rule), hook) is not getattr(Rule, hook)
 
 
-class Registry:
-    """The ordered rules, and for each hook the rules that have it (the step's loops)."""
+class Hooks:
+    """For each hook, the rules that have it, in registry order (the step's loops)."""
 
-    __slots__ = ("after_call", "after_record", "on_call", "on_compaction_retry", "on_result", "rules")
+    __slots__ = (
+        "after_call",
+        "after_record",
+        "on_call",
+        "on_compaction_retry",
+        "on_result",
+        "openclaw_on_call",
+        "own_on_call",
+    )
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
-        self.rules: tuple[Rule, ...] = ()
-        self.on_call: tuple[Rule, ...] = ()
-        self.after_call: tuple[Rule, ...] = ()
-        self.after_record: tuple[Rule, ...] = ()
-        self.on_result: tuple[Rule, ...] = ()
-        self.on_compaction_retry: tuple[Rule, ...] = ()
-        self.set(rules)
-
-    def set(self, rules: tuple[Rule, ...]) -> None:
-        self.rules = rules
         self.on_call = tuple(rule for rule in rules if _overrides(rule, "on_call"))
+        # the step asks OpenClaw's rules first (first match wins), then the others in order;
+        # the registry keeps OpenClaw's rules first, so this is the registry order
+        self.openclaw_on_call = tuple(rule for rule in self.on_call if rule.openclaw)
+        self.own_on_call = tuple(rule for rule in self.on_call if not rule.openclaw)
         self.after_call = tuple(rule for rule in rules if _overrides(rule, "after_call"))
         self.after_record = tuple(rule for rule in rules if _overrides(rule, "after_record"))
         self.on_result = tuple(rule for rule in rules if _overrides(rule, "on_result"))
         self.on_compaction_retry = tuple(rule for rule in rules if _overrides(rule, "on_compaction_retry"))
+
+
+_KEPT_CONFIGS: Final = 4096
+
+
+class Registry:
+    """The ordered rules; their hooks (:attr:`all`), and those of the rules active under one
+    resolved config (:meth:`for_config`, kept per config object while it is in use)."""
+
+    __slots__ = ("_active", "_last", "_last_hooks", "all", "rules")
+
+    def __init__(self, rules: tuple[Rule, ...]) -> None:
+        self.rules: tuple[Rule, ...] = ()
+        self.all = Hooks(())
+        self._active: dict[int, tuple[ResolvedLoopDetection, Hooks]] = {}
+        self._last: ResolvedLoopDetection | None = None  # the config asked last, and its hooks
+        self._last_hooks = self.all
+        self.set(rules)
+
+    def set(self, rules: tuple[Rule, ...]) -> None:
+        flags = [rule.openclaw for rule in rules]
+        if True in flags and False in flags[: len(flags) - flags[::-1].index(True)]:
+            raise ValueError("OpenClaw's rules (openclaw=True) come before every other rule")
+        self.rules = rules
+        self.all = Hooks(rules)
+        self._active = {}
+        self._last = None
         LOADERS.clear()
         for rule in rules:
             if _overrides(rule, "load_state"):
                 LOADERS[rule.name] = rule.load_state
+
+    def for_config(self, resolved: ResolvedLoopDetection) -> Hooks:
+        """The hooks of the rules :meth:`Rule.active` under ``resolved``."""
+        if resolved is self._last:
+            return self._last_hooks
+        kept = self._active.get(id(resolved))
+        if kept is not None and kept[0] is resolved:
+            hooks = kept[1]
+        else:
+            hooks = Hooks(tuple(rule for rule in self.rules if rule.active(resolved)))
+            if len(self._active) >= _KEPT_CONFIGS:
+                self._active = {}
+            self._active[id(resolved)] = (resolved, hooks)  # the config is kept: its id stays its own
+        self._last = resolved
+        self._last_hooks = hooks
+        return hooks
 
 
 REGISTRY: Final = Registry(_DEFAULT_RULES)

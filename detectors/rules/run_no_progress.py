@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Final
 
+from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.detectors.events import Output
 from loopwatch.detectors.rule_state import RuleState
 from loopwatch.detectors.rules.base import (
@@ -79,6 +80,9 @@ class RunNoProgress(Rule):
 
     def __init__(self) -> None:
         super().__init__(DETECTOR)
+
+    def active(self, resolved: ResolvedLoopDetection) -> bool:
+        return resolved.rules.run_no_progress
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
         rules = ctx.resolved.rules

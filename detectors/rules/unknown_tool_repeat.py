@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.detectors.rules.base import CRITICAL, CallContext, Detection, Rule
 
 __all__ = ["DETECTOR", "RULE", "UnknownToolRepeat", "message", "warning_key"]
@@ -21,6 +22,9 @@ class UnknownToolRepeat(Rule):
 
     def __init__(self) -> None:
         super().__init__(DETECTOR, openclaw=True)
+
+    def active(self, resolved: ResolvedLoopDetection) -> bool:
+        return resolved.enabled
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
         tool = ctx.tool

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from loopwatch.config.fleet import FleetConfig, parse_config_text
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.engine import Engine
@@ -121,15 +123,31 @@ def test_the_registry_keeps_openclaws_first_match_order_then_loopwatchs_rules() 
         ("loop_budget", False),
     ]
     # each hook is asked of the rules that have it, in the same order
-    assert [rule.name for rule in REGISTRY.after_call] == ["argument_churn_stale", "loop_budget"]
-    assert [rule.name for rule in REGISTRY.after_record] == ["argument_churn_stale"]
-    assert [rule.name for rule in REGISTRY.on_result] == [
+    hooks = REGISTRY.all
+    assert [rule.name for rule in hooks.after_call] == ["argument_churn_stale", "loop_budget"]
+    assert [rule.name for rule in hooks.after_record] == ["argument_churn_stale"]
+    assert [rule.name for rule in hooks.on_result] == [
         "compaction_loop_persisted",
         "argument_churn_stale",
         "run_no_progress",
     ]
-    assert [rule.name for rule in REGISTRY.on_compaction_retry] == ["compaction_loop_persisted"]
-    assert len(REGISTRY.on_call) == 10
+    assert [rule.name for rule in hooks.on_compaction_retry] == ["compaction_loop_persisted"]
+    assert len(hooks.on_call) == 10
+    # under the defaults (2026-08, loopwatch's own rules off) only the rules that can speak
+    active = REGISTRY.for_config(FleetConfig.enabled_default().for_agent("default"))
+    assert [rule.name for rule in active.on_result] == ["compaction_loop_persisted", "argument_churn_stale"]
+    assert [rule.name for rule in active.on_call][-1] == "loop_budget"
+    assert "run_no_progress" not in [rule.name for rule in active.on_call]
+
+
+def test_a_first_match_rule_after_loopwatchs_own_is_refused() -> None:
+    class LateOpenClawRule(Rule):
+        def __init__(self) -> None:
+            super().__init__("late", openclaw=True)
+
+    with pytest.raises(ValueError, match="come before"), registered(LateOpenClawRule()):
+        pass
+    assert [rule.name for rule in REGISTRY.rules][-1] == "loop_budget"  # nothing registered
 
 
 # -- a state written by the code before rules kept their own ---------------------------------
