@@ -33,6 +33,7 @@ COMPILED = [
     "detectors/rules/argument_churn.py",
     "detectors/rules/argument_churn_stale.py",
     "detectors/rules/base.py",
+    "detectors/rules/delegation_depth.py",
     "detectors/rules/edit_undo.py",
     "detectors/rules/generic_repeat.py",
     "detectors/rules/global_circuit_breaker.py",

@@ -91,6 +91,9 @@ class OwnRules:
     edit_undo_warning: int = _DEFAULTS.edit_undo.warning_threshold
     edit_undo_critical: int = _DEFAULTS.edit_undo.critical_threshold
     loop_budget_usd: float | None = _DEFAULTS.loop_budget.usd
+    # F6a, from the global (fleet-wide) delegation rule: how deep in a chain a run may act
+    delegation: bool = _DEFAULTS.delegation.enabled
+    delegation_max_depth: int = _DEFAULTS.delegation.max_depth
 
     @staticmethod
     def of(section: Detectors) -> OwnRules:
@@ -104,12 +107,14 @@ class OwnRules:
             edit_undo_warning=edit.warning_threshold,
             edit_undo_critical=edit.critical_threshold,
             loop_budget_usd=section.loop_budget.usd,
+            delegation=section.delegation.enabled,
+            delegation_max_depth=section.delegation.max_depth,
         )
 
     @property
     def any(self) -> bool:
         """Whether any in-run rule of loopwatch's own is on."""
-        return self.run_no_progress or self.edit_undo or self.loop_budget_usd is not None
+        return self.run_no_progress or self.edit_undo or self.loop_budget_usd is not None or self.delegation
 
     def section(self) -> Detectors:
         """The rules as a ``detectors`` object (the fleet-wide ones at their defaults)."""

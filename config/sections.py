@@ -24,6 +24,7 @@ from msgspec import Meta
 __all__ = [
     "FLEET_RULES",
     "MAX_WINDOW",
+    "Delegation",
     "Detectors",
     "EditUndo",
     "LoopBudget",
@@ -93,6 +94,27 @@ class SystemicLoopRule(msgspec.Struct, frozen=True, rename="camel", forbid_unkno
         return self.bucket_s * self.window_buckets // 60
 
 
+class Delegation(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``delegation`` (fleet-wide, BEYOND-OPENCLAW F6): delegation chains of runs (off).
+
+    ``maxDepth`` is F6a's limit on how deep in a chain a run may act; the chain thresholds are
+    F6b's and F6c's."""
+
+    enabled: bool = False
+    max_depth: Annotated[int, Meta(ge=0)] = 3
+    max_runs: Annotated[int, Meta(ge=2)] = 50
+    min_runs: Annotated[int, Meta(ge=2)] = 3
+    chain_warning_threshold: Positive = 10
+    chain_critical_threshold: Positive = 20
+    block: bool = False
+    chain_ttl_s: Positive = 3600
+
+    ordered: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("chain_warning_threshold", "chain_critical_threshold"),
+    )
+    fleet_wide: ClassVar[bool] = True
+
+
 class Detectors(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     """``loopwatch.detectors`` (globally) or ``agents…loopwatch.detectors`` (per agent)."""
 
@@ -101,6 +123,7 @@ class Detectors(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fiel
     loop_budget: LoopBudget = msgspec.field(default_factory=LoopBudget)
     tool_outage: ToolOutageRule = msgspec.field(default_factory=ToolOutageRule)
     systemic_loop: SystemicLoopRule = msgspec.field(default_factory=SystemicLoopRule)
+    delegation: Delegation = msgspec.field(default_factory=Delegation)
 
     member: ClassVar[str] = "rule"
 

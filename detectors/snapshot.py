@@ -52,6 +52,8 @@ class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
     # snapshots, whose guard, churn, budget, run_no_progress and edit_undo fields above are
     # read into these; newer snapshots leave those fields empty)
     rules: list[tuple[str, Any]] = []
+    # how deep in a delegation chain the run is (F6; from its first event; absent: 0)
+    depth: int = 0
 
 
 ENCODER: Final = msgspec.msgpack.Encoder()

@@ -31,6 +31,7 @@ class RunState:
         "agent_id",
         "buckets",
         "criticals",
+        "depth",
         "events",
         "first_detector",
         "history",
@@ -79,6 +80,8 @@ class RunState:
         self.first_detector: str | None = None
         # what each rule keeps, under the rule's name (detectors.rules.base)
         self.rule_states: dict[str, RuleState] = {}
+        # how deep in a delegation chain the run is (F6: fixed by its first event; 0: a root)
+        self.depth = 0
         # Encoded outputs whose delivery the shell has not confirmed yet, by trigger event id:
         # a redelivered event re-publishes them (at most OUTBOX_LIMIT events).
         self.outbox: dict[str, list[bytes]] = {}
@@ -135,6 +138,7 @@ class RunState:
             outbox=list(self.outbox.items()),
             aborted=self.aborted,
             rules=[(name, self.rule_states[name].dump()) for name in sorted(self.rule_states)],
+            depth=self.depth,
         )
 
     def to_bytes(self) -> bytes:
@@ -164,6 +168,7 @@ class RunState:
         state.outbox = dict(snap.outbox)
         state.spend_usd, state.loop_spend_usd, state.input_tokens, state.output_tokens = snap.spend
         state.first_detector = snap.first_detector
+        state.depth = snap.depth
         state.aborted = (snap.aborted[0], snap.aborted[1]) if snap.aborted is not None else None
         rule_states = state.rule_states
         for name, raw in _legacy_rule_states(snap):

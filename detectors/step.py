@@ -41,6 +41,7 @@ from loopwatch.detectors.events import (
     RunEnd,
     ToolCall,
     ToolResult,
+    chain_of,
     run_scope,
 )
 from loopwatch.detectors.hashing import Digester, digester_for
@@ -60,9 +61,13 @@ __all__ = ["Prepared", "apply", "new_state", "prepare", "prepare_for", "record_o
 def new_state(event: Event, config: FleetConfig) -> RunState:
     """An empty state for the run scope of ``event``."""
     run_id = event.run_id.strip() if event.run_id and event.run_id.strip() else None
-    return RunState(
+    state = RunState(
         run_scope(event), event.agent_id, run_id, event.session_id, config.settings.seen_event_ids
     )
+    chain = chain_of(event)
+    if chain is not None:
+        state.depth = chain[2]
+    return state
 
 
 class Prepared:

@@ -22,6 +22,7 @@ from loopwatch.detectors.rule_state import LOADERS
 from loopwatch.detectors.rules import (
     argument_churn,
     argument_churn_stale,
+    delegation_depth,
     edit_undo,
     generic_repeat,
     global_circuit_breaker,
@@ -48,6 +49,7 @@ _DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     argument_churn_stale.RULE,
     run_no_progress.RULE,
     edit_undo.RULE,
+    delegation_depth.RULE,
     loop_budget.RULE,
 )
 

@@ -246,6 +246,7 @@ class RunProcessor:
             )
             limit = self._config().settings.seen_event_ids
             run.state = RunState(state.scope, state.agent_id, state.run_id, state.session_id, limit)
+            run.state.depth = state.depth
             return run.state.to_bytes()
 
     def forget_partitions(self, partitions: set[int]) -> None:

@@ -123,7 +123,7 @@ def test_every_problem_of_a_bad_loopwatch_block_is_listed_with_its_path() -> Non
         ("loopwatch.detectors.systemicLoop.minShare", "must be a number above 0 and at most 1"),
         (
             "loopwatch.detectors.vibes",
-            "unknown rule (known: runNoProgress, editUndo, loopBudget, toolOutage, systemicLoop)",
+            "unknown rule (known: runNoProgress, editUndo, loopBudget, toolOutage, systemicLoop, delegation)",
         ),
         ("loopwatch.digest", 'must be "xxh3" or "sha256"'),
         ("loopwatch.criticalBlocksBeforeAbort", "must be a non-negative integer"),
@@ -219,9 +219,19 @@ def test_the_defaults_come_from_the_structs() -> None:
             "minRuns": 10,
             "minShare": 0.2,
         },
+        "delegation": {
+            "enabled": False,
+            "maxDepth": 3,
+            "maxRuns": 50,
+            "minRuns": 3,
+            "chainWarningThreshold": 10,
+            "chainCriticalThreshold": 20,
+            "block": False,
+            "chainTtlS": 3600,
+        },
     }
     assert msgspec.to_builtins(Detectors()) == documented
-    assert FLEET_RULES == ("toolOutage", "systemicLoop")
+    assert FLEET_RULES == ("toolOutage", "systemicLoop", "delegation")
     assert OwnRules() == DEFAULT_OWN_RULES == resolve_rules(None) == resolve_rules({})
     assert DEFAULT_OWN_RULES.as_dict() == {
         k: documented[k] for k in ("runNoProgress", "editUndo", "loopBudget")

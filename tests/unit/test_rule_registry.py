@@ -120,6 +120,7 @@ def test_the_registry_keeps_openclaws_first_match_order_then_loopwatchs_rules() 
         ("argument_churn_stale", False),
         ("run_no_progress", False),
         ("edit_undo", False),
+        ("delegation_depth", False),
         ("loop_budget", False),
     ]
     # each hook is asked of the rules that have it, in the same order
@@ -132,7 +133,7 @@ def test_the_registry_keeps_openclaws_first_match_order_then_loopwatchs_rules() 
         "run_no_progress",
     ]
     assert [rule.name for rule in hooks.on_compaction_retry] == ["compaction_loop_persisted"]
-    assert len(hooks.on_call) == 10
+    assert len(hooks.on_call) == 11
     # under the defaults (2026-08, loopwatch's own rules off) only the rules that can speak
     active = REGISTRY.for_config(FleetConfig.enabled_default().for_agent("default"))
     assert [rule.name for rule in active.on_result] == ["compaction_loop_persisted", "argument_churn_stale"]
