@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Final
 
+import msgspec
+
 from loopwatch.detectors.history import History
 from loopwatch.detectors.rule_state import RuleState, load_rule_state
 from loopwatch.detectors.snapshot import DECODER, ENCODER, FORMAT_VERSION, RunSnapshot
@@ -112,6 +114,7 @@ class RunState:
         self.outbox.pop(event_id, None)
 
     def snapshot(self) -> RunSnapshot:
+        rules = [(name, self.rule_states[name].dump()) for name in sorted(self.rule_states)]
         return RunSnapshot(
             version=FORMAT_VERSION,
             scope=self.scope,
@@ -128,8 +131,8 @@ class RunState:
             first_detector=self.first_detector,
             seen=list(self.seen),
             buckets=list(self.buckets.items()),
-            guard_remaining=0,  # the guard's state is a rule's now (``rules``)
-            guard_window=0,
+            guard_remaining=0,  # the guard's own fields: see _with_legacy_fields
+            guard_window=3,
             guard_observations=[],
             criticals=self.criticals,
             recovery_aborted=self.recovery_aborted,
@@ -137,13 +140,13 @@ class RunState:
             events=self.events,
             outbox=list(self.outbox.items()),
             aborted=self.aborted,
-            rules=[(name, self.rule_states[name].dump()) for name in sorted(self.rule_states)],
+            rules=rules,
             depth=self.depth,
         )
 
     def to_bytes(self) -> bytes:
         """Compact msgpack bytes of the state."""
-        return ENCODER.encode(self.snapshot())
+        return ENCODER.encode(_with_legacy_fields(self.snapshot()))
 
     @classmethod
     def from_snapshot(cls, snap: RunSnapshot, seen_limit: int = 256) -> RunState:
@@ -204,3 +207,29 @@ def _legacy_rule_states(snap: RunSnapshot) -> list[tuple[str, object]]:
     if snap.edits:
         found.append(("edit_undo", [[p, c, h, n] for p, c, h, n in snap.edits]))
     return found
+
+
+def _with_legacy_fields(snap: RunSnapshot) -> RunSnapshot:
+    """The snapshot with the fields a release before rules kept their own (55edc0a) reads for
+    the built-in rules filled from their states too: a worker of that release that takes a
+    run over in a rolling upgrade goes on with the run's guard, churn lease, budget,
+    run_no_progress and edit_undo state (this release reads ``rules`` over them)."""
+    fields: dict[str, object] = {}
+    for name, raw in snap.rules:
+        if name == "compaction_loop_persisted":
+            remaining, window, observations = raw
+            fields["guard_remaining"] = remaining
+            fields["guard_window"] = window
+            fields["guard_observations"] = [tuple(triple) for triple in observations]
+        elif name == "argument_churn_stale":
+            fields["churn_since"], fields["churn_aborted"] = raw
+        elif name == "loop_budget":
+            fields["budget"] = (raw[0], raw[1])
+        elif name == "run_no_progress":
+            tools, since_new, seen_pairs = raw
+            fields["outcome_tools"] = list(tools)
+            fields["since_new"] = since_new
+            fields["seen_pairs"] = list(seen_pairs)
+        elif name == "edit_undo":
+            fields["edits"] = [(path, list(c), list(h), n) for path, c, h, n in raw]
+    return msgspec.structs.replace(snap, **fields) if fields else snap

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from loopwatch.config.fleet import FleetConfig, parse_config_text
@@ -21,6 +22,7 @@ from loopwatch.detectors.rules.loop_budget import BudgetSpent
 from loopwatch.detectors.rules.post_compaction_guard import PostCompactionGuard
 from loopwatch.detectors.rules.registry import REGISTRY, registered
 from loopwatch.detectors.rules.run_no_progress import OutcomeRepeats
+from loopwatch.detectors.snapshot import DECODER
 from loopwatch.detectors.state import RunState
 from loopwatch.streams.kafka.run_table import unpack
 from tests.helpers import Trace, text_result
@@ -206,3 +208,14 @@ def test_a_state_written_before_rules_kept_their_own_loads_and_goes_on_as_it_did
     spent = engine.states["run-1"].rule_states["loop_budget"]
     assert isinstance(spent, BudgetSpent)
     assert (spent.fired, spent.aborted) == (True, True)
+
+
+def test_a_release_before_rules_kept_their_own_reads_what_this_one_writes() -> None:
+    """Rolling upgrades: a worker of 55edc0a that takes a run over from this release reads the
+    fields it knows (this release writes the built-in rules' states there too, and adds
+    ``rules`` and ``depth`` after them, which 55edc0a skips): it gets the state it wrote."""
+    written_by_old = (SNAPSHOTS / "run-state-55edc0a.msgpack").read_bytes()
+    written_by_new = RunState.from_bytes(written_by_old).to_bytes()
+    new = DECODER.decode(written_by_new)
+    assert new.rules  # this release's own form is there
+    assert msgspec.structs.replace(new, rules=[], depth=0) == DECODER.decode(written_by_old)
