@@ -12,13 +12,13 @@ A refactoring of the core must not make it slower: this is how that is measured.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.bench.workloads import ensure, to_wire
+from tests.release_tree import release_env, release_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_DIR = ROOT / ".bench"
@@ -54,26 +54,8 @@ print(min(best) / calls * 1e6)
 """
 
 
-def prepare_ref(ref: str) -> Path:
-    """A worktree of ``ref`` with its core compiled in place."""
-    tree = ROOT / ".bench" / f"ref-{ref}"
-    if not (tree / ".compiled").exists():
-        if not tree.exists():
-            tree.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run(["git", "worktree", "add", "-f", "--detach", str(tree), ref], cwd=ROOT, check=True)
-        subprocess.run(
-            [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-            cwd=tree,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        (tree / ".compiled").touch()
-    return tree
-
-
 def one_pass(tree: Path, workload: Path, decoded: bool, passes: int) -> float:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    env.pop("LOOPWATCH_PURE_PYTHON", None)
+    env = release_env(tree)
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(workload), "1" if decoded else "0", str(passes)],
         cwd=tree,
@@ -92,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=3, help="passes per process; the fastest counts")
     parser.add_argument("--workloads", default="healthy,looping,long")
     args = parser.parse_args(argv)
-    before = prepare_ref(args.ref)
+    before = release_tree(args.ref)
     print(f"before: {args.ref} ({before}); after: this tree ({ROOT}); µs per call, medians of {args.rounds}")
     for name in args.workloads.split(","):
         workload = BENCH_DIR / f"wire-{name}.jsonl"

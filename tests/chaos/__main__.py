@@ -19,13 +19,20 @@ import tempfile
 from pathlib import Path
 
 from tests.chaos.broker import own_broker, own_cluster
-from tests.chaos.scenarios import CLUSTER_SCENARIOS, OWN_BROKER, SCENARIOS, ScenarioResult, run_scenario
+from tests.chaos.scenarios import (
+    CLUSTER_SCENARIOS,
+    OWN_BROKER,
+    SCENARIOS,
+    UPGRADE_SCENARIOS,
+    ScenarioResult,
+    run_scenario,
+)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=10, help="tries per scenario (default 10)")
-    every = [*SCENARIOS, *CLUSTER_SCENARIOS]
+    every = [*SCENARIOS, *UPGRADE_SCENARIOS, *CLUSTER_SCENARIOS]
     parser.add_argument("--scenario", action="append", choices=sorted(every), help="only these")
     parser.add_argument("--runs", type=int, default=150, help="runs per fleet (default 150)")
     parser.add_argument("--seed", type=int, default=1000, help="seed of the first fleet")

@@ -40,6 +40,7 @@ from tests.chaos.broker import Cluster, QuorumStatus
 from tests.chaos.fleet import ChaosFleet, chaos_fleet
 from tests.helpers import ROOT
 from tests.integration.harness import Names, WorkerProcess, event_records, expected_outputs, per_run, produce
+from tests.release_tree import PREVIOUS_RELEASE, release_env, release_tree
 
 __all__ = ["CLUSTER_SCENARIOS", "SCENARIOS", "ScenarioResult", "run_scenario"]
 
@@ -84,22 +85,22 @@ class Context:
     def expected(self) -> list[dict[str, Any]]:
         return expected_outputs(self.fleet.events, self.fleet.config)
 
-    async def start_worker(self, **env: str) -> WorkerProcess:
+    async def start_worker(self, tree: Path | None = None, **env: str) -> WorkerProcess:
+        """A worker of this tree, or of the release checked out in ``tree``."""
         label = f"w{len(self.workers) + 1}"
         config = self.workdir / "openclaw.json"
         config.write_text(self.fleet.config_text)
-        worker = WorkerProcess(
-            self.names.env(
-                self.bootstrap,
-                LOOPWATCH_WEB_PORT=str(_free_port()),
-                LOOPWATCH_DATA_DIR=str(self.workdir / label),
-                LOOPWATCH_KAFKA_SESSION_TIMEOUT_S="6",
-                LOOPWATCH_FLEET_VIEW="false",
-                **env,
-            ),
-            self.workdir / f"{label}.log",
-            config,
+        worker_env = self.names.env(
+            self.bootstrap,
+            LOOPWATCH_WEB_PORT=str(_free_port()),
+            LOOPWATCH_DATA_DIR=str(self.workdir / label),
+            LOOPWATCH_KAFKA_SESSION_TIMEOUT_S="6",
+            LOOPWATCH_FLEET_VIEW="false",
+            **env,
         )
+        if tree is not None:
+            worker_env = release_env(tree, worker_env)
+        worker = WorkerProcess(worker_env, self.workdir / f"{label}.log", config, tree)
         self.workers.append(worker)
         await asyncio.to_thread(worker.wait_ready)
         return worker
@@ -519,6 +520,31 @@ async def controller_failover(ctx: Context) -> None:
     await _node_killed_mid_stream(ctx, victim, moved, MOVE_PATIENCE_S)
 
 
+async def rolling_upgrade(ctx: Context) -> None:
+    """A worker of the previous release works alone, a worker of this tree joins it a third of
+    the way in (both in one group: runs move between releases both ways), and at two thirds
+    the old one is stopped (SIGTERM), as a rolling upgrade does."""
+    old_tree = await asyncio.to_thread(release_tree, PREVIOUS_RELEASE)
+    old = await ctx.start_worker(tree=old_tree)
+    events = ctx.fleet.events
+    chunk = 300
+    third = len(events) // 3
+
+    async def paced() -> None:
+        for start in range(0, len(events), chunk):
+            await ctx.produce(events[start : start + chunk])
+            await asyncio.sleep(0.1)
+
+    producing = asyncio.create_task(paced())
+    while await _produced(ctx) < third:
+        await asyncio.sleep(0.05)
+    await ctx.start_worker()
+    while await _produced(ctx) < 2 * third:
+        await asyncio.sleep(0.05)
+    await asyncio.to_thread(old.stop)
+    await producing
+
+
 Scenario = Callable[[Context], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "join-mid-backlog": join_mid_backlog,
@@ -533,6 +559,9 @@ SCENARIOS: dict[str, Scenario] = {
 OWN_BROKER = {"broker-restart"}
 #: Scenarios on a three-node cluster of their own (:func:`tests.chaos.broker.own_cluster`),
 #: run by ``make chaos`` only (slow: a cluster per try).
+#: Scenarios with a worker of an earlier release (built once under ``.bench/``), run by
+#: ``make chaos`` only.
+UPGRADE_SCENARIOS: dict[str, Scenario] = {"rolling-upgrade": rolling_upgrade}
 CLUSTER_SCENARIOS: dict[str, Scenario] = {
     "input-leader-kill": input_leader_kill,
     "changelog-leader-kill": changelog_leader_kill,
@@ -552,7 +581,7 @@ async def run_scenario(
     workdir.mkdir(parents=True, exist_ok=True)
     ctx = Context(bootstrap, workdir, chaos_fleet(seed, runs), cluster=cluster)
     try:
-        await {**SCENARIOS, **CLUSTER_SCENARIOS}[name](ctx)
+        await {**SCENARIOS, **UPGRADE_SCENARIOS, **CLUSTER_SCENARIOS}[name](ctx)
         await ctx.wait_processed()
         got = await _read_all(ctx.bootstrap, ctx.names.verdicts)
     except AssertionError as exc:

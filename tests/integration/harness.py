@@ -63,14 +63,19 @@ class Names:
 class WorkerProcess:
     """``loopwatch worker`` as a child process, with its log in a file."""
 
-    def __init__(self, env: dict[str, str], log: Path, config: Path | None = None) -> None:
+    def __init__(
+        self, env: dict[str, str], log: Path, config: Path | None = None, tree: Path | None = None
+    ) -> None:
+        """``tree``: run the release checked out there (:mod:`tests.release_tree`) instead."""
         self.env = env
         self.log = log
-        args = [LOOPWATCH, "worker"]
+        args = [LOOPWATCH, "worker"] if tree is None else [sys.executable, "-m", "loopwatch", "worker"]
         if config is not None:
             args += ["--config", str(config)]
         self._out = log.open("ab")
-        self.proc = subprocess.Popen(args, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            args, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT if tree is None else tree
+        )
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout

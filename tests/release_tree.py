@@ -1,0 +1,49 @@
+"""An earlier release of loopwatch, checked out and compiled beside this tree.
+
+``release_tree(ref)`` checks ``ref`` out into a git worktree under ``.bench/`` (once) and
+compiles its core in place with mypyc; a process started with ``PYTHONPATH`` set to the
+returned folder (and that folder as its working directory) runs that release. Used to time
+the core against an earlier commit (``tests/bench/before_after.py``) and to run a worker of
+the previous release beside this tree's (the ``rolling-upgrade`` fault scenario).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["PREVIOUS_RELEASE", "ROOT", "release_env", "release_tree"]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The release before this one (tag ``v0.1.0``): the last commit before run states kept
+#: their rules' states under the rules' names. Rolling upgrades are tested from it.
+PREVIOUS_RELEASE = "55edc0a"
+
+
+def release_tree(ref: str) -> Path:
+    """A worktree of ``ref`` with its core compiled in place."""
+    tree = ROOT / ".bench" / f"ref-{ref}"
+    if not (tree / ".compiled").exists():
+        if not tree.exists():
+            tree.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["git", "worktree", "prune"], cwd=ROOT, check=True)
+            subprocess.run(["git", "worktree", "add", "-f", "--detach", str(tree), ref], cwd=ROOT, check=True)
+        subprocess.run(
+            [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+            cwd=tree,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        (tree / ".compiled").touch()
+    return tree
+
+
+def release_env(tree: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) for a process that runs the release in ``tree``."""
+    out = dict(os.environ if env is None else env)
+    out["PYTHONPATH"] = str(tree)
+    out.pop("LOOPWATCH_PURE_PYTHON", None)
+    return out
