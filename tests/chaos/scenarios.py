@@ -226,21 +226,30 @@ async def join_mid_backlog(ctx: Context) -> None:
     await ctx.start_worker()
 
 
-async def join_while_producing(ctx: Context) -> None:
-    """Events arrive at a steady pace; a second worker joins a third of the way in."""
-    await ctx.start_worker()
+def _paced(ctx: Context, chunk: int = 300, pause_s: float = 0.1) -> asyncio.Task[None]:
+    """The fleet's events produced at a steady pace (``chunk`` every ``pause_s``), in the background."""
     events = ctx.fleet.events
-    chunk = 300
-    third = len(events) // 3
 
     async def paced() -> None:
         for start in range(0, len(events), chunk):
             await ctx.produce(events[start : start + chunk])
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(pause_s)
 
-    producing = asyncio.create_task(paced())
-    while await _produced(ctx) < third:
+    return asyncio.create_task(paced())
+
+
+async def _until_produced(ctx: Context, share: float) -> None:
+    """Until ``share`` of the fleet's events are on the input topic."""
+    wanted = int(len(ctx.fleet.events) * share)
+    while await _produced(ctx) < wanted:
         await asyncio.sleep(0.05)
+
+
+async def join_while_producing(ctx: Context) -> None:
+    """Events arrive at a steady pace; a second worker joins a third of the way in."""
+    await ctx.start_worker()
+    producing = _paced(ctx)
+    await _until_produced(ctx, 1 / 3)
     await ctx.start_worker()
     await producing
 
@@ -413,23 +422,13 @@ async def _node_killed_mid_stream(
     assert cluster is not None, "a cluster scenario runs on a cluster of its own"
     await ctx.start_worker(LOOPWATCH_REPLICATION_FACTOR="3")
     await ctx.start_worker(LOOPWATCH_REPLICATION_FACTOR="3")
-    events = ctx.fleet.events
-    chunk = 150
-
-    async def paced() -> None:
-        for start in range(0, len(events), chunk):
-            await ctx.produce(events[start : start + chunk])
-            await asyncio.sleep(0.2)
-
-    producing = asyncio.create_task(paced())
+    producing = _paced(ctx, chunk=150, pause_s=0.2)
     try:
-        while await _produced(ctx) < len(events) // 3:
-            await asyncio.sleep(0.05)
+        await _until_produced(ctx, 1 / 3)
         await ctx.wait_verdicts(1)
         node = await victim()
         await asyncio.to_thread(cluster.kill_node, node)
-        while await _produced(ctx) < 2 * len(events) // 3:
-            await asyncio.sleep(0.1)
+        await _until_produced(ctx, 2 / 3)
         deadline = time.monotonic() + patience
         while (problem := await moved(node)) is not None:
             if time.monotonic() >= deadline:
@@ -526,21 +525,10 @@ async def rolling_upgrade(ctx: Context) -> None:
     the old one is stopped (SIGTERM), as a rolling upgrade does."""
     old_tree = await asyncio.to_thread(release_tree, PREVIOUS_RELEASE)
     old = await ctx.start_worker(tree=old_tree)
-    events = ctx.fleet.events
-    chunk = 300
-    third = len(events) // 3
-
-    async def paced() -> None:
-        for start in range(0, len(events), chunk):
-            await ctx.produce(events[start : start + chunk])
-            await asyncio.sleep(0.1)
-
-    producing = asyncio.create_task(paced())
-    while await _produced(ctx) < third:
-        await asyncio.sleep(0.05)
+    producing = _paced(ctx)
+    await _until_produced(ctx, 1 / 3)
     await ctx.start_worker()
-    while await _produced(ctx) < 2 * third:
-        await asyncio.sleep(0.05)
+    await _until_produced(ctx, 2 / 3)
     await asyncio.to_thread(old.stop)
     await producing
 
