@@ -18,7 +18,7 @@ The raw block is kept as a plain ``dict`` so resolution sees exactly what OpenCl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from loopwatch.config.errors import ConfigProblem
@@ -161,12 +161,6 @@ class ResolvedLoopDetection:
     guard_window: int
     revision: Revision = "2026-05"  # OpenClaw rule revision (``loopwatch.openclawRevision``)
     rules: OwnRules = DEFAULT_OWN_RULES  # loopwatch's own in-run rules (``loopwatch.detectors``)
-    #: whether the rules of revision 2026-08 apply: derived from ``revision`` (a field, not a
-    #: property, for the step's sake); prefer ``revision``
-    newest: bool = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "newest", self.revision == "2026-08")
 
     @property
     def enabled(self) -> bool:

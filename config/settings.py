@@ -62,11 +62,6 @@ class DetectorSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkno
         """The OpenClaw rule revision that applies (``openclawRevision``)."""
         return self.openclaw_revision
 
-    @property
-    def newest_rules(self) -> bool:
-        """Whether the rules of revision 2026-08 apply (read-only; prefer :attr:`revision`)."""
-        return self.openclaw_revision == "2026-08"
-
     def as_dict(self) -> dict[str, Any]:
         """The settings under their file names (``providerSendTools`` sorted)."""
         encoded: dict[str, Any] = msgspec.to_builtins(self, order="deterministic")

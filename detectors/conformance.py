@@ -131,7 +131,7 @@ class _Session:
             error,
             self.digester,
             self.settings.provider_send_tools,
-            self.resolved.newest,
+            self.resolved.revision,
         )
         return Prepared.outcome(args_hash, outcome)
 

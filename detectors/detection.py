@@ -12,7 +12,7 @@ Rules (T = resolved thresholds, D = detector flags), for a proposed call with ``
 7a. (2026-08) argument churn ≥ warning                 warning   argument_churn
 8. not knownPoll, D.genericRepeat, recent ≥ warning    warning   generic_repeat
 
-Revision 2026-08 (``config.newest``, docs/rules-2026-08.md) also changes the no-progress
+Revision 2026-08 (``config.revision``, docs/rules-2026-08.md) also changes the no-progress
 streak: veto records of blocked calls count once an identical outcome anchors them, and for
 ``exec`` the terminal-failure tail across changing commands wins when it is longer. Warnings
 of rules 4 and 6 carry ``liveness_signal = "argument_churn"`` while churn is at the warning

@@ -21,8 +21,8 @@ __all__ = ["digest_only"]
 
 def digest_only(event: ToolCall | ToolResult, settings: DetectorSettings) -> ToolCall | ToolResult:
     """``event`` with its params, result and error replaced by their digests."""
-    newest = settings.newest_rules
-    prepared = prepare(event, digester_for(settings.digest), settings.provider_send_tools, newest)
+    revision = settings.openclaw_revision
+    prepared = prepare(event, digester_for(settings.digest), settings.provider_send_tools, revision)
     args_digest = prepared.args_hash[len(event.tool) + 1 :]  # argsHash is "{tool}:{digest}"
     if isinstance(event, ToolCall):
         return msgspec.structs.replace(
@@ -36,7 +36,7 @@ def digest_only(event: ToolCall | ToolResult, settings: DetectorSettings) -> Too
         args_digest=args_digest,
         result_digest=prepared.result_hash,
         unknown_tool_name=prepared.unknown_tool_name,
-        outcome_kind=prepared.kind if newest else None,
+        outcome_kind=prepared.kind if revision == "2026-08" else None,
         no_progress=prepared.no_progress,
         failure_digest=prepared.failure_id,
     )

@@ -5,7 +5,7 @@ Its output is an :data:`OutcomeHash` ``(result_hash, unknown_tool_name, kind, no
 failure_id)``. Under revision 2026-05 only the first two are ever set, and ``result_hash is
 None`` means the outcome is not recorded at all (no result, or the detector's own loop veto).
 
-Revision 2026-08 (``newest``, docs/rules-2026-08.md) classifies further:
+Revision 2026-08 (docs/rules-2026-08.md) classifies further:
 
 * a thrown error is flagged ``no_progress``;
 * the detector's own loop veto has no hash but the kind :data:`VETO` (it is recorded);
@@ -22,6 +22,7 @@ import re
 from collections.abc import Collection
 from typing import Any, Final
 
+from loopwatch.config.settings import Revision
 from loopwatch.detectors.exec_failures import failure_shape, terminal_exit_code
 from loopwatch.detectors.hashing import _JS_WHITESPACE, Digester, js_trim, update_plan_shape
 from loopwatch.detectors.stable_json import UNDEFINED, JSNumber, js_number_text, stable_stringify
@@ -264,17 +265,24 @@ def hash_outcome(
     error: Any,
     digester: Digester,
     send_tools: Collection[str] = (),
-    newest: bool = False,
+    revision: Revision = "2026-05",
 ) -> OutcomeHash:
-    """The :data:`OutcomeHash` of one outcome (spec §3.3; ``newest``: revision 2026-08).
+    """The :data:`OutcomeHash` of one outcome (spec §3.3) under the rules of ``revision``.
 
     ``result`` is :data:`MISSING` when the tool returned nothing; ``error`` is :data:`MISSING`
     (or ``None``) when nothing was thrown, an :class:`ErrorMessage` for a thrown ``Error``, or
     any other value thrown as-is.
     """
+    rules_2026_08 = revision == "2026-08"
     if error is not MISSING and error is not None:
         text = error_text(error)
-        return "error:" + digester.digest_text(text), extract_unknown_tool_name(text), None, newest, None
+        return (
+            "error:" + digester.digest_text(text),
+            extract_unknown_tool_name(text),
+            None,
+            rules_2026_08,
+            None,
+        )
     if result is MISSING:
         return NO_OUTCOME
     if not isinstance(result, dict):
@@ -284,12 +292,12 @@ def hash_outcome(
     text = _text_of(result)
     status = details.get("status")
     if status == "blocked" and details.get("deniedReason") == "tool-loop":
-        return (None, None, VETO, False, None) if newest else NO_OUTCOME
+        return (None, None, VETO, False, None) if rules_2026_08 else NO_OUTCOME
     if tool == "exec" and isinstance(status, str) and status:
         fingerprint = _exec_fingerprint(details, status, text)
         if fingerprint is not None:
             result_hash = digester.digest(fingerprint)
-            if newest:
+            if rules_2026_08:
                 output = fingerprint.get("output")
                 exit_code = terminal_exit_code(details, status, output if isinstance(output, str) else "")
                 if exit_code is not None:
@@ -301,7 +309,7 @@ def hash_outcome(
                     }
                     return result_hash, None, TERMINAL_EXEC_FAILURE, False, digester.digest(identity)
             return result_hash, None, None, False, None
-    if newest and tool == "write" and details.get("changed") is False:
+    if rules_2026_08 and tool == "write" and details.get("changed") is False:
         return digester.digest(_UNCHANGED), None, None, True, None
     if tool == "process" and isinstance(params, dict):
         fingerprint = _process_fingerprint(params.get("action"), details, text)

@@ -31,7 +31,7 @@ from msgspec import UNSET
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.loop_detection import ResolvedLoopDetection
-from loopwatch.config.settings import DetectorSettings
+from loopwatch.config.settings import DetectorSettings, Revision
 from loopwatch.detectors import escalation
 from loopwatch.detectors.events import (
     Abort,
@@ -112,11 +112,14 @@ class Prepared:
 
 
 def prepare(
-    event: ToolCall | ToolResult, digester: Digester, send_tools: frozenset[str], newest: bool = False
+    event: ToolCall | ToolResult,
+    digester: Digester,
+    send_tools: frozenset[str],
+    revision: Revision = "2026-05",
 ) -> Prepared:
     """Hash one event: its ``argsHash`` and, for a result, its outcome (spec §3).
 
-    ``newest`` classifies outcomes by the rules of revision 2026-08.
+    ``revision`` "2026-08" classifies outcomes by that revision's rules.
     """
     tool = event.tool
     params: Any = event.params
@@ -136,7 +139,7 @@ def prepare(
         return Prepared(args_hash, known)
     if event.result_digest is not UNSET:
         result_digest = event.result_digest or None
-        if not newest:
+        if revision != "2026-08":
             return Prepared(args_hash, result_hash=result_digest, unknown_tool_name=event.unknown_tool_name)
         return Prepared(
             args_hash,
@@ -154,7 +157,7 @@ def prepare(
         error = ErrorMessage(error)
     result = MISSING if event.result is UNSET else event.result
     return Prepared.outcome(
-        args_hash, hash_outcome(tool, params, result, error, digester, send_tools, newest)
+        args_hash, hash_outcome(tool, params, result, error, digester, send_tools, revision)
     )
 
 
@@ -166,7 +169,7 @@ def prepare_for(
     settings = config.settings
     if resolved is None:
         resolved = config.for_agent(event.agent_id)
-    return prepare(event, digester_for(settings.digest), settings.provider_send_tools, resolved.newest)
+    return prepare(event, digester_for(settings.digest), settings.provider_send_tools, resolved.revision)
 
 
 def apply(
@@ -232,7 +235,7 @@ def _on_call(
     for rule in hooks.after_call:
         rule.after_call(ctx, blocked, outputs)
     if blocked:
-        if ctx.newest:  # the blocked call leaves a veto record (2026-08)
+        if ctx.revision == "2026-08":  # the blocked call leaves a veto record
             state.history.append(
                 event.tool,
                 ctx.args_hash,

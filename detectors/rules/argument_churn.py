@@ -50,10 +50,10 @@ class ArgumentChurn(Rule):
         super().__init__(DETECTOR, openclaw=True)
 
     def active(self, resolved: ResolvedLoopDetection) -> bool:
-        return resolved.enabled and resolved.newest
+        return resolved.enabled and resolved.revision == "2026-08"
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
-        if not ctx.newest:
+        if ctx.revision != "2026-08":
             return None
         tool = ctx.tool
         churn, variants = evaluate(ctx.history, tool, ctx.args_hash)
@@ -66,7 +66,7 @@ class ArgumentChurn(Rule):
 def liveness(ctx: CallContext) -> str | None:
     """The liveness signal a poll or ping-pong warning carries while churn is at threshold
     (revision 2026-08)."""
-    if not ctx.newest:
+    if ctx.revision != "2026-08":
         return None
     churn = evaluate(ctx.history, ctx.tool, ctx.args_hash)[0]
     return LIVENESS_SIGNAL if churn >= ctx.resolved.warning_threshold else None

@@ -76,7 +76,7 @@ def lease_of(state: RunState) -> ChurnLease | None:
 
 def _stale_limit(ctx: CallContext | ResultContext) -> int:
     """Seconds of churn that abort a run; 0 when the stale-churn abort does not apply."""
-    return ctx.settings.churn_stale_after_s if ctx.newest and ctx.resolved.enabled else 0
+    return ctx.settings.churn_stale_after_s if ctx.revision == "2026-08" and ctx.resolved.enabled else 0
 
 
 def _abort_if_stale(
@@ -108,7 +108,7 @@ class ArgumentChurnStale(Rule):
         super().__init__(REASON)
 
     def active(self, resolved: ResolvedLoopDetection) -> bool:
-        return resolved.enabled and resolved.newest
+        return resolved.enabled and resolved.revision == "2026-08"
 
     def after_call(self, ctx: CallContext, blocked: bool, outputs: list[Output]) -> None:
         if blocked or not _stale_limit(ctx):

@@ -124,11 +124,11 @@ class CallContext:
         "history",
         "known_poll",
         "latest",
-        "newest",
         "no_progress",
         "openclaw",
         "recent",
         "resolved",
+        "revision",
         "settings",
         "state",
         "tool",
@@ -150,13 +150,13 @@ class CallContext:
         self.known_poll = known_poll
         self.resolved = resolved
         self.settings = settings
-        self.newest = newest = resolved.newest
+        self.revision = revision = resolved.revision
         self.history = history = state.history
         self.found: Detection | None = None
         self.openclaw = openclaw = resolved.enabled and len(history.records) > 0
         if openclaw:
             recent, no_progress, latest = history.counts(args_hash)
-            if newest and tool == "exec":
+            if revision == "2026-08" and tool == "exec":
                 tail, tail_latest = history.exec_terminal_tail(args_hash)
                 if tail > no_progress:
                     no_progress, latest = tail, tail_latest
@@ -176,9 +176,9 @@ class ResultContext:
         "args_hash",
         "event",
         "kind",
-        "newest",
         "resolved",
         "result_hash",
+        "revision",
         "settings",
         "state",
         "tool",
@@ -202,7 +202,7 @@ class ResultContext:
         self.kind = kind
         self.resolved = resolved
         self.settings = settings
-        self.newest = resolved.newest
+        self.revision = resolved.revision
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

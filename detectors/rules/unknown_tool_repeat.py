@@ -28,7 +28,7 @@ class UnknownToolRepeat(Rule):
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
         tool = ctx.tool
-        streak, unknown_name = ctx.history.unknown_tool_streak(tool, ctx.newest)
+        streak, unknown_name = ctx.history.unknown_tool_streak(tool, ctx.revision == "2026-08")
         if streak and streak >= ctx.resolved.unknown_tool_threshold:
             message_ = message(unknown_name or tool, streak)
             return Detection(CRITICAL, DETECTOR, streak, message_, warning_key(tool, unknown_name))

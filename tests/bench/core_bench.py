@@ -233,7 +233,8 @@ def census(events: list[Event], history: int, newest: bool = False) -> tuple[int
     for event in events:
         assert event.run_id is not None
         state = states.setdefault(event.run_id, RunState(event.run_id))
-        prepared = prepare(event, digester, frozenset(), newest)  # type: ignore[arg-type]
+        revision: Revision = "2026-08" if newest else "2026-05"
+        prepared = prepare(event, digester, frozenset(), revision)  # type: ignore[arg-type]
         if isinstance(event, ToolCall):
             found = detect(state.history, event.tool, prepared.args_hash, prepared.known_poll, resolved)
             if found is not None:

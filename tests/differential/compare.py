@@ -199,7 +199,7 @@ class _Loopwatch:
         observed: list[tuple[Any, ...]] = []
         for step, line in zip(steps, events, strict=True):
             event = decode_event(line)
-            prepared = prepare(event, digester, send_tools, resolved.newest)  # type: ignore[arg-type]
+            prepared = prepare(event, digester, send_tools, resolved.revision)  # type: ignore[arg-type]
             if step["op"] != "call":
                 engine.process(event)
                 observed.append(

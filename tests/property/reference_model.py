@@ -136,7 +136,7 @@ def reference_detect(  # noqa: C901 - kept literal on purpose: one piece, like t
     """``(level, detector, count, liveness_signal)`` of the first matching rule."""
     if not cfg.enabled:
         return None
-    newest = cfg.newest
+    newest = cfg.revision == "2026-08"
     # unknown-tool streak (2026-08: veto records of any tool are passed over)
     streak, name = 0, None
     for rec in reversed(records):

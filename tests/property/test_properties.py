@@ -113,7 +113,7 @@ def test_incremental_history_matches_a_rescanning_model(
                 from_python(result) if error is None else MISSING,
                 ErrorMessage(error) if error else MISSING,
                 SHA,
-                newest=newest,
+                revision="2026-08" if newest else "2026-05",
             )
             if not newest:
                 assert outcome[2:] == (None, False, None)

@@ -71,17 +71,17 @@ def test_the_revision_is_carried_by_the_settings_and_every_resolved_agent(
         {"loopwatch": {"openclawRevision": revision}, "agents": {"entries": {"a": {}}}}
     )
     assert config.settings.revision == revision
-    assert config.settings.newest_rules is newest
+    assert (config.settings.revision == "2026-08") is newest
     for resolved in (config.default, config.for_agent("a"), config.for_agent("unknown")):
         assert resolved.revision == revision
-        assert resolved.newest is newest
+        assert (resolved.revision == "2026-08") is newest
 
 
 def test_the_default_revision_is_2026_08() -> None:
     config = parse_config_text("{tools: {loopDetection: {enabled: true}}}")
     assert config.settings.revision == "2026-08"
     assert config.for_agent("x").revision == "2026-08"
-    assert FleetConfig.enabled_default().for_agent("x").newest
+    assert FleetConfig.enabled_default().for_agent("x").revision == "2026-08"
 
 
 # -- every problem with its path ----------------------------------------------------------------

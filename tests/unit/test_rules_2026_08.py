@@ -23,7 +23,7 @@ SHA = Digester("sha256")
 
 def classify(tool: str, result: Any = MISSING, error: Any = MISSING, newest: bool = True) -> tuple[Any, ...]:
     value = from_python(result) if result is not MISSING else MISSING
-    return hash_outcome(tool, {}, value, error, SHA, newest=newest)
+    return hash_outcome(tool, {}, value, error, SHA, revision="2026-08" if newest else "2026-05")
 
 
 def failed(output: str, exit_code: Any = 1, **details: Any) -> dict[str, Any]:

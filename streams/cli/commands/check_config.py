@@ -44,7 +44,7 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
 
 
 def _revision_line(settings: DetectorSettings) -> str:
-    if not settings.newest_rules:
+    if settings.openclaw_revision != "2026-08":
         return (
             f"rules: OpenClaw revision {settings.openclaw_revision} (before argument churn and veto records)"
         )
