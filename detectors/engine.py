@@ -24,7 +24,6 @@ from loopwatch.detectors.tombstone import Tombstone
 __all__ = ["ENDED_RUNS_KEPT", "Engine"]
 
 ENDED_RUNS_KEPT: Final = 4096
-_LATE: Final = Stepped("late")
 
 
 class Engine:
@@ -71,7 +70,7 @@ class Engine:
             ts = event.ts if event.ts is not None else 0
         if ended is not None and admit(slot, event) is not None:  # an event the ended run had
             self.late += 1
-            return _LATE
+            return Stepped("late")
         stepped = step_admitted(slot, scope, event, self.config, ts, NO_POSITION, self.fleet)
         kind = stepped.kind
         if ended is not None:

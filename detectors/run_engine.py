@@ -105,10 +105,6 @@ class Stepped:
         self.loop_spend = loop_spend
 
 
-_EXPIRED: Final = Stepped("expired")
-_ENDED: Final = Stepped("ended")
-
-
 def admit(slot: RunSlot, event: Event, position: int = NO_POSITION) -> StepKind | None:
     """``late`` or ``redelivered`` when the event must not be applied again, else ``None``
     (an event of an ended run it never had clears the entry: a new run)."""
@@ -135,8 +131,7 @@ def step_admitted(
     fleet: FleetHooks | None = None,
 ) -> Stepped:
     """Apply an event :func:`admit` let through to its run's entry ``slot`` (changed in
-    place); what it did. The returned object of an ``ended`` or ``expired`` step is shared:
-    read it, never change it."""
+    place); what it did."""
     if position != NO_POSITION:
         slot.position = position
     kind = type(event)
@@ -144,11 +139,11 @@ def step_admitted(
         state = slot.state
         slot.state = None
         if event.event_id.startswith(EXPIRY_EVENT_PREFIX):
-            return _EXPIRED
+            return Stepped("expired")
         seen = list(state.seen) if state is not None else []
         slot.ended = Tombstone([*seen, event.event_id])
         slot.ended_ms = ts
-        return _ENDED
+        return Stepped("ended")
     state = slot.state
     if state is None:
         state = slot.state = new_state(event, config)

@@ -12,6 +12,7 @@ from typing import Final
 
 import xxhash
 
+from loopwatch.detectors import escalation
 from loopwatch.detectors.events import Abort, ToolCall, ToolResult, Verdict, VerdictAction
 from loopwatch.detectors.rules.base import Detection
 
@@ -19,7 +20,7 @@ __all__ = ["new_abort", "new_verdict", "verdict_id"]
 
 #: the abort reasons whose ids are ``…\x1fabort`` (as they always were); every other reason's
 #: id kind is ``abort:<reason>``, since one call can abort a run for several reasons at once
-_PLAIN_ABORT_KINDS: Final = frozenset({"tool_loop_recovery_exhausted", "compaction_loop_persisted"})
+_PLAIN_ABORT_KINDS: Final = frozenset({escalation.REASON, "compaction_loop_persisted"})  # the guard's
 
 
 def verdict_id(scope: str, trigger_event_id: str, kind: str) -> str:
