@@ -90,7 +90,18 @@ class Record:
 # a plain list (creating one per new signature is on the hot path; a class costs 3x more):
 #   [records oldest first, runs [[result_hash, count], ...] oldest first,
 #    pending records, seq of the newest hashed record, veto records]
+# An ``argsHash`` with one record in the window (most of them, in a healthy run) is that
+# Record itself, promoted to the list when a second record joins it: one object per record
+# instead of five, which is what the cyclic garbage collector scans.
 _RECORDS, _RUNS, _PENDING, _LAST_HASHED, _VETOES = 0, 1, 2, 3, 4
+
+
+def _promoted(single: Record) -> list[Any]:
+    """The list form of a signature that so far holds ``single`` alone."""
+    if single.result_hash is not None:
+        return [[single], [[single.result_hash, 1]], 0, single.seq, 0]
+    pending = 1 if single.kind is None else 0
+    return [[single], [], pending, -1, 1 - pending]
 
 
 def _push_hash(signature: list[Any], record: Record) -> None:
@@ -146,7 +157,7 @@ class History:
 
     def __init__(self) -> None:
         self.records: deque[Record] = deque()
-        self._by_args: dict[str, list[Any]] = {}
+        self._by_args: dict[str, Record | list[Any]] = {}
         self._alt = 0  # length of the strictly alternating tail (A, B, A, B, ...)
         self._next_seq = 0
 
@@ -197,21 +208,24 @@ class History:
             else:
                 self._alt = 2
         records.append(record)
-        signature = self._by_args.get(args_hash)
-        if result_hash is None:
-            pending = 1 if kind is None else 0
-            vetoes = 1 - pending
-            if signature is None:
-                self._by_args[args_hash] = [[record], [], pending, -1, vetoes]
-            else:
-                signature[_RECORDS].append(record)
-                signature[_PENDING] += pending
-                signature[_VETOES] += vetoes
-        elif signature is None:
-            self._by_args[args_hash] = [[record], [[result_hash, 1]], 0, record.seq, 0]
+        by_args = self._by_args
+        found = by_args.get(args_hash)
+        if found is None:
+            by_args[args_hash] = record
         else:
+            signature: list[Any]
+            if isinstance(found, Record):
+                signature = _promoted(found)
+                by_args[args_hash] = signature
+            else:
+                signature = found
             signature[_RECORDS].append(record)
-            _push_hash(signature, record)
+            if result_hash is None:
+                pending = 1 if kind is None else 0
+                signature[_PENDING] += pending
+                signature[_VETOES] += 1 - pending
+            else:
+                _push_hash(signature, record)
         if len(records) > limit:
             self.trim(limit)
         return record
@@ -226,12 +240,15 @@ class History:
         failure_id: str | None = None,
     ) -> None:
         """Give a pending record its outcome (a result hash, or a kind, or both)."""
-        signature = self._by_args[record.args_hash]
+        found = self._by_args[record.args_hash]
         record.result_hash = result_hash
         record.unknown_tool_name = unknown_tool_name
         record.kind = kind
         record.no_progress = no_progress
         record.failure_id = failure_id
+        if isinstance(found, Record):  # the record alone: its fields are the signature
+            return
+        signature: list[Any] = found
         signature[_PENDING] -= 1
         if result_hash is None:
             signature[_VETOES] += 1
@@ -245,7 +262,11 @@ class History:
         records = self.records
         while len(records) > limit:
             old = records.popleft()
-            signature = self._by_args[old.args_hash]
+            found = self._by_args[old.args_hash]
+            if isinstance(found, Record):  # the record alone
+                del self._by_args[old.args_hash]
+                continue
+            signature: list[Any] = found
             kept = signature[_RECORDS]
             del kept[0]
             if old.result_hash is None:
@@ -267,10 +288,22 @@ class History:
 
     def find_pending(self, args_hash: str, tool_call_id: str | None) -> Record | None:
         """The newest pending record of ``args_hash`` (matching the call id if given)."""
-        signature = self._by_args.get(args_hash)
-        if signature is None or signature[_PENDING] == 0:
+        found = self._by_args.get(args_hash)
+        if found is None:
             return None
         record: Record
+        if isinstance(found, Record):
+            record = found
+            if (
+                record.result_hash is None
+                and record.kind is None
+                and (not tool_call_id or record.tool_call_id == tool_call_id)
+            ):
+                return record
+            return None
+        signature: list[Any] = found
+        if signature[_PENDING] == 0:
+            return None
         for record in reversed(signature[_RECORDS]):
             if (
                 record.result_hash is None
@@ -282,8 +315,13 @@ class History:
 
     def recent(self, args_hash: str) -> int:
         """How many records ``args_hash`` has in the window (calls, outcomes, vetoes)."""
-        signature = self._by_args.get(args_hash)
-        return 0 if signature is None else len(signature[_RECORDS])
+        found = self._by_args.get(args_hash)
+        if found is None:
+            return 0
+        if isinstance(found, Record):
+            return 1
+        signature: list[Any] = found
+        return len(signature[_RECORDS])
 
     def counts(self, args_hash: str) -> tuple[int, int, str | None]:
         """``(recent, no_progress, latest_result_hash)`` for ``args_hash`` in one lookup.
@@ -294,9 +332,14 @@ class History:
         outcome older than them anchors it, and count alone when no outcome is left at all
         (see :meth:`_streak_with_vetoes`).
         """
-        signature = self._by_args.get(args_hash)
-        if signature is None:
+        found = self._by_args.get(args_hash)
+        if found is None:
             return 0, 0, None
+        if isinstance(found, Record):  # one record: an outcome, a veto or a pending call
+            if found.result_hash is not None:
+                return 1, 1, found.result_hash
+            return 1, 0 if found.kind is None else 1, None
+        signature: list[Any] = found
         if signature[_VETOES]:
             count, latest = _streak_with_vetoes(signature[_RECORDS])
             return len(signature[_RECORDS]), count, latest
