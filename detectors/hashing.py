@@ -64,11 +64,12 @@ def js_trim(text: str) -> str:
 class Digester:
     """Hashes stable serialisations with one algorithm (``xxh3`` or ``sha256``)."""
 
-    __slots__ = ("algorithm", "hex")
+    __slots__ = ("algorithm", "hex", "hex_size")
 
     def __init__(self, algorithm: str = "xxh3") -> None:
         self.algorithm = algorithm
         self.hex = _HASHERS[algorithm]
+        self.hex_size = len(self.hex(b""))  # hex characters of one digest
 
     def digest(self, value: Any) -> str:
         """Digest of a wire-decoded value (fast canonical path)."""

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from loopwatch.detectors.outcomes import TERMINAL_EXEC_FAILURE
+from loopwatch.detectors.stable_json import same_value
 
 __all__ = ["History", "Record"]
 
@@ -42,6 +43,7 @@ class Record:
         "failure_id",
         "kind",
         "no_progress",
+        "params",
         "result_hash",
         "seq",
         "tool",
@@ -62,6 +64,7 @@ class Record:
         kind: str | None = None,
         no_progress: bool = False,
         failure_id: str | None = None,
+        params: Any = None,
     ) -> None:
         self.tool = tool
         self.args_hash = args_hash
@@ -73,6 +76,9 @@ class Record:
         self.kind = kind
         self.no_progress = no_progress
         self.failure_id = failure_id
+        # a pending call's decoded params (never persisted): its result's argsHash without
+        # hashing again when the result carries the same params (see History.newest_call_hash)
+        self.params = params
 
     def as_tuple(self) -> tuple[str, str, str | None, str | None, str | None, int | None]:
         """The persisted fields of revision 2026-05 (``seq`` is positional, rebuilt on load)."""
@@ -181,8 +187,11 @@ class History:
         kind: str | None = None,
         no_progress: bool = False,
         failure_id: str | None = None,
+        params: Any = None,
     ) -> Record:
-        """Append a record (pending when it has no ``result_hash`` and no ``kind``), trim to ``limit``."""
+        """Append a record (pending when it has no ``result_hash`` and no ``kind``), trim to ``limit``.
+
+        ``params``: a pending call's decoded params, kept until its outcome (not persisted)."""
         record = Record(
             tool,
             args_hash,
@@ -194,6 +203,7 @@ class History:
             kind,
             no_progress,
             failure_id,
+            params,
         )
         self._next_seq += 1
         records = self.records
@@ -241,6 +251,7 @@ class History:
     ) -> None:
         """Give a pending record its outcome (a result hash, or a kind, or both)."""
         found = self._by_args[record.args_hash]
+        record.params = None
         record.result_hash = result_hash
         record.unknown_tool_name = unknown_tool_name
         record.kind = kind
@@ -312,6 +323,28 @@ class History:
             ):
                 return record
         return None
+
+    def newest_call_hash(self, tool: str, tool_call_id: str | None, params: Any, hex_size: int) -> str | None:
+        """The ``argsHash`` of the newest record when it is the pending call this outcome answers
+        (same tool, same call id, the same params value, hashed with a digest of ``hex_size``
+        hex characters): the outcome's own ``argsHash`` without serialising its params again.
+        None: not known, hash them."""
+        records = self.records
+        if not records or not tool_call_id:
+            return None
+        newest = records[-1]
+        kept = newest.params
+        if (
+            kept is None
+            or newest.tool_call_id != tool_call_id
+            or newest.tool != tool
+            or newest.result_hash is not None
+            or newest.kind is not None
+            or len(newest.args_hash) != len(tool) + 1 + hex_size
+            or not same_value(kept, params)
+        ):
+            return None
+        return newest.args_hash
 
     def recent(self, args_hash: str) -> int:
         """How many records ``args_hash`` has in the window (calls, outcomes, vetoes)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
 
@@ -29,6 +29,7 @@ __all__ = [
     "from_python",
     "js_number_text",
     "js_string",
+    "same_value",
     "stable_stringify",
     "wire_enc_hook",
 ]
@@ -238,6 +239,40 @@ def canonical_bytes(value: Any) -> bytes:
     if (out.isascii() or max(out) < 0xEE) and _SIXTEEN_DIGITS not in out.translate(_DIGIT_MAP):
         return out
     return stable_stringify(value).encode()
+
+
+def same_value(a: object, b: object) -> bool:
+    """Whether two wire-decoded values are the same JSON value (so their stable serialisations
+    are equal): the same types all the way down (``true`` is not ``1``), dicts equal as key
+    sets, lists in order. Types the wire decoder never gives answer False (not known equal)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, str):
+        return a == cast(str, b)
+    if isinstance(a, dict):
+        other_dict = cast(dict[str, object], b)
+        if len(a) != len(other_dict):
+            return False
+        for key, item in a.items():
+            other = other_dict.get(key, _ABSENT)
+            if other is _ABSENT or not same_value(item, other):
+                return False
+        return True
+    if isinstance(a, list):
+        other_list = cast(list[object], b)
+        if len(a) != len(other_list):
+            return False
+        return all(same_value(item, other_list[index]) for index, item in enumerate(a))
+    if isinstance(a, int):  # bool too: the types are equal already
+        return a == cast(int, b)
+    if isinstance(a, JSNumber):
+        return a.value == cast(JSNumber, b).value
+    return False
+
+
+_ABSENT: Final = object()
 
 
 def from_python(value: Any) -> Any:
