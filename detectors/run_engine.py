@@ -150,7 +150,7 @@ def step_admitted(
     if kind is not ToolCall and kind is not ToolResult:
         return Stepped("applied", apply(state, event, config))
     resolved = config.for_agent(event.agent_id)
-    prepared = prepare_for(event, config, resolved)  # type: ignore[arg-type]
+    prepared = prepare_for(event, config, resolved, state.history)  # type: ignore[arg-type]
     block = None
     if fleet is not None and kind is ToolCall and event.event_id not in state.seen_set:
         block = fleet.fail_fast(scope, event, ts, config)  # type: ignore[arg-type]

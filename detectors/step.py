@@ -45,6 +45,7 @@ from loopwatch.detectors.events import (
     run_scope,
 )
 from loopwatch.detectors.hashing import Digester, digester_for
+from loopwatch.detectors.history import History
 from loopwatch.detectors.outcomes import MISSING, VETO, ErrorMessage, OutcomeHash, hash_outcome, is_known_poll
 from loopwatch.detectors.rules.base import CallContext, Detection, ResultContext
 from loopwatch.detectors.rules.post_compaction_guard import DETECTOR as GUARD
@@ -116,10 +117,12 @@ def prepare(
     digester: Digester,
     send_tools: frozenset[str],
     revision: Revision = "2026-05",
+    history: History | None = None,
 ) -> Prepared:
     """Hash one event: its ``argsHash`` and, for a result, its outcome (spec §3).
 
-    ``revision`` "2026-08" classifies outcomes by that revision's rules.
+    ``revision`` "2026-08" classifies outcomes by that revision's rules. ``history``: the run's,
+    when at hand (a result answering the newest call with the same params takes its argsHash).
     """
     tool = event.tool
     params: Any = event.params
@@ -127,6 +130,13 @@ def prepare(
     if digest_only:
         params = None
         args_hash = f"{tool}:{event.args_digest}"
+    elif (
+        history is not None
+        and type(event) is ToolResult
+        and (answered := history.newest_call_hash(tool, event.tool_call_id, params, digester.hex_size))
+        is not None
+    ):
+        args_hash = answered
     elif tool == "update_plan":
         args_hash = digester.args_hash(tool, params)
     else:
@@ -162,14 +172,20 @@ def prepare(
 
 
 def prepare_for(
-    event: ToolCall | ToolResult, config: FleetConfig, resolved: ResolvedLoopDetection | None = None
+    event: ToolCall | ToolResult,
+    config: FleetConfig,
+    resolved: ResolvedLoopDetection | None = None,
+    history: History | None = None,
 ) -> Prepared:
     """:func:`prepare` with the digest, send tools and rule revision ``config`` gives the
-    event's agent (``resolved``, when at hand): the one way every shell hashes an event."""
+    event's agent (``resolved``, when at hand): the one way every shell hashes an event.
+    ``history``: the run's, when the event is about to be applied to it."""
     settings = config.settings
     if resolved is None:
         resolved = config.for_agent(event.agent_id)
-    return prepare(event, digester_for(settings.digest), settings.provider_send_tools, resolved.revision)
+    return prepare(
+        event, digester_for(settings.digest), settings.provider_send_tools, resolved.revision, history
+    )
 
 
 def apply(
@@ -194,7 +210,7 @@ def apply(
         if resolved is None:
             resolved = config.for_agent(event.agent_id)
         if prepared is None:
-            prepared = prepare_for(event, config, resolved)  # type: ignore[arg-type]
+            prepared = prepare_for(event, config, resolved, state.history)  # type: ignore[arg-type]
         if kind is ToolCall:
             outputs = _on_call(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
         else:
@@ -247,8 +263,16 @@ def _on_call(
                 VETO,
             )
     elif resolved.records_calls:
+        params = event.params
         state.history.append(
-            event.tool, ctx.args_hash, event.tool_call_id, None, None, event.ts, resolved.history_size
+            event.tool,
+            ctx.args_hash,
+            event.tool_call_id,
+            None,
+            None,
+            event.ts,
+            resolved.history_size,
+            params=None if params is UNSET else params,
         )
     for rule in hooks.after_record:
         rule.after_record(ctx, outputs)
