@@ -9,6 +9,7 @@ from typing import Final
 
 import msgspec
 from msgspec import UNSET
+from msgspec.structs import astuple
 
 from loopwatch.detectors.events import CompactionRetry, Event, InvalidEvent, RunEnd, ToolCall, ToolResult
 from loopwatch.detectors.input_limits import (
@@ -56,21 +57,25 @@ def validate_event(event: Event, deep: bool = True) -> None:
         _validate_digested_outcome(event)  # type: ignore[arg-type]
 
 
-#: Per event type, the identity fields it has (computed once, not per event).
+#: Per event type, the positions (in ``astuple`` order) of the identity fields it has
+#: (computed once, not per event).
 _IDENTITIES: Final = {
-    kind: tuple(name for name in IDENTITY_FIELDS if name in kind.__struct_fields__)
+    kind: tuple(
+        kind.__struct_fields__.index(name) for name in IDENTITY_FIELDS if name in kind.__struct_fields__
+    )
     for kind in (ToolCall, ToolResult, CompactionRetry, RunEnd)
 }
 
 
 def _check_limits(event: Event, deep: bool) -> None:
-    for field in _IDENTITIES[type(event)]:
-        value = getattr(event, field)
+    values = astuple(event)  # one C call for every field: cheaper than a getattr per field
+    for position in _IDENTITIES[type(event)]:
+        value = values[position]
         # an ASCII string within the limit is fine: one length test and one flag read
         if type(value) is str and (len(value) > MAX_ID_BYTES or not value.isascii()):
             problem = identity_problem(value)
             if problem is not None:
-                raise InvalidEvent(f"{field}: {problem}")
+                raise InvalidEvent(f"{type(event).__struct_fields__[position]}: {problem}")
     if event.ts is not None and (problem := int64_problem(event.ts)) is not None:
         raise InvalidEvent(f"ts: {problem}")
     if deep and type(event) in (ToolCall, ToolResult):
