@@ -45,8 +45,9 @@ typecheck: $(STAMP)  ## mypy strict
 check-alerts:  ## promtool check and unit tests of docker/prometheus/alerts.yml (promtool from Debian)
 	docker/prometheus/check.sh
 
-conformance: $(BUILT)  ## the public OpenClaw conformance vectors
-	$(BIN)/loopwatch conformance tests/data/openclaw-public.jsonl tests/data/openclaw-newest.jsonl
+conformance: $(BUILT)  ## the public OpenClaw conformance vectors, and loopwatch's own (batch admission)
+	$(BIN)/loopwatch conformance tests/data/openclaw-public.jsonl tests/data/openclaw-newest.jsonl \
+		tests/data/loopwatch-batch.jsonl
 
 services-up: $(STAMP)  ## start the local Kafka broker and Redis (what is not running yet)
 	docker/services.sh up

@@ -1,10 +1,12 @@
-"""The fleet-wide rules' settings (spec BEYOND-OPENCLAW F0): ``toolOutage`` and ``systemicLoop``.
+"""The fleet-wide rules' settings (spec BEYOND-OPENCLAW F0, F6): ``toolOutage``, ``systemicLoop``
+and ``delegation``.
 
 They are read from the global ``loopwatch.detectors`` only (validated in
 :mod:`config.own_rules`, which refuses them per agent) and resolved here. Their keys, types,
-constraints and defaults are declared once, as the Structs :class:`ToolOutageRule` and
-:class:`SystemicLoopRule` of :mod:`config.sections`: both rules are on by default and only
-publish alerts; fail-fast blocks are off. This module defines a Struct: it stays interpreted.
+constraints and defaults are declared once, as the Structs :class:`ToolOutageRule`,
+:class:`SystemicLoopRule` and :class:`Delegation` of :mod:`config.sections`: F1 and F2 are on
+by default and only publish alerts; fail-fast blocks are off; delegation chains (F6) are off.
+This module defines a Struct: it stays interpreted.
 """
 
 from __future__ import annotations
@@ -14,20 +16,29 @@ from typing import Any
 import msgspec
 
 from loopwatch.config.own_rules import RawRules, decode_rules
-from loopwatch.config.sections import SystemicLoopRule, ToolOutageRule
+from loopwatch.config.sections import Delegation, SystemicLoopRule, ToolOutageRule
 
-__all__ = ["FleetRules", "SystemicLoopRule", "ToolOutageRule", "as_dict", "describe", "fleet_rules"]
+__all__ = [
+    "Delegation",
+    "FleetRules",
+    "SystemicLoopRule",
+    "ToolOutageRule",
+    "as_dict",
+    "describe",
+    "fleet_rules",
+]
 
 
 class FleetRules(msgspec.Struct, frozen=True, rename="camel"):
-    """The fleet-wide rules, resolved (file names: ``toolOutage``, ``systemicLoop``)."""
+    """The fleet-wide rules, resolved (file names: ``toolOutage``, ``systemicLoop``, ``delegation``)."""
 
     tool_outage: ToolOutageRule = msgspec.field(default_factory=ToolOutageRule)
     systemic_loop: SystemicLoopRule = msgspec.field(default_factory=SystemicLoopRule)
+    delegation: Delegation = msgspec.field(default_factory=Delegation)
 
     @property
     def any(self) -> bool:
-        return self.tool_outage.enabled or self.systemic_loop.enabled
+        return self.tool_outage.enabled or self.systemic_loop.enabled or self.delegation.enabled
 
 
 def describe(rules: FleetRules) -> list[str]:
@@ -55,6 +66,20 @@ def describe(rules: FleetRules) -> list[str]:
         )
     else:
         lines.append("systemicLoop off")
+    chains = rules.delegation
+    if chains.enabled:
+        block = (
+            "new runs and repeated calls are then blocked" if chains.block else "alert only (block: false)"
+        )
+        lines.append(
+            f"delegation on: runs deeper than {chains.max_depth} are blocked; a chain alerts at "
+            f"{chains.max_runs} runs (and 2x, 4x...), and at {chains.chain_warning_threshold} / "
+            f"{chains.chain_critical_threshold} calls with the same arguments and result in "
+            f"{chains.min_runs}+ of its runs; {block}; a chain is forgotten {chains.chain_ttl_s} s "
+            "after its last event"
+        )
+    else:
+        lines.append("delegation off")
     return lines
 
 
@@ -67,4 +92,4 @@ def as_dict(rules: FleetRules) -> dict[str, Any]:
 def fleet_rules(global_rules: RawRules | None) -> FleetRules:
     """The resolved fleet-wide rules of a validated global ``loopwatch.detectors`` object."""
     section = decode_rules(global_rules)
-    return FleetRules(section.tool_outage, section.systemic_loop)
+    return FleetRules(section.tool_outage, section.systemic_loop, section.delegation)

@@ -18,12 +18,14 @@ import msgspec
 
 from loopwatch.config.errors import ConfigError, ConfigProblem
 
-__all__ = ["SECRET_FIELDS", "StreamSettings", "env_name", "mask_url", "parse_stream_settings"]
+__all__ = ["SECRET_FIELDS", "STORES", "StreamSettings", "env_name", "mask_url", "parse_stream_settings"]
 
 SECRET_FIELDS = frozenset({"kafka_sasl_password", "kafka_ssl_password", "redis_password"})
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+#: Where the worker keeps its tables' state between restarts (DESIGN §5)
+STORES = ("memory", "rocksdb")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class StreamSettings:
     web_host: str = "127.0.0.1"
     web_port: int = 6066
     data_dir: str = ".loopwatch-data"
+    store: str = "memory"  # memory: rebuilt from the changelogs at start; rocksdb: kept in data_dir
+    standby_replicas: int = 0  # workers keeping a warm copy of each table partition (rocksdb only)
     log_format: str = "console"
     log_level: str = "info"
 
@@ -136,6 +140,20 @@ def _check_kafka(settings: StreamSettings, bad: Callable[[str, str], None]) -> N
         bad("kafka_ssl_certfile", "a client certificate needs its key file, and the other way round")
 
 
+def _check_store(settings: StreamSettings, bad: Callable[[str, str], None]) -> None:
+    if settings.store not in STORES:
+        bad("store", f"must be {' or '.join(STORES)}")
+    if settings.standby_replicas < 0:
+        bad("standby_replicas", "must be 0 or a positive integer")
+    elif settings.standby_replicas and settings.store != "rocksdb":
+        bad(
+            "standby_replicas",
+            "standby replicas need LOOPWATCH_STORE=rocksdb (the memory store keeps no copy for a failover)",
+        )
+    if settings.store == "rocksdb" and not settings.data_dir.strip():
+        bad("data_dir", "the rocksdb store needs a data directory")
+
+
 def _check(settings: StreamSettings) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
 
@@ -163,6 +181,7 @@ def _check(settings: StreamSettings) -> list[ConfigProblem]:
         bad("web_port", "must be a port number (1-65535)")
     if settings.redis_url is not None and not re.match(r"^(redis|rediss|unix)://", settings.redis_url):
         bad("redis_url", "must start with redis://, rediss:// (TLS) or unix://")
+    _check_store(settings, bad)
     if settings.log_format not in ("console", "json"):
         bad("log_format", "must be console or json")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):

@@ -5,7 +5,9 @@ calls without a run id, driven with SHA-256 digests so warning keys compare byte
 The vector's ``profile`` names its rule revision (:data:`PROFILE_REVISIONS`): ``loopwatch``
 runs under 2026-05, ``loopwatch-newest`` under 2026-08; any other profile is a failure.
 ``call``/``outcome``/``record``/``check`` use the history and detection functions directly;
-``invoke`` goes through :func:`detectors.step.apply`, the step every runtime uses.
+``invoke`` goes through :func:`detectors.step.apply`, the step every runtime uses, and
+``invoke_batch`` (one model turn's calls, openclaw-rules §7.6) through
+:func:`detectors.batch_admission.admit_batch`.
 
 Anything the runner cannot evaluate (an unknown op, an unknown expectation key, a malformed
 step) is a failure, never a pass.
@@ -20,6 +22,7 @@ from typing import Any
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.loop_detection import merge_agent, resolve
 from loopwatch.config.settings import DetectorSettings, Revision
+from loopwatch.detectors.batch_admission import BatchOutcome, admit_batch
 from loopwatch.detectors.detection import Detection, detect
 from loopwatch.detectors.events import ToolCall, Verdict
 from loopwatch.detectors.hashing import digester_for
@@ -91,6 +94,7 @@ class _Session:
         self.scopes: dict[str, RunState] = {}
         self.order: list[tuple[str, Record]] = []
         self.events = 0
+        self.batches = 0
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -134,6 +138,46 @@ class _Session:
             self.resolved.revision,
         )
         return Prepared.outcome(args_hash, outcome)
+
+    def op_invoke_batch(self, step: dict[str, Any]) -> dict[str, Any]:
+        """The calls of one model turn admitted or refused together (openclaw-rules §7.6),
+        through :func:`detectors.batch_admission.admit_batch`, the core every runtime's batch
+        goes through; an admitted batch's calls then ran: their given outcomes are recorded in
+        the batch's order (a refused batch ran nothing)."""
+        calls = step.get("calls")
+        if not isinstance(calls, list) or not calls or not all(isinstance(call, dict) for call in calls):
+            raise _Fail("invoke_batch: calls must be a non-empty list of objects")
+        key, state = self.scope(step.get("runId"))
+        before = _max_seq(state)
+        run_id = None if key == _NO_RUN else key
+        self.batches += 1
+        events: list[ToolCall] = []
+        prepared: list[Prepared | None] = []
+        for call in calls:
+            tool, params = _tool_params(call)
+            prepared.append(self.prepared(call, with_outcome=False))
+            events.append(
+                ToolCall(
+                    event_id=self.event_id(),
+                    run_id=run_id,
+                    session_id="vector-session",
+                    agent_id=_AGENT,
+                    tool=tool,
+                    params=params,
+                    tool_call_id=_call_id(call),
+                    batch_id=f"vector-batch-{self.batches}",
+                )
+            )
+        outcome = admit_batch(state, events, self.fleet, prepared)
+        observed = [_batch_call_dict(outcome, index) for index in range(len(calls))]
+        if not outcome.refused:
+            for call in calls:
+                if any(field in call for field in ("result", "error", "errorValue")):
+                    tool, _ = _tool_params(call)
+                    outcome_hashes = self.prepared(call, with_outcome=True)
+                    record_outcome(state, tool, _call_id(call), None, outcome_hashes, self.resolved)
+        self.track(key, state, before)
+        return {"refused": outcome.refused, "refusedBy": outcome.refused_by, "calls": observed}
 
     def history(self) -> list[tuple[str, Record]]:
         live = {id(record) for state in self.scopes.values() for record in state.history.records}
@@ -267,6 +311,62 @@ _CHECK_KEYS = {
     "livenessSignal",
 }
 _INVOKE_KEYS = {"action", "detector", "count", "message", "emitted", "guard", "livenessSignal"}
+_BATCH_KEYS = {"refused", "refusedBy", "calls"}
+_BATCH_CALL_KEYS = {
+    "action",
+    "evaluated",
+    "stuck",
+    "level",
+    "detector",
+    "count",
+    "message",
+    "emitted",
+    "livenessSignal",
+}
+
+
+def _batch_call_dict(outcome: BatchOutcome, index: int) -> dict[str, Any]:
+    """What one call of a batch got: ``action`` (what the runtime does with it: ``block`` for
+    every call of a refused batch), whether it was ``evaluated``, whether it was ``stuck``,
+    and its own verdict's fields (published or not: ``emitted``) when it had one."""
+    found = outcome.found[index]
+    if outcome.refused:
+        action = "block"
+    elif found is None:
+        action = "allow"
+    else:
+        action = "block" if found.critical else "warn"
+    observed: dict[str, Any] = {
+        "action": action,
+        "evaluated": outcome.evaluated[index],
+        "stuck": found is not None,
+    }
+    if found is not None:
+        observed.update(
+            level=found.level,
+            detector=found.detector,
+            count=found.count,
+            message=found.message,
+            emitted=any(isinstance(output, Verdict) for output in outcome.outputs[index]),
+            livenessSignal=found.liveness_signal,
+        )
+    return observed
+
+
+def _compare_batch(expect: dict[str, Any], observed: dict[str, Any]) -> None:
+    calls = expect.get("calls")
+    _compare("invoke_batch", {k: v for k, v in expect.items() if k != "calls"}, observed, _BATCH_KEYS)
+    if calls is None:
+        return
+    got = observed["calls"]
+    if not isinstance(calls, list) or len(calls) != len(got):
+        raise _Fail(f"invoke_batch: expect.calls must list one expectation per call ({len(got)})")
+    for index, (want, seen) in enumerate(zip(calls, got, strict=True)):
+        if not isinstance(want, dict):
+            raise _Fail(f"invoke_batch: expect.calls[{index}] must be an object")
+        _compare(f"invoke_batch call {index}", want, seen, _BATCH_CALL_KEYS)
+
+
 _CONFIG_KEYS = {
     "enabled",
     "historySize",
@@ -315,6 +415,7 @@ def _check_entry(session: _Session, spec: object, at: Callable[[object], tuple[s
         "toolName": record.tool,
         "unknownToolName": record.unknown_tool_name,
         "hasResultHash": record.result_hash is not None,
+        "outcomeKind": record.kind,
     }
     for field, want in spec.items():
         if field == "index":
@@ -372,6 +473,8 @@ def _run_step(session: _Session, step: dict[str, Any]) -> None:
         _compare("check", expect, _detection_dict(session.op_check(step)), _CHECK_KEYS)
     elif op == "invoke":
         _compare("invoke", expect, session.op_invoke(step), _INVOKE_KEYS)
+    elif op == "invoke_batch":
+        _compare_batch(expect, session.op_invoke_batch(step))
     elif op == "compaction_retry":
         if expect:
             raise _Fail("compaction_retry: cannot evaluate expectations")

@@ -31,8 +31,10 @@ def call_event(
     tool_call_id: str | None = None,
     usage: Usage | dict[str, Any] | None = None,
     parent_run_id: str | None = None,
+    batch_id: str | None = None,
 ) -> ToolCall:
-    """A ``tool_call`` (``parent_run_id``: the run that started this one, on its first call)."""
+    """A ``tool_call`` (``parent_run_id``: the run that started this one, on its first call;
+    ``batch_id``: shared by the calls of one model turn)."""
     return ToolCall(
         event_id=event_id,
         run_id=run_id,
@@ -44,6 +46,7 @@ def call_event(
         tool_call_id=tool_call_id,
         usage=as_usage(usage),
         parent_run_id=parent_run_id if parent_run_id else UNSET,
+        batch_id=batch_id if batch_id else UNSET,
     )
 
 

@@ -91,6 +91,9 @@ class ToolCall(_Base, frozen=True, tag="tool_call"):
     known_poll: bool | UnsetType = UNSET
     tool_call_id: str | None = None
     usage: Usage | None = None
+    # the calls of one model turn share it (batch admission, openclaw-rules §7.6); absent on
+    # the wire when not given
+    batch_id: str | UnsetType = UNSET
 
 
 class ToolResult(_Base, frozen=True, tag="tool_result"):

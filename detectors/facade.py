@@ -15,12 +15,14 @@ values the wire format would carry before hashing, so hashes equal the Kafka pat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from msgspec import UNSET
 
 from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.batch_admission import SIBLING_MESSAGE, BatchOutcome, step_batch
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.event_builders import call_event, result_event
 from loopwatch.detectors.events import (
@@ -35,7 +37,14 @@ from loopwatch.detectors.events import (
 )
 from loopwatch.detectors.outcomes import MISSING
 
-__all__ = ["Decision", "LoopDetector", "decision_of"]
+__all__ = [
+    "BatchDecision",
+    "Decision",
+    "LoopDetector",
+    "ProposedCall",
+    "batch_decision_of",
+    "decision_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +58,8 @@ class Decision:
     reason: str | None = None
     #: an abort given earlier in the run, repeated for this call (no new verdict was published)
     sticky: bool = False
+    #: the event id of the call of its batch whose verdict refused this one with the batch
+    refused_by: str | None = None
 
     @property
     def proceed(self) -> bool:
@@ -72,6 +83,47 @@ def decision_of(outputs: list[Output], aborted: tuple[str, str] | None = None) -
     return Decision("allow", verdict.message, tuple(outputs))
 
 
+@dataclass(frozen=True, slots=True)
+class BatchDecision:
+    """The decisions of one batch of calls, in its order; ``refused_by``: the index of the
+    call whose critical refused the whole batch (``None``: the batch was admitted)."""
+
+    decisions: tuple[Decision, ...]
+    refused_by: int | None = None
+
+    @property
+    def refused(self) -> bool:
+        return self.refused_by is not None
+
+
+def batch_decision_of(outcome: BatchOutcome, aborted: tuple[str, str] | None = None) -> BatchDecision:
+    """What to do with each call of a batch, given what admitting it did and the run's first
+    enforced abort after it (``aborted``): an admitted call as :func:`decision_of` says; in a
+    refused batch the trigger by its own verdict and every other call ``block``, with
+    :data:`~detectors.batch_admission.SIBLING_MESSAGE` and the trigger's reason (a call that
+    its own outputs block or abort keeps that). Once the run is aborted, every call is."""
+    trigger = outcome.refused_by
+    decisions = [decision_of(outputs, aborted) for outputs in outcome.outputs]
+    if trigger is not None:
+        cause = decisions[trigger]
+        trigger_id = outcome.calls[trigger].event_id
+        for index, decision in enumerate(decisions):
+            if index != trigger and decision.proceed:
+                decisions[index] = Decision(
+                    "block", SIBLING_MESSAGE, decision.outputs, cause.reason, refused_by=trigger_id
+                )
+    return BatchDecision(tuple(decisions), trigger)
+
+
+@dataclass(frozen=True, slots=True)
+class ProposedCall:
+    """One call of a batch, as :meth:`LoopDetector.before_tool_calls` takes it."""
+
+    tool: str
+    params: Any
+    tool_call_id: str | None = None
+
+
 class LoopDetector:
     """Synchronous loop detection for many runs of one process."""
 
@@ -80,6 +132,7 @@ class LoopDetector:
         self._engine = Engine(config or FleetConfig.enabled_default(), ended_limit=0)
         self._agent_id = agent_id
         self._events = 0
+        self._batches = 0
 
     @property
     def config(self) -> FleetConfig:
@@ -126,6 +179,42 @@ class LoopDetector:
         )
         outputs = self._engine.process(event)
         return decision_of(outputs, self._engine.aborted(run_scope(event)))
+
+    def before_tool_calls(
+        self,
+        run_id: str,
+        calls: Sequence[ProposedCall],
+        *,
+        batch_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        ts: int | None = None,
+        usage: Usage | dict[str, Any] | None = None,
+    ) -> BatchDecision:
+        """Detect before executing the calls of one model turn, admitted or refused together
+        (openclaw-rules §7.6): one decision per call, in order. ``usage`` goes with the first
+        call; ``batch_id`` names the batch (one is made up when not given)."""
+        if not calls:
+            return BatchDecision(())
+        self._batches += 1
+        batch = batch_id or f"local-batch-{self._batches}"
+        events = [
+            call_event(
+                self._event_id(),
+                run_id,
+                call.tool,
+                call.params,
+                agent_id=agent_id or self._agent_id,
+                session_id=session_id,
+                ts=ts,
+                tool_call_id=call.tool_call_id,
+                usage=usage if index == 0 else None,
+                batch_id=batch,
+            )
+            for index, call in enumerate(calls)
+        ]
+        outcome = step_batch(self._engine, events)
+        return batch_decision_of(outcome, self._engine.aborted(run_scope(events[0])))
 
     def after_tool_call(
         self,

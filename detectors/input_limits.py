@@ -50,6 +50,7 @@ IDENTITY_FIELDS: Final = (
     "failure_digest",
     "parent_run_id",
     "root_run_id",
+    "batch_id",
 )
 
 

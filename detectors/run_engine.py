@@ -13,9 +13,9 @@ to :func:`admit` and then, unless it refused the event, :func:`step_admitted`; t
 * ends a run at ``run_end`` (``ended``: the tombstone of the event ids it had seen) or
   forgets it at an expiry's ``run_end`` (``expired``);
 * otherwise hashes the event once (:func:`detectors.step.prepare_for`), asks the fleet hooks
-  for F1's fail-fast block of a fresh call (it comes first), applies the core's step (event-id
-  de-duplication, the rules, spend, the sticky abort: :func:`detectors.step.apply`), and
-  hands the fleet hooks the event's facts (``applied``).
+  for F1's fail-fast block of a fresh call, else F6's chain block (it comes first), applies
+  the core's step (event-id de-duplication, the rules, spend, the sticky abort:
+  :func:`detectors.step.apply`), and hands the fleet hooks the event's facts (``applied``).
 
 The shell does its I/O around it: decode before, publish, store and commit after.
 """
@@ -74,6 +74,12 @@ class FleetHooks:
         """F1's block of a fresh call to a tool under an open outage, if blocks are on."""
         return None
 
+    def chain_block(
+        self, state: RunState, event: ToolCall, ts: int, prepared: Prepared, config: FleetConfig
+    ) -> Output | None:
+        """F6b's or F6c's block of a fresh call of a run of a delegation chain, if blocks are on."""
+        return None
+
     def noted(
         self,
         scope: str,
@@ -82,8 +88,10 @@ class FleetHooks:
         prepared: Prepared,
         outputs: list[Output],
         config: FleetConfig,
+        state: RunState | None = None,
     ) -> None:
-        """The facts of an applied call or result, and of the outputs it gave."""
+        """The facts of an applied call or result (of the run ``state``: F6 needs its chain),
+        and of the outputs it gave."""
 
 
 class Stepped:
@@ -146,7 +154,7 @@ def step_admitted(
         return Stepped("ended")
     state = slot.state
     if state is None:
-        state = slot.state = new_state(event, config)
+        state = slot.state = new_state(event, config, ts)
     if kind is not ToolCall and kind is not ToolResult:
         return Stepped("applied", apply(state, event, config))
     resolved = config.for_agent(event.agent_id)
@@ -154,10 +162,12 @@ def step_admitted(
     block = None
     if fleet is not None and kind is ToolCall and event.event_id not in state.seen_set:
         block = fleet.fail_fast(scope, event, ts, config)  # type: ignore[arg-type]
+        if block is None:
+            block = fleet.chain_block(state, event, ts, prepared, config)  # type: ignore[arg-type]
     loop_before = state.loop_spend_usd
     outputs = apply(state, event, config, prepared, resolved)
     if block is not None:
         outputs.insert(0, block)
     if fleet is not None:
-        fleet.noted(scope, event, ts, prepared, outputs, config)  # type: ignore[arg-type]
+        fleet.noted(scope, event, ts, prepared, outputs, config, state)  # type: ignore[arg-type]
     return Stepped("applied", outputs, prepared, state.loop_spend_usd - loop_before)

@@ -52,8 +52,11 @@ class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
     # snapshots, whose guard, churn, budget, run_no_progress and edit_undo fields above are
     # read into these; newer snapshots leave those fields empty)
     rules: list[tuple[str, Any]] = []
-    # how deep in a delegation chain the run is (F6; from its first event; absent: 0)
+    # how deep in a delegation chain the run is (F6; from its first event; absent: 0), the root
+    # its first event named (absent: a root) and that event's time (absent: unknown)
     depth: int = 0
+    root: str | None = None
+    first_ts: int | None = None
 
 
 ENCODER: Final = msgspec.msgpack.Encoder()

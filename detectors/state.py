@@ -36,6 +36,7 @@ class RunState:
         "depth",
         "events",
         "first_detector",
+        "first_ts",
         "history",
         "input_tokens",
         "last_ts",
@@ -43,6 +44,7 @@ class RunState:
         "outbox",
         "output_tokens",
         "recovery_aborted",
+        "root",
         "rule_states",
         "run_id",
         "scope",
@@ -82,8 +84,12 @@ class RunState:
         self.first_detector: str | None = None
         # what each rule keeps, under the rule's name (detectors.rules.base)
         self.rule_states: dict[str, RuleState] = {}
-        # how deep in a delegation chain the run is (F6: fixed by its first event; 0: a root)
+        # how deep in a delegation chain the run is (F6: fixed by its first event; 0: a root),
+        # the root run its first event named (None: a root, whose chain is keyed by its scope),
+        # and its first event's time (F6b's blocks spare the runs that began before an alert)
         self.depth = 0
+        self.root: str | None = None
+        self.first_ts: int | None = None
         # Encoded outputs whose delivery the shell has not confirmed yet, by trigger event id:
         # a redelivered event re-publishes them (at most OUTBOX_LIMIT events).
         self.outbox: dict[str, list[bytes]] = {}
@@ -142,6 +148,8 @@ class RunState:
             aborted=self.aborted,
             rules=rules,
             depth=self.depth,
+            root=self.root,
+            first_ts=self.first_ts,
         )
 
     def to_bytes(self) -> bytes:
@@ -172,6 +180,8 @@ class RunState:
         state.spend_usd, state.loop_spend_usd, state.input_tokens, state.output_tokens = snap.spend
         state.first_detector = snap.first_detector
         state.depth = snap.depth
+        state.root = snap.root
+        state.first_ts = snap.first_ts
         state.aborted = (snap.aborted[0], snap.aborted[1]) if snap.aborted is not None else None
         rule_states = state.rule_states
         for name, raw in _legacy_rule_states(snap):

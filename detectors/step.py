@@ -59,15 +59,18 @@ from loopwatch.detectors.warning_buckets import should_emit
 __all__ = ["Prepared", "apply", "new_state", "prepare", "prepare_for", "record_outcome", "verdict_id"]
 
 
-def new_state(event: Event, config: FleetConfig) -> RunState:
-    """An empty state for the run scope of ``event``."""
+def new_state(event: Event, config: FleetConfig, ts: int | None = None) -> RunState:
+    """An empty state for the run scope of ``event``, its first event (at event time ``ts``,
+    the event's own by default)."""
     run_id = event.run_id.strip() if event.run_id and event.run_id.strip() else None
     state = RunState(
         run_scope(event), event.agent_id, run_id, event.session_id, config.settings.seen_event_ids
     )
+    state.first_ts = ts if ts is not None else event.ts
     chain = chain_of(event)
     if chain is not None:
         state.depth = chain[2]
+        state.root = chain[1]
     return state
 
 

@@ -1,8 +1,9 @@
-"""The ``fleet_alert`` record of the ``loopwatch.alerts`` topic (spec BEYOND-OPENCLAW F0).
+"""The ``fleet_alert`` record of the ``loopwatch.alerts`` topic (spec BEYOND-OPENCLAW F0, F6).
 
-Its Kafka key is the subject (``tool:{tool}`` or ``agent:{agent}:tool:{tool}:{detector}``);
-``alert_id`` is deterministic, so replaying the same events gives the same ids and a
-re-published alert is recognisable as the same one.
+Its Kafka key is the subject (``tool:{tool}``, ``agent:{agent}:tool:{tool}:{detector}``,
+``chain:{root}`` or ``chain:{root}:{tool}:{h12}``); ``alert_id`` is deterministic, so
+replaying the same events gives the same ids and a re-published alert is recognisable as the
+same one. Fields a kind does not use are null (a chain's runaway names no tool).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ __all__ = [
     "format_since",
 ]
 
-AlertKind = Literal["tool_outage", "tool_recovered", "systemic_loop"]
+AlertKind = Literal["tool_outage", "tool_recovered", "systemic_loop", "chain_runaway", "chain_repeat"]
 
 
 class FleetAlert(msgspec.Struct, kw_only=True, frozen=True, tag="fleet_alert", tag_field="type"):
@@ -29,7 +30,7 @@ class FleetAlert(msgspec.Struct, kw_only=True, frozen=True, tag="fleet_alert", t
     alert_id: str
     kind: AlertKind
     subject: str
-    tool: str
+    tool: str | None = None
     agent_id: str | None = None
     runs: int
     agents: int | None = None
@@ -42,6 +43,7 @@ class FleetAlert(msgspec.Struct, kw_only=True, frozen=True, tag="fleet_alert", t
     since_ts: int
     ts: int
     message: str
+    count: int | None = None  # chain_repeat: the calls counted
 
 
 _ENCODER: Final = msgspec.json.Encoder()
@@ -49,7 +51,8 @@ _DECODER: Final[Any] = msgspec.json.Decoder(FleetAlert)
 
 
 def alert_id(kind: str, subject: str, bucket: int, runs: int | None = None) -> str:
-    """``{kind}:{subject}:{bucket}`` (systemic loops, which may re-alert in one bucket, add the count)."""
+    """``{kind}:{subject}:{bucket}`` (systemic loops, which may re-alert in one bucket, add the
+    count); the chain alerts (F6) give the threshold crossed instead of a bucket."""
     suffix = "" if runs is None else f":{runs}"
     return f"{kind}:{subject}:{bucket}{suffix}"
 

@@ -1,4 +1,4 @@
-"""What an event or a verdict tells the fleet-wide rules (spec BEYOND-OPENCLAW F1, F2).
+"""What an event or a verdict tells the fleet-wide rules (spec BEYOND-OPENCLAW F1, F2, F6).
 
 A *fact* is the small part of an event the fleet rules need, with its event time:
 
@@ -8,6 +8,10 @@ A *fact* is the small part of an event the fleet rules need, with its event time
   ``agent:{agent}``.
 * :class:`LoopFact` — a run of an agent got a verdict of a detector on a tool (F2's loop
   runs); aborts count under the detector of the verdict they follow; subject ``agent:{agent}``.
+* :class:`ChainRunFact` — a run of a delegation chain made a call or got a result, from its
+  first to its last event time here (F6b's runs, the chain's expiry); subject ``chain:{root}``.
+* :class:`ChainResultFact` — a result with a result hash in a run of a chain (F6c's repeated
+  work), named by its run and event id, so it counts once; subject ``chain:{root}``.
 
 Every rule over facts counts distinct runs and argument sets, so a fact seen twice (a
 redelivery) changes nothing. The Kafka worker sends facts to the subject's partition; the
@@ -30,9 +34,12 @@ from loopwatch.detectors.step import Prepared
 
 __all__ = [
     "CallFact",
+    "ChainResultFact",
+    "ChainRunFact",
     "Fact",
     "LoopFact",
     "ResultFact",
+    "chain_facts",
     "decode_facts",
     "encode_facts",
     "error_class",
@@ -44,6 +51,8 @@ __all__ = [
 
 #: Fail-fast blocks are the outage's, not a loop of the agent: F2 does not count them.
 OUTAGE_DETECTOR: Final = "tool_outage"
+#: The fleet's own blocks (F1's fail-fast, F6b's and F6c's chain blocks): no loop of an agent.
+FLEET_DETECTORS: Final = frozenset({OUTAGE_DETECTOR, "chain_runaway", "chain_repeat"})
 #: Aborts whose reason names no verdict's detector, and the detector they count under.
 _ABORT_DETECTORS: Final = {
     GUARD_DETECTOR: GUARD_DETECTOR,
@@ -78,7 +87,25 @@ class LoopFact(msgspec.Struct, array_like=True, frozen=True, tag=3):
     ts: int
 
 
-Fact = CallFact | ResultFact | LoopFact
+class ChainRunFact(msgspec.Struct, array_like=True, frozen=True, tag=4):
+    root: str
+    run: str
+    agent: str
+    ts: int  # the run's first event time among the events this fact stands for
+    last: int  # ... and its last
+
+
+class ChainResultFact(msgspec.Struct, array_like=True, frozen=True, tag=5):
+    root: str
+    run: str
+    event: str  # the result's event id: with the run, what makes a call count once
+    tool: str
+    args: str  # the args hash
+    result: str  # the result hash
+    ts: int
+
+
+Fact = CallFact | ResultFact | LoopFact | ChainRunFact | ChainResultFact
 
 _ENCODER: Final = msgspec.msgpack.Encoder()
 _DECODER: Final[Any] = msgspec.msgpack.Decoder(list[Fact])
@@ -94,9 +121,13 @@ def decode_facts(data: bytes) -> list[Fact]:
 
 
 def subject_of(fact: Fact) -> str:
-    """The key that aggregates a fact: ``tool:{tool}`` (F1) or ``agent:{agent}`` (F2)."""
+    """The key that aggregates a fact: ``tool:{tool}`` (F1), ``agent:{agent}`` (F2) or
+    ``chain:{root}`` (F6)."""
     if type(fact) is ResultFact:
         return f"tool:{fact.tool}"
+    if type(fact) is ChainRunFact or type(fact) is ChainResultFact:
+        return f"chain:{fact.root}"
+    assert type(fact) is CallFact or type(fact) is LoopFact
     return f"agent:{fact.agent}"
 
 
@@ -135,6 +166,19 @@ def result_fact(
     return ResultFact(event.tool, event.agent_id, scope, ts, cls, prepared.args_hash)
 
 
+def chain_facts(
+    event: ToolCall | ToolResult, root: str, scope: str, ts: int, prepared: Prepared
+) -> list[Fact]:
+    """The chain facts of an applied call or result of run ``scope`` in the chain of ``root``."""
+    facts: list[Fact] = [ChainRunFact(root, scope, event.agent_id, ts, ts)]
+    result_hash = prepared.result_hash
+    if type(event) is ToolResult and result_hash is not None:
+        facts.append(
+            ChainResultFact(root, scope, event.event_id, event.tool, prepared.args_hash, result_hash, ts)
+        )
+    return facts
+
+
 def facts_of_outputs(outputs: list[Output], scope: str, ts: int) -> list[Fact]:
     """The loop facts of one event's verdicts and aborts."""
     facts: list[Fact] = []
@@ -142,10 +186,10 @@ def facts_of_outputs(outputs: list[Output], scope: str, ts: int) -> list[Fact]:
     for out in outputs:
         if type(out) is Verdict:
             last = out.detector
-            if last != OUTAGE_DETECTOR:
+            if last not in FLEET_DETECTORS:
                 facts.append(LoopFact(out.agent_id, out.tool, last, scope, ts))
         elif type(out) is Abort:
             detector = _ABORT_DETECTORS.get(out.reason, last)
-            if detector is not None and detector != last and detector != OUTAGE_DETECTOR:
+            if detector is not None and detector != last and detector not in FLEET_DETECTORS:
                 facts.append(LoopFact(out.agent_id, out.tool, detector, scope, ts))
     return facts

@@ -1,32 +1,43 @@
 """All fleet-wide rules over all subjects, in memory: what the embedded runtime, ``run``,
 ``replay`` and the demo use (the Kafka worker keeps the same per-subject states in a table).
 
-Feed it every event with its outputs, in input order (:meth:`FleetWatch.observe`); it gives
-the alerts, keeps the ones it gave (:attr:`FleetWatch.alerts`) and answers fail-fast
-questions for the next calls (:meth:`FleetWatch.fail_fast`).
+Feed it every event with its outputs, in input order (:meth:`FleetWatch.observe`, with the
+root of the event's delegation chain for F6); it gives the alerts, keeps the ones it gave
+(:attr:`FleetWatch.alerts`) and answers fail-fast and chain-block questions for the next
+calls (:meth:`FleetWatch.fail_fast`, :attr:`FleetWatch.blocks`).
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.fleet_rules import FleetRules
-from loopwatch.detectors.events import Event, Output, ToolCall, Verdict
-from loopwatch.detectors.fleet import systemic_loop, tool_outage
+from loopwatch.detectors.events import Event, Output, ToolCall, ToolResult, Verdict
+from loopwatch.detectors.fleet import chains, systemic_loop, tool_outage
 from loopwatch.detectors.fleet.alerts import FleetAlert
+from loopwatch.detectors.fleet.chain_blocks import ChainBlocks
 from loopwatch.detectors.fleet.facts import (
     CallFact,
+    ChainResultFact,
+    ChainRunFact,
     Fact,
     LoopFact,
     ResultFact,
+    chain_facts,
     facts_of_event,
     facts_of_outputs,
 )
 from loopwatch.detectors.fleet.fail_fast import fail_fast_verdict, is_blocking
 from loopwatch.detectors.hashing import Digester
 from loopwatch.detectors.run_engine import FleetHooks
+from loopwatch.detectors.state import RunState
 from loopwatch.detectors.step import Prepared
 
 __all__ = ["FleetWatch", "WatchHooks", "apply_fact"]
+
+#: The watch looks for expired delegation chains to forget after this many chain facts.
+CHAIN_SWEEP_EVERY: Final = 4096
 
 
 def apply_fact(
@@ -34,8 +45,16 @@ def apply_fact(
     rules: FleetRules,
     outages: dict[str, tool_outage.OutageState],
     agents: dict[str, systemic_loop.AgentLoops],
+    chain_states: dict[str, chains.ChainState] | None = None,
 ) -> list[FleetAlert]:
     """Step the subject state a fact belongs to (created on first use)."""
+    if type(fact) is ChainRunFact or type(fact) is ChainResultFact:
+        if chain_states is None or not rules.delegation.enabled:
+            return []
+        chain = chain_states.get(fact.root)
+        if chain is None:
+            chain = chain_states[fact.root] = chains.ChainState(fact.root)
+        return chains.step(chain, fact, rules.delegation)
     if type(fact) is ResultFact:
         if not rules.tool_outage.enabled:
             return []
@@ -53,27 +72,64 @@ def apply_fact(
 
 
 class FleetWatch:
-    """F1 and F2 over every tool and agent of the fleet."""
+    """F1, F2 and F6b/F6c over every tool, agent and delegation chain of the fleet."""
 
     def __init__(self, rules: FleetRules, digester: Digester) -> None:
         self.rules = rules
         self.digester = digester
         self.outages: dict[str, tool_outage.OutageState] = {}
         self.agents: dict[str, systemic_loop.AgentLoops] = {}
+        self.chains: dict[str, chains.ChainState] = {}  # root -> its chain
+        self.blocks = ChainBlocks()  # the chain alerts given, for F6's blocks
         self.alerts: list[FleetAlert] = []
+        self._chain_facts = 0
+        self._chain_top = chains.NEVER  # the latest event time of any chain fact
 
     def observe(
-        self, event: Event, scope: str, ts: int, prepared: Prepared | None, outputs: list[Output]
+        self,
+        event: Event,
+        scope: str,
+        ts: int,
+        prepared: Prepared | None,
+        outputs: list[Output],
+        root: str | None = None,
     ) -> list[FleetAlert]:
-        """Apply an event (``prepared``: its hashes) and its outputs; the alerts they give."""
+        """Apply an event (``prepared``: its hashes, when it was applied) and its outputs; the
+        alerts they give. ``root``: the root of its run's delegation chain (F6; see
+        :func:`detectors.fleet.chains.chain_key`)."""
         facts = facts_of_event(event, scope, ts, prepared, self.digester)
         if outputs:
             facts += facts_of_outputs(outputs, scope, ts)
+        rules = self.rules
+        if root is not None and prepared is not None and rules.delegation.enabled:
+            if type(event) is ToolCall or type(event) is ToolResult:
+                facts += chain_facts(event, root, scope, ts, prepared)
+            else:
+                root = None  # no chain event
+        else:
+            root = None
         alerts: list[FleetAlert] = []
         for fact in facts:
-            alerts += apply_fact(fact, self.rules, self.outages, self.agents)
+            alerts += apply_fact(fact, rules, self.outages, self.agents, self.chains)
+        if root is not None:
+            blocks = self.blocks
+            blocks.note(root, ts)
+            for alert in alerts:
+                blocks.add(alert)
+            self._swept(ts)
         self.alerts += alerts
         return alerts
+
+    def _swept(self, ts: int) -> None:
+        """Every :data:`CHAIN_SWEEP_EVERY` chain events, forget the chains expired by the latest
+        event time seen (their next fact would start them afresh anyway)."""
+        self._chain_top = max(self._chain_top, ts)
+        self._chain_facts += 1
+        if self._chain_facts % CHAIN_SWEEP_EVERY:
+            return
+        rule, top = self.rules.delegation, self._chain_top
+        for root in [r for r, chain in self.chains.items() if chains.expired(chain, top, rule)]:
+            del self.chains[root]
 
     def open_outages(self) -> dict[str, tool_outage.OpenOutage]:
         """Tool → its open outage."""
@@ -90,8 +146,9 @@ class FleetWatch:
 
 class WatchHooks(FleetHooks):
     """A :class:`FleetWatch` as the run engine's fleet hooks: F1's fail-fast block when
-    ``toolOutage.block`` is on. The watch sees the events itself, after each step
-    (:meth:`FleetWatch.observe`, in input order), so nothing is noted here."""
+    ``toolOutage.block`` is on, F6's chain blocks when ``delegation.block`` is. The watch sees
+    the events itself, after each step (:meth:`FleetWatch.observe`, in input order), so nothing
+    is noted here."""
 
     def __init__(self, watch: FleetWatch) -> None:
         self.watch = watch
@@ -101,3 +158,16 @@ class WatchHooks(FleetHooks):
         if not watch.rules.tool_outage.block:
             return None
         return watch.fail_fast(scope, event, ts, config.settings.observe_only)
+
+    def chain_block(
+        self, state: RunState, event: ToolCall, ts: int, prepared: Prepared, config: FleetConfig
+    ) -> Output | None:
+        watch = self.watch
+        rule = watch.rules.delegation
+        if not rule.block or not rule.enabled or not len(watch.blocks):
+            return None
+        root = chains.chain_key(state)
+        observe_only = config.settings.observe_only
+        return watch.blocks.block(
+            state.scope, root, state.first_ts, event, prepared.args_hash, ts, rule, observe_only
+        )

@@ -1,5 +1,5 @@
 """The orchestrator's Python client over Kafka and Redis."""
 
-from loopwatch.streams.client.kafka_client import LoopwatchClient, RunDecision
+from loopwatch.streams.client.kafka_client import LoopwatchClient, ProposedCall, RunDecision
 
-__all__ = ["LoopwatchClient", "RunDecision"]
+__all__ = ["LoopwatchClient", "ProposedCall", "RunDecision"]

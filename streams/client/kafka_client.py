@@ -32,6 +32,7 @@ import itertools
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -42,6 +43,7 @@ from msgspec import UNSET
 
 from loopwatch.config.settings import DetectorSettings
 from loopwatch.config.stream_settings import StreamSettings, parse_stream_settings
+from loopwatch.detectors.batch_admission import SIBLING_MESSAGE
 from loopwatch.detectors.digest_only import digest_only
 from loopwatch.detectors.event_builders import call_event, result_event
 from loopwatch.detectors.events import (
@@ -58,13 +60,14 @@ from loopwatch.detectors.events import (
     encode_event,
     run_scope,
 )
+from loopwatch.detectors.facade import ProposedCall
 from loopwatch.detectors.fleet.alerts import decode_alert
 from loopwatch.detectors.fleet.fail_fast import DETECTOR as OUTAGE_DETECTOR
 from loopwatch.detectors.fleet.fail_fast import block_message
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.kafka.connect import aiokafka_auth
 
-__all__ = ["LoopwatchClient", "RunDecision"]
+__all__ = ["LoopwatchClient", "ProposedCall", "RunDecision", "refuse_together"]
 
 _OUTPUT = msgspec.json.Decoder(Verdict | Abort)
 
@@ -77,6 +80,8 @@ class RunDecision:
     message: str | None = None
     detector: str | None = None
     verdict_id: str | None = None
+    #: the event id of the call of its batch whose decision refused this one with the batch
+    refused_by: str | None = None
 
     @property
     def proceed(self) -> bool:
@@ -222,11 +227,13 @@ class LoopwatchClient:
         session_id: str | None = None,
         ts: int | None = None,
         usage: Usage | dict[str, Any] | None = None,
+        batch_id: str | None = None,
     ) -> str:
         """Publish a ``tool_call`` before the tool executes; returns its event id.
 
         ``usage`` (``input_tokens``, ``output_tokens``, ``cost_usd``): what the model turn that
-        proposed this call cost; give it with the turn's first call only.
+        proposed this call cost; give it with the turn's first call only. ``batch_id``: shared
+        by the calls of one model turn (:meth:`tool_calls`).
         """
         now = ts if ts is not None else int(time.time() * 1000)
         event: ToolCall | ToolResult = call_event(
@@ -239,6 +246,7 @@ class LoopwatchClient:
             ts=now,
             tool_call_id=tool_call_id,
             usage=usage,
+            batch_id=batch_id,
         )
         self._call_tools[event.event_id] = tool
         self._call_runs[event.event_id] = run_scope(event)
@@ -246,6 +254,38 @@ class LoopwatchClient:
             del self._call_tools[next(iter(self._call_tools))]
             del self._call_runs[next(iter(self._call_runs))]
         return await self._publish(self._digested(event) if self.digest_only else event)
+
+    async def tool_calls(
+        self,
+        run_id: str,
+        calls: Sequence[ProposedCall],
+        *,
+        batch_id: str | None = None,
+        session_id: str | None = None,
+        ts: int | None = None,
+        usage: Usage | dict[str, Any] | None = None,
+    ) -> list[str]:
+        """Publish one model turn's calls, in assistant order, under one ``batch_id`` (made up
+        when not given; ``usage`` goes with the first call); their event ids, for
+        :meth:`gate_batch`.
+
+        The workers decide each call on its own, as it arrives (docs/openclaw-rules.md §7.6):
+        the batch is refused together by :meth:`gate_batch`, not admitted together.
+        """
+        batch = batch_id or f"{self._prefix}-batch-{next(self._ids)}"
+        return [
+            await self.tool_call(
+                run_id,
+                call.tool,
+                call.params,
+                tool_call_id=call.tool_call_id,
+                session_id=session_id,
+                ts=ts,
+                usage=usage if index == 0 else None,
+                batch_id=batch,
+            )
+            for index, call in enumerate(calls)
+        ]
 
     async def tool_result(
         self,
@@ -377,6 +417,29 @@ class LoopwatchClient:
             return RunDecision("allow")
         await asyncio.sleep(0)  # let an abort published with the same trigger arrive
         return _strongest(self._by_trigger.get(event_id, []))
+
+    async def gate_batch(self, event_ids: Sequence[str], timeout: float = 0.25) -> list[RunDecision]:
+        """:meth:`gate` for each call of a batch (:meth:`tool_calls`), refused together: when
+        one call is blocked or aborted, none may run (:func:`refuse_together`)."""
+        decisions = await asyncio.gather(*(self.gate(event_id, timeout) for event_id in event_ids))
+        return refuse_together(list(event_ids), list(decisions))
+
+
+def refuse_together(event_ids: list[str], decisions: list[RunDecision]) -> list[RunDecision]:
+    """A batch's decisions, refused as a whole: once a call may not proceed (the first such,
+    in the batch's order, is the trigger), every call that could gets ``block`` with
+    :data:`~detectors.batch_admission.SIBLING_MESSAGE`, the trigger's detector and
+    ``refused_by`` its event id."""
+    trigger = next((index for index, decision in enumerate(decisions) if not decision.proceed), None)
+    if trigger is None:
+        return decisions
+    cause = decisions[trigger]
+    return [
+        decision
+        if not decision.proceed
+        else RunDecision("block", SIBLING_MESSAGE, cause.detector, refused_by=event_ids[trigger])
+        for decision in decisions
+    ]
 
 
 def _strongest(outputs: list[Output]) -> RunDecision:

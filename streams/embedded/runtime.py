@@ -3,7 +3,9 @@
 Events are partitioned by run scope across asyncio workers exactly like Kafka partitions
 them across consumers (murmur2 of the key, the Kafka default partitioner), each worker
 owning the state of its runs. Outputs are released in input order, so the result equals
-the single-threaded core's, whatever the number of workers.
+the single-threaded core's, whatever the number of workers. One model turn's calls decided
+together (:meth:`EmbeddedRuntime.decide_batch`, :mod:`streams.embedded.batch_steps`) take one
+input position.
 
 The fleet-wide rules (:mod:`detectors.fleet`) see every event with its outputs as they are
 released, in input order, so the same input gives the same alerts; their fail-fast blocks
@@ -29,13 +31,16 @@ from aiokafka.partitioner import murmur2
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.fleet_rules import fleet_rules
+from loopwatch.detectors.batch_admission import BatchOutcome, batch_problem
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Event, Output, RunEnd, ToolCall, run_scope
-from loopwatch.detectors.facade import Decision, decision_of
+from loopwatch.detectors.facade import BatchDecision, Decision, batch_decision_of, decision_of
 from loopwatch.detectors.fleet.alerts import FleetAlert
+from loopwatch.detectors.fleet.chains import chain_key
 from loopwatch.detectors.fleet.watch import FleetWatch, WatchHooks
 from loopwatch.detectors.hashing import digester_for
 from loopwatch.detectors.step import Prepared
+from loopwatch.streams.embedded.batch_steps import batch_fleet_alerts, step_batch_done
 from loopwatch.streams.fleet_view.view import FleetView
 
 __all__ = ["EmbeddedRuntime", "partition_for"]
@@ -50,7 +55,19 @@ AlertHandler = Callable[[FleetAlert], None]
 class _Done:
     """A processed event waiting for its turn (input order) to be released."""
 
-    __slots__ = ("aborted", "decides", "error", "event", "future", "outputs", "prepared", "ts")
+    __slots__ = (
+        "aborted",
+        "batch",
+        "decides",
+        "error",
+        "event",
+        "future",
+        "outcome",
+        "outputs",
+        "prepared",
+        "root",
+        "ts",
+    )
 
     def __init__(self, event: Event, future: asyncio.Future[list[Output]], ts: int) -> None:
         self.event = event
@@ -58,9 +75,13 @@ class _Done:
         self.ts = ts
         self.outputs: list[Output] = []
         self.prepared: Prepared | None = None
+        self.root: str | None = None  # the root of the run's delegation chain (F6), when watched
         self.error: BaseException | None = None
         self.aborted: tuple[str, str] | None = None  # a call's run: its first enforced abort
         self.decides = False  # asked for by decide(): the run's abort is handed over too
+        # the calls of one model turn decided together (``event``: the first), and what that did
+        self.batch: list[ToolCall] | None = None
+        self.outcome: BatchOutcome | None = None
 
 
 def partition_for(scope: str, partitions: int) -> int:
@@ -99,6 +120,7 @@ class EmbeddedRuntime:
         self._released = 0  # the input position released next
         self._alerts_of: dict[asyncio.Future[list[Output]], list[FleetAlert]] = {}
         self._aborted_of: dict[asyncio.Future[list[Output]], tuple[str, str]] = {}
+        self._outcome_of: dict[asyncio.Future[list[Output]], BatchOutcome] = {}  # decide_batch's
         self.events = 0
 
     @property
@@ -177,11 +199,18 @@ class EmbeddedRuntime:
                 self._release()
 
     def _step(self, index: int, engine: Engine, done: _Done) -> None:
+        if done.batch is not None:
+            step_batch_done(self, engine, done)
+            return
         event = done.event
         view = self.view
         started = time.perf_counter()
+        fresh = view is not None and run_scope(event) not in engine.states  # the run's first event
         stepped = engine.step(event, done.ts)
         done.outputs, done.prepared = stepped.outputs, stepped.prepared
+        if stepped.kind == "applied" and self.fleet.rules.delegation.enabled:
+            chained = engine.states.get(run_scope(event))
+            done.root = chain_key(chained) if chained is not None else None
         if view is not None and isinstance(event, ToolCall) and event.usage is not None:
             state = engine.states.get(run_scope(event))
             if stepped.kind == "applied" and state is not None:
@@ -190,6 +219,8 @@ class EmbeddedRuntime:
             done.aborted = engine.aborted(run_scope(event))
         if view is not None:
             view.metrics.event(str(event.__struct_config__.tag), time.perf_counter() - started)
+            if stepped.kind == "applied":
+                view.metrics.chain(event, fresh)
             for output in done.outputs:
                 view.metrics.output(output)
             self._observe(event, done.outputs)
@@ -215,12 +246,18 @@ class EmbeddedRuntime:
                     self._alerts_of[future] = alerts
                 if done.aborted is not None:
                     self._aborted_of[future] = done.aborted
+                if done.outcome is not None and done.decides:
+                    self._outcome_of[future] = done.outcome
                 future.set_result(done.outputs)
 
     def _observe_fleet(self, done: _Done) -> list[FleetAlert]:
         """The fleet rules see the released event; their alerts go to the view and ``on_alert``."""
         event = done.event
-        alerts = self.fleet.observe(event, run_scope(event), done.ts, done.prepared, done.outputs)
+        if done.outcome is not None:
+            alerts = batch_fleet_alerts(self.fleet, done.outcome, done.ts, done.root)
+        else:
+            scope = run_scope(event)
+            alerts = self.fleet.observe(event, scope, done.ts, done.prepared, done.outputs, done.root)
         for alert in alerts:
             self.alerts.append(alert)
             if self.view is not None:
@@ -252,14 +289,18 @@ class EmbeddedRuntime:
         for output in outputs:
             self.view.output(output, now_ms)
 
-    def submit(self, event: Event, decides: bool = False) -> asyncio.Future[list[Output]]:
-        """Queue an event on its run's worker; the future resolves to its outputs, in input order."""
+    def submit(
+        self, event: Event, decides: bool = False, batch: list[ToolCall] | None = None
+    ) -> asyncio.Future[list[Output]]:
+        """Queue an event (or ``batch``: one run's calls, ``event`` the first of them) on its
+        run's worker; the future resolves to its outputs, in input order."""
         index = partition_for(run_scope(event), self.workers)
         queue = self._queues[index]  # before taking a position
         future: asyncio.Future[list[Output]] = asyncio.get_running_loop().create_future()
         ts = event.ts if event.ts is not None else int(time.time() * 1000)  # event time (F0)
         done = _Done(event, future, ts)
         done.decides = decides
+        done.batch = batch
         if self.events == self._released:
             self._progress_at = self.clock()  # idle until now: nothing was waiting
         queue.put_nowait((self.events, done))  # QueueFull (too much in flight) takes no position
@@ -288,6 +329,23 @@ class EmbeddedRuntime:
             self._alerts_of.pop(future, None)
             aborted = self._aborted_of.pop(future, None)
         return decision_of(outputs, aborted)
+
+    async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
+        """One model turn's calls (one run's, in assistant order) decided together: admitted,
+        or refused as a whole (openclaw-rules §7.6); one decision per call, in order.
+        ``ValueError`` when they cannot be one batch (:func:`batch_problem`)."""
+        problem = batch_problem(calls)
+        if problem is not None:
+            raise ValueError(problem)
+        future = self.submit(calls[0], decides=True, batch=calls)
+        try:
+            await future
+        finally:
+            self._alerts_of.pop(future, None)
+            aborted = self._aborted_of.pop(future, None)
+            outcome = self._outcome_of.pop(future, None)
+        assert outcome is not None
+        return batch_decision_of(outcome, aborted)
 
     async def run(
         self, events: Iterable[Event] | AsyncIterable[Event], window: int = 1024

@@ -1,10 +1,14 @@
-"""The fleet alerts a process knows of: open outages, recent systemic loops, the latest alerts.
+"""The fleet alerts a process knows of: open outages, recent systemic loops and delegation
+chain alerts, the latest alerts.
 
 Pure: fed every ``fleet_alert`` (the embedded runtime's own, or a worker's follower of
 ``loopwatch.alerts``), asked with the time "now". An alert seen twice (a re-published one
 has the same ``alert_id``) counts once. A worker also notes the failures of tools under an
 open outage that its own runs meet, which keeps the outage's fail-fast blocks going for as
-long as the tool keeps failing (:meth:`AlertBoard.last_failure`).
+long as the tool keeps failing (:meth:`AlertBoard.last_failure`). Chain alerts
+(``chain_runaway``, ``chain_repeat``: F6b, F6c) are kept by subject for the horizon, at most
+``CHAINS_KEPT``; their subject names their chain's root (``chain:{root}`` or
+``chain:{root}:{tool}:{h12}``).
 """
 
 from __future__ import annotations
@@ -16,9 +20,32 @@ import msgspec
 
 from loopwatch.detectors.fleet.alerts import FleetAlert
 
-__all__ = ["AlertBoard"]
+__all__ = ["CHAIN_KINDS", "AlertBoard", "chain_alert_dict", "chain_root"]
 
 IDS_KEPT: Final = 10_000
+CHAINS_KEPT: Final = 1_000
+#: The alert kinds about a delegation chain (spec F6b, F6c).
+CHAIN_KINDS: Final = frozenset({"chain_runaway", "chain_repeat"})
+_CHAIN_PREFIX: Final = "chain:"
+
+
+def chain_root(alert: FleetAlert) -> str | None:
+    """The root run of a chain alert's chain, read from its subject; ``None`` for other kinds.
+
+    ``chain:{root}`` (runaway) or ``chain:{root}:{tool}:{h12}`` (repeat; a root may hold
+    colons, ``session:…``, and so may a tool: the alert's tool marks where the root ends)."""
+    subject, kind = alert.subject, str(alert.kind)
+    if kind not in CHAIN_KINDS or not subject.startswith(_CHAIN_PREFIX):
+        return None
+    rest = subject[len(_CHAIN_PREFIX) :]
+    if kind == "chain_runaway":
+        return rest
+    tool = alert.tool or ""
+    end = rest.rfind(f":{tool}:") if tool else -1
+    if end < 0:
+        parts = rest.rsplit(":", 2)
+        return parts[0] if len(parts) == 3 else None
+    return rest[:end]
 
 
 class AlertBoard:
@@ -27,6 +54,7 @@ class AlertBoard:
         self.open_outages: dict[str, FleetAlert] = {}  # tool -> its tool_outage alert
         self.loops: dict[str, FleetAlert] = {}  # subject -> its latest systemic_loop alert
         self.recent: deque[FleetAlert] = deque(maxlen=keep)
+        self.chains: OrderedDict[str, FleetAlert] = OrderedDict()  # subject -> its latest chain alert
         self.counts: Counter[str] = Counter()  # kind -> alerts
         self._failures: dict[str, int] = {}  # tool under an open outage -> its last failure seen
         self._ids: OrderedDict[str, None] = OrderedDict()
@@ -40,14 +68,20 @@ class AlertBoard:
             self._ids.popitem(last=False)
         self.counts[alert.kind] += 1
         self.recent.append(alert)
+        tool = alert.tool or ""  # the tool kinds always name one
         if alert.kind == "tool_outage":
-            self.open_outages[alert.tool] = alert
-            self._failures[alert.tool] = max(alert.ts, self._failures.get(alert.tool, alert.ts))
+            self.open_outages[tool] = alert
+            self._failures[tool] = max(alert.ts, self._failures.get(tool, alert.ts))
         elif alert.kind == "tool_recovered":
-            opened = self.open_outages.get(alert.tool)
+            opened = self.open_outages.get(tool)
             if opened is not None and opened.since_ts <= alert.ts:
-                del self.open_outages[alert.tool]
-                self._failures.pop(alert.tool, None)
+                del self.open_outages[tool]
+                self._failures.pop(tool, None)
+        elif alert.kind in CHAIN_KINDS:
+            self.chains.pop(alert.subject, None)
+            self.chains[alert.subject] = alert
+            while len(self.chains) > CHAINS_KEPT:
+                self.chains.popitem(last=False)
         else:
             self.loops[alert.subject] = alert
         return True
@@ -69,11 +103,27 @@ class AlertBoard:
             del self.loops[subject]
         return sorted(self.loops.values(), key=lambda a: -a.ts)
 
+    def chain_alerts(self, now_ms: int, root: str | None = None) -> list[FleetAlert]:
+        """Chain alerts within the horizon (of the chain keyed by ``root`` only, if given), newest first."""
+        since = now_ms - self.loop_horizon_ms
+        for subject in [s for s, a in self.chains.items() if a.ts < since]:
+            del self.chains[subject]
+        found = [a for a in self.chains.values() if root is None or chain_root(a) == root]
+        return sorted(found, key=lambda a: -a.ts)
+
     def summary(self, now_ms: int) -> dict[str, Any]:
         """What the dashboard's fleet page shows of the alerts."""
         return {
             "open_outages": [msgspec.to_builtins(a) for a in self.open_outages.values()],
             "systemic_loops": [msgspec.to_builtins(a) for a in self.systemic_loops(now_ms)],
+            "chains": [chain_alert_dict(a) for a in self.chain_alerts(now_ms)],
             "recent": [msgspec.to_builtins(a) for a in reversed(self.recent)],
             "counts": dict(self.counts),
         }
+
+
+def chain_alert_dict(alert: FleetAlert) -> dict[str, Any]:
+    """A chain alert as the dashboard gets it: the alert, and its chain's root."""
+    out: dict[str, Any] = msgspec.to_builtins(alert)
+    out["chain_root"] = chain_root(alert)
+    return out

@@ -10,6 +10,9 @@ Routes (GET):
 * ``/fleet/overview?minutes=N`` — the above plus the timeline, the verdict feed and the runs
   with verdicts: everything the fleet page draws, in one request.
 * ``/fleet/run?id=RUN`` — one run: summary, its verdicts, its recent calls, results and verdicts.
+* ``/fleet/chain?root=ROOT&limit=N`` — a delegation chain: its runs as a tree (depth first,
+  at most ``limit`` rows, 200 by default; how many are hidden), each with its verdicts, and
+  its chain alerts. The page opens it at ``#/chain/<root>``.
 * ``/metrics``, ``/health`` — in the embedded runtime only (a worker serves its own): the same
   Prometheus series as a worker's, for what this process has processed.
 """
@@ -28,6 +31,7 @@ from typing import Any, TextIO
 import msgspec
 
 from loopwatch.config.errors import LoopwatchError
+from loopwatch.streams.fleet_view.run_activity import CHAIN_ROWS
 from loopwatch.streams.fleet_view.view import FleetView
 
 __all__ = [
@@ -42,7 +46,15 @@ __all__ = [
 ]
 
 WEB = Path(__file__).parent / "web"
-PATHS = ("/dashboard", "/dashboard/app.js", "/dashboard/app.css", "/fleet", "/fleet/overview", "/fleet/run")
+PATHS = (
+    "/dashboard",
+    "/dashboard/app.js",
+    "/dashboard/app.css",
+    "/fleet",
+    "/fleet/overview",
+    "/fleet/run",
+    "/fleet/chain",
+)
 _STATIC = {
     "/dashboard": ("index.html", "text/html; charset=utf-8"),
     "/dashboard/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -50,6 +62,8 @@ _STATIC = {
 }
 _JSON = "application/json"
 MAX_MINUTES = 24 * 60
+#: The most rows of a chain's tree one answer holds (``limit``); the view keeps 2,000 runs.
+MAX_CHAIN_ROWS = 2000
 #: How long a rendered /metrics is served again (Prometheus scrapes every 15 s or so).
 METRICS_TTL_MS = 1000
 
@@ -109,6 +123,17 @@ class Dashboard:
             if run is None:
                 return _json(404, {"error": f"run {scope!r}: not seen in this view (or expired)"})
             return _json(200, {"as_of_ms": now_ms, "source": self.view.source, **run})
+        if path == "/fleet/chain":
+            root = query.get("root", "")
+            if not root:
+                return _json(400, {"error": "query parameter root: the chain's root run id is required"})
+            raw = query.get("limit", str(CHAIN_ROWS))
+            if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_CHAIN_ROWS:
+                return _json(400, {"error": f"query parameter limit: {raw!r} is not 1..{MAX_CHAIN_ROWS}"})
+            chain = self.view.chain(root, now_ms, int(raw))
+            if chain is None:
+                return _json(404, {"error": f"chain {root!r}: no run of it seen in this view (or expired)"})
+            return _json(200, {"as_of_ms": now_ms, "source": self.view.source, **chain})
         if path in ("/fleet", "/fleet/overview"):
             raw = query.get("minutes", "5")
             if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_MINUTES:

@@ -1,13 +1,18 @@
 """Prometheus metrics of a worker (and of the embedded runtime), exposed with prometheus-client.
 
-Counters: events processed by type, invalid events, verdicts by level / detector / action,
-redelivered records, records of ended runs, re-seeks and skipped offsets of the input, and
-what the model turns behind the calls cost (``usage``): spend and tokens per agent, loop
-spend per agent and detector of the run's first verdict.
+Counters: events processed by type, invalid events, verdicts by level / detector / action
+(F6a's ``delegation_depth`` included), redelivered records, records of ended runs, re-seeks
+and skipped offsets of the input, what the model turns behind the calls cost (``usage``):
+spend and tokens per agent, loop spend per agent and detector of the run's first verdict;
+delegation chains (F6): runs started by the depth their first event gave them (``10+`` for
+10 and deeper, so the labels stay few), and later events whose chain fields were ignored (a
+run's chain is fixed by its first event; an adapter that repeats the chain on every event
+makes every later event of a subagent count).
 Histogram: the time to process one event. Gauges (computed at scrape time by the worker):
 active runs, ended runs (tombstones), state bytes, consumer lag per partition. Fleet alerts
-(from an :class:`~streams.fleet_view.alert_board.AlertBoard`): alerts by kind, open tool outages by
-tool, systemic loops of the last hour by agent.
+(from an :class:`~streams.fleet_view.alert_board.AlertBoard`): alerts by kind (every kind
+known to loopwatch always, any other kind as it comes), open tool outages by tool, systemic
+loops of the last hour by agent, chain alerts of the last hour by kind.
 """
 
 from __future__ import annotations
@@ -16,16 +21,25 @@ import bisect
 from collections import Counter
 from collections.abc import Iterator
 
+from msgspec import UNSET
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from loopwatch.detectors.events import Output, Usage, shape_of
-from loopwatch.streams.fleet_view.alert_board import AlertBoard
+from loopwatch.detectors.events import Event, Output, Usage, chain_of, shape_of
+from loopwatch.streams.fleet_view.alert_board import CHAIN_KINDS, AlertBoard
 
-__all__ = ["WorkerMetrics"]
+__all__ = ["ALERT_KINDS", "DEPTH_LABELS", "WorkerMetrics", "depth_label"]
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+#: Depths counted one by one; deeper runs share the label ``"{DEPTH_LABELS}+"``.
+DEPTH_LABELS = 10
+#: The fleet alert kinds always exposed (0 until one comes), so rules over them see a series.
+ALERT_KINDS = ("tool_outage", "tool_recovered", "systemic_loop", *sorted(CHAIN_KINDS))
+
+
+def depth_label(depth: int) -> str:
+    return str(depth) if depth < DEPTH_LABELS else f"{DEPTH_LABELS}+"
 
 
 class WorkerMetrics:
@@ -43,6 +57,8 @@ class WorkerMetrics:
         self.spend_usd: dict[str, float] = {}  # agent -> USD
         self.tokens: Counter[tuple[str, str]] = Counter()  # (agent, "input" | "output") -> tokens
         self.loop_spend_usd: dict[tuple[str, str], float] = {}  # (agent, first detector) -> USD
+        self.runs_started: Counter[str] = Counter()  # depth label -> runs (F6)
+        self.chain_fields_ignored = 0  # later events of a run that carried chain fields (F6)
         self._buckets = [0] * len(BUCKETS)
         self._count = 0
         self._sum = 0.0
@@ -57,6 +73,15 @@ class WorkerMetrics:
 
     def output(self, output: Output) -> None:
         self.verdicts[shape_of(output)] += 1
+
+    def chain(self, event: Event, started: bool) -> None:
+        """An event applied to its run; ``started``: the run's first (its chain fields fix the
+        run's place in its delegation chain), else any chain field it carries is ignored."""
+        if started:
+            found = chain_of(event)
+            self.runs_started[depth_label(found[2] if found is not None else 0)] += 1
+        elif event.parent_run_id is not UNSET or event.root_run_id is not UNSET or event.depth is not UNSET:
+            self.chain_fields_ignored += 1
 
     def spend(self, agent: str, usage: Usage, loop_usd: float, detector: str | None) -> None:
         """One call's usage; ``loop_usd`` of it counted as loop spend (run first flagged by ``detector``)."""
@@ -154,6 +179,19 @@ class _Snapshot(Collector):
         for (agent, detector), usd in sorted(m.loop_spend_usd.items()):
             loop.add_metric([agent, detector], usd)
         yield loop
+        started = CounterMetricFamily(
+            "loopwatch_runs_started",
+            "Runs started, by their depth in a delegation chain (0: a root; from the run's first event).",
+            labels=["depth"],
+        )
+        for label, count in sorted(m.runs_started.items(), key=lambda item: _depth_order(item[0])):
+            started.add_metric([label], count)
+        yield started
+        yield _counter(
+            "loopwatch_chain_fields_ignored",
+            "Events after a run's first that carried chain fields (ignored: its first event fixed it).",
+            m.chain_fields_ignored,
+        )
         cumulative, buckets = 0, []
         for bound, count in zip(BUCKETS, m._buckets, strict=True):
             cumulative += count
@@ -188,7 +226,7 @@ class _Alerts(Collector):
     def collect(self) -> Iterator[Metric]:
         board = self.board
         alerts = CounterMetricFamily("loopwatch_fleet_alerts", "Fleet alerts, by kind.", labels=["kind"])
-        for kind in ("tool_outage", "tool_recovered", "systemic_loop"):
+        for kind in [*ALERT_KINDS, *sorted(set(board.counts) - set(ALERT_KINDS))]:
             alerts.add_metric([kind], board.counts[kind])
         yield alerts
         outages = GaugeMetricFamily(
@@ -217,3 +255,16 @@ class _Alerts(Collector):
         for agent, count in sorted(loops.items()):
             systemic.add_metric([agent], count)
         yield systemic
+        chained: Counter[str] = Counter(str(alert.kind) for alert in board.chain_alerts(self.now_ms))
+        chains = GaugeMetricFamily(
+            "loopwatch_chain_alerts",
+            "Delegation chains alerted in the last hour, by kind (chain_repeat: per tool and arguments).",
+            labels=["kind"],
+        )
+        for kind in sorted(CHAIN_KINDS):
+            chains.add_metric([kind], chained[kind])
+        yield chains
+
+
+def _depth_order(label: str) -> int:
+    return int(label.rstrip("+"))

@@ -5,9 +5,13 @@ active dropped first), each with its last ``recent_per_run`` calls, results and 
 its last ``verdicts_per_run`` verdicts (a verdict entry is one object in both); the feed holds
 the last ``feed_size`` verdicts of the fleet. With the defaults and previews on, that is at
 most some 60 MB however large the fleet: entries are small tuples, repeated strings
-(tools, detectors, messages) are shared. What fired in a run (verdicts per detector and
-action, first and last time, highest count) is counted over all its verdicts. Times come
-from the records, never from a clock.
+(tools, detectors, messages) are shared. What fired in a run (verdicts per detector,
+action and level, first and last time, highest count) is counted over all its verdicts. Times
+come from the records, never from a clock.
+
+Delegation chains (F6): a run's first event fixes its parent, root and depth; the runs kept
+are indexed by root, so a chain's tree (:mod:`streams.fleet_view.chain_tree`) is built from
+its own runs only, and shown at most ``CHAIN_ROWS`` rows at a time.
 
 Tool arguments are shown as a short fingerprint of their canonical JSON (the same
 serialisation the detectors hash, so repeated arguments are visible at a glance) and,
@@ -38,11 +42,14 @@ from loopwatch.detectors.events import (
     run_scope,
 )
 from loopwatch.detectors.stable_json import canonical_bytes, wire_enc_hook
+from loopwatch.streams.fleet_view.chain_tree import CYCLE, PARENT_NOT_SEEN, ROOT_NOT_SEEN, chain_layout
 from loopwatch.streams.fleet_view.fleet_stats import result_failed
 
-__all__ = ["ACTION_RANK", "PREVIEW_CHARS", "Fired", "RunActivity", "RunRecord", "Step"]
+__all__ = ["ACTION_RANK", "CHAIN_ROWS", "PREVIEW_CHARS", "Fired", "RunActivity", "RunRecord", "Step"]
 
 PREVIEW_CHARS = 120
+#: Rows of a delegation chain's tree shown by default (a runaway chain has thousands of runs).
+CHAIN_ROWS = 200
 #: How serious an action is, for "worst so far" and for ordering runs on the dashboard.
 ACTION_RANK = {"warn": 1, "block": 2, "abort": 3}
 
@@ -94,9 +101,15 @@ class RunRecord:
     last_detector: str | None = None
     recent: deque[Entry] = field(default_factory=deque)
     verdicts: deque[Fired] = field(default_factory=deque)
-    # (detector, action) -> [verdicts, first ms, last ms, highest count]: every verdict, unbounded
-    fired: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    # (detector, action, level) -> [verdicts, first ms, last ms, highest count]: every verdict
+    fired: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
     chain: tuple[str, str, int] | None = None  # (parent, root, depth): fixed by the first event
+    evented: bool = False  # an event was seen (a verdict may come first: two topics are followed)
+
+    @property
+    def root(self) -> str:
+        """The run scope that keys its delegation chain (its own for a root run)."""
+        return self.chain[1] if self.chain is not None else self.scope
 
     def summary(self) -> dict[str, Any]:
         parent, root, depth = self.chain if self.chain is not None else (None, self.scope, 0)
@@ -136,8 +149,11 @@ class RunActivity:
         self.previews = previews
         self.runs: OrderedDict[str, RunRecord] = OrderedDict()
         self.feed: deque[tuple[Fired, str, str]] = deque(maxlen=feed_size)
+        # delegation chains: root -> the runs kept here that belong to it (the root's own
+        # record, if any, is under its scope in ``runs``, not in here)
+        self.chains: dict[str, dict[str, None]] = {}
 
-    def _record(self, scope: str, agent_id: str, ts_ms: int, first: Event | None = None) -> RunRecord:
+    def _record(self, scope: str, agent_id: str, ts_ms: int) -> RunRecord:
         record = self.runs.get(scope)
         if record is None:
             record = RunRecord(
@@ -147,18 +163,32 @@ class RunActivity:
                 ts_ms,
                 recent=deque(maxlen=self.recent_per_run),
                 verdicts=deque(maxlen=self.verdicts_per_run),
-                chain=chain_of(first) if first is not None else None,
             )
             self.runs[scope] = record
             while len(self.runs) > self.max_runs:
-                self.runs.popitem(last=False)
+                self._forget(*self.runs.popitem(last=False))
         else:
             self.runs.move_to_end(scope)
             record.last_ms = max(record.last_ms, ts_ms)
         return record
 
+    def _forget(self, scope: str, record: RunRecord) -> None:
+        if record.chain is None:
+            return
+        members = self.chains.get(record.chain[1])
+        if members is not None:
+            members.pop(scope, None)
+            if not members:
+                del self.chains[record.chain[1]]
+
     def event(self, event: Event, ts_ms: int) -> None:
-        record = self._record(run_scope(event), event.agent_id, ts_ms, event)
+        scope = run_scope(event)
+        record = self._record(scope, event.agent_id, ts_ms)
+        if not record.evented:  # the run's first event fixes its chain (F6)
+            record.evented = True
+            record.chain = chain_of(event)
+            if record.chain is not None:
+                self.chains.setdefault(record.chain[1], {})[scope] = None
         if isinstance(event, RunEnd):
             record.ended = True
             record.recent.append(Step("run_end", ts_ms))
@@ -189,9 +219,10 @@ class RunActivity:
         if record.worst is None or ACTION_RANK[entry.action] > ACTION_RANK[record.worst]:
             record.worst = entry.action
         record.last_detector = entry.detector
-        tally = record.fired.get((entry.detector, entry.action))
+        key = (entry.detector, entry.action, entry.level)
+        tally = record.fired.get(key)
         if tally is None:
-            record.fired[(entry.detector, entry.action)] = [1, ts_ms, ts_ms, entry.hits or 0]
+            record.fired[key] = [1, ts_ms, ts_ms, entry.hits or 0]
         else:
             tally[0] += 1
             tally[2] = ts_ms
@@ -205,18 +236,59 @@ class RunActivity:
         record = self.runs.get(scope)
         if record is None:
             return None
-        order = sorted(
-            record.fired.items(), key=lambda item: (-ACTION_RANK[item[0][1]], -item[1][0], item[0][0])
-        )
-        fired = [
-            {"detector": d, "action": a, "verdicts": n, "first_ms": first, "last_ms": last, "count": top}
-            for (d, a), (n, first, last, top) in order
-        ]
+        root = record.root
+        members = self.chains.get(root, {})
         return {
             **record.summary(),
-            "fired": fired,
+            # runs of its delegation chain kept here, the root's included (1: a run on its own)
+            "chain_runs": len(members) + (root in self.runs and root not in members),
+            "fired": _fired_rows(record),
             "verdict_list": [_as_dict(entry) for entry in record.verdicts],
             "recent": [_as_dict(entry) for entry in record.recent],
+        }
+
+    def chain(self, root: str, limit: int = CHAIN_ROWS) -> dict[str, Any]:
+        """The tree of the delegation chain keyed by ``root``, as rows depth first (at most
+        ``limit``) with each run's verdicts (``runs`` 0: none of its runs is kept here)."""
+        members = self.chains.get(root, {})
+        runs = [self.runs[scope] for scope in members]
+        own = self.runs.get(root)
+        if own is not None and root not in members:
+            runs.append(own)
+        # the root is drawn first, whatever its own first event said
+        parents = {r.scope: (r.chain[0] if r.chain is not None and r.scope != root else None) for r in runs}
+        first = {r.scope: r.first_ms for r in runs}
+        layout = chain_layout(root, parents, first)
+        totals: Counter[str] = Counter()
+        for r in runs:
+            totals.update(r.actions)
+        rows = []
+        for row in layout[: max(0, limit)]:
+            record = self.runs.get(row.run) if row.note != ROOT_NOT_SEEN else None
+            entry: dict[str, Any] = {
+                "run": row.run,
+                "level": row.level,
+                "note": row.note,
+                "children": row.children,
+            }
+            if record is not None:
+                entry.update(record.summary())
+                entry["aborted"] = record.actions["abort"] > 0
+                entry["fired"] = _fired_rows(record)
+            rows.append(entry)
+        return {
+            "root": root,
+            "root_seen": own is not None,
+            "runs": len(runs),
+            "agents": len({r.agent_id for r in runs}),
+            "max_depth": max((r.chain[2] for r in runs if r.chain is not None), default=0),
+            "verdicts": dict(totals),
+            "aborted_runs": sum(1 for r in runs if r.actions["abort"]),
+            "parent_not_seen": sum(1 for row in layout if row.note == PARENT_NOT_SEEN),
+            "cycles": sum(1 for row in layout if row.note == CYCLE),
+            "shown": len(rows),
+            "hidden": len(layout) - len(rows),
+            "rows": rows,
         }
 
     def flagged(self, limit: int = 25) -> list[dict[str, Any]]:
@@ -245,6 +317,25 @@ class RunActivity:
         return (
             text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
         )  # ASCII: a str with "…" takes 2 bytes a character
+
+
+def _fired_rows(record: RunRecord) -> list[dict[str, Any]]:
+    """What fired in a run, by detector, action and level: the most serious first."""
+    order = sorted(
+        record.fired.items(), key=lambda item: (-ACTION_RANK[item[0][1]], -item[1][0], item[0][0], item[0][2])
+    )
+    return [
+        {
+            "detector": detector,
+            "action": action,
+            "level": level,
+            "verdicts": n,
+            "first_ms": first,
+            "last_ms": last,
+            "count": top,
+        }
+        for (detector, action, level), (n, first, last, top) in order
+    ]
 
 
 def _as_dict(entry: Entry) -> dict[str, Any]:

@@ -11,10 +11,10 @@ from typing import Any
 
 from loopwatch.detectors.events import Event, Output
 from loopwatch.detectors.fleet.alerts import FleetAlert
-from loopwatch.streams.fleet_view.alert_board import AlertBoard
+from loopwatch.streams.fleet_view.alert_board import AlertBoard, chain_alert_dict
 from loopwatch.streams.fleet_view.fleet_stats import FleetStats
 from loopwatch.streams.fleet_view.metrics import WorkerMetrics
-from loopwatch.streams.fleet_view.run_activity import RunActivity
+from loopwatch.streams.fleet_view.run_activity import CHAIN_ROWS, RunActivity
 from loopwatch.streams.fleet_view.spend_ledger import SpendLedger
 
 __all__ = ["FleetView"]
@@ -90,3 +90,12 @@ class FleetView:
 
     def run(self, scope: str) -> dict[str, Any] | None:
         return self.activity.run(scope)
+
+    def chain(self, root: str, now_ms: int, limit: int = CHAIN_ROWS) -> dict[str, Any] | None:
+        """A delegation chain's tree of runs and its chain alerts (``/fleet/chain``); ``None``
+        if neither a run nor an alert of it is known."""
+        tree = self.activity.chain(root, limit)
+        alerts = [chain_alert_dict(a) for a in self.alerts.chain_alerts(now_ms, root)]
+        if not tree["runs"] and not alerts:
+            return None
+        return {**tree, "alerts": alerts}

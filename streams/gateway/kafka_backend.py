@@ -37,7 +37,7 @@ from loopwatch.detectors.events import (
     encode_event,
     run_scope,
 )
-from loopwatch.detectors.facade import Decision, decision_of
+from loopwatch.detectors.facade import BatchDecision, Decision, decision_of
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.kafka.connect import aiokafka_auth
 from loopwatch.streams.kafka.dead_letter import dead_letter
@@ -178,6 +178,15 @@ class KafkaBackend:
             return decision, False
         finally:
             self._waiting.pop(call.event_id, None)
+
+    async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
+        """Not here: the workers decide one call at a time (docs/openclaw-rules.md §7.6)."""
+        from loopwatch.streams.gateway.server import BatchUnsupported
+
+        raise BatchUnsupported(
+            "a batch of calls (a JSON array) is admitted together only by the embedded gateway; "
+            "with --kafka the workers decide one call at a time: send the calls one by one"
+        )
 
     def _remember_abort(self, scope: str, aborted: tuple[str, str]) -> None:
         if scope not in self._aborted:

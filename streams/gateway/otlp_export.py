@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from loopwatch.detectors.events import Event, Output, ToolCall
-from loopwatch.detectors.facade import Decision
+from loopwatch.detectors.facade import BatchDecision, Decision
 from loopwatch.streams.otlp_verdicts import VerdictExporter
 
 if TYPE_CHECKING:
@@ -33,6 +33,13 @@ class ExportingBackend:
         if decision.outputs:
             self.exporter.export(decision.outputs)
         return decision, timed_out
+
+    async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
+        batch = await self.inner.decide_batch(calls)
+        outputs = [output for decision in batch.decisions for output in decision.outputs]
+        if outputs:
+            self.exporter.export(outputs)
+        return batch
 
     async def refuse(self, body: bytes, reason: str) -> None:
         await self.inner.refuse(body, reason)

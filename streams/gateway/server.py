@@ -9,10 +9,15 @@ Backends: the embedded runtime (default: the same core in-process, no broker), o
   outputs they caused, ``{"outputs": [...]}`` (Kafka: 202 ``{"accepted": n}`` once the
   broker has them).
 * ``POST /v1/decide``: a proposed tool call (``run_id`` or ``session_id``, ``agent_id``,
-  ``tool``, ``params``, ``tool_call_id``, optional ``usage`` and ``event_id``). It is recorded
-  like a ``tool_call`` and answered with ``{"decision": "allow" | "warn" | "block" | "abort",
-  "message", "verdicts"}``. On Kafka the answer waits at most ``--decide-timeout-ms`` for
-  the worker; then it is ``allow`` with ``"timed_out": true``.
+  ``tool``, ``params``, ``tool_call_id``, optional ``usage``, ``event_id`` and ``batch_id``).
+  It is recorded like a ``tool_call`` and answered with ``{"decision": "allow" | "warn" |
+  "block" | "abort", "message", "verdicts"}``. On Kafka the answer waits at most
+  ``--decide-timeout-ms`` for the worker; then it is ``allow`` with ``"timed_out": true``.
+  A JSON array of such calls is one model turn's batch (one run's, in assistant order; at
+  most :data:`MAX_BATCH_CALLS`), admitted or refused as a whole (docs/openclaw-rules.md
+  §7.6): ``{"batch_id", "refused", "refused_by", "decisions": [one answer per call]}``. A
+  malformed call answers 400 naming its ``index``, and nothing of the batch is applied. The
+  Kafka backend answers a batch 501: its workers decide one call at a time.
 * ``POST /v1/hooks/RUNTIME`` (``claude-code``, …): a runtime's HTTP hook — its hook input in,
   its hook output out, decided like ``loopwatch hook RUNTIME`` does (no process per call).
   ``?agent_id=`` names the runs' agent, ``?show_warnings=1`` shows warnings to the user too.
@@ -43,8 +48,8 @@ from aiohttp import web
 
 from loopwatch.config.errors import LoopwatchError
 from loopwatch.detectors.decoding import decode_event
-from loopwatch.detectors.events import Event, InvalidEvent, Output, ToolCall, encode_output
-from loopwatch.detectors.facade import Decision
+from loopwatch.detectors.events import Event, InvalidEvent, Output, ToolCall, encode_output, run_scope
+from loopwatch.detectors.facade import BatchDecision, Decision
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.dashboard import Dashboard
 from loopwatch.streams.fleet_view.view import FleetView
@@ -55,10 +60,13 @@ from loopwatch.streams.gateway.web_safety import WebSafety, is_loopback
 
 __all__ = [
     "BODY_TIMEOUT_S",
+    "MAX_BATCH_CALLS",
     "MAX_IN_FLIGHT",
     "STALL_S",
     "Backend",
+    "BatchUnsupported",
     "EmbeddedBackend",
+    "InvalidBatchCall",
     "gateway_app",
     "run_gateway",
 ]
@@ -71,6 +79,8 @@ BODY_TIMEOUT_S = 10.0
 MAX_IN_FLIGHT = 1024
 #: ``/health`` is unhealthy when events wait and none was processed for this long.
 STALL_S = 5.0
+#: The most calls one ``/v1/decide`` batch may hold.
+MAX_BATCH_CALLS = 256
 
 _log = structlog.get_logger("loopwatch.gateway")
 
@@ -81,6 +91,10 @@ class Backend(Protocol):
     async def events(self, events: list[Event]) -> list[Output] | None: ...
 
     async def decide(self, call: ToolCall) -> tuple[Decision, bool]: ...
+
+    async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
+        """One model turn's calls decided together (:class:`BatchUnsupported` where not)."""
+        ...
 
     async def refuse(self, body: bytes, reason: str) -> None: ...
 
@@ -102,6 +116,9 @@ class EmbeddedBackend:
     async def decide(self, call: ToolCall) -> tuple[Decision, bool]:
         return await self.runtime.decide(call), False
 
+    async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
+        return await self.runtime.decide_batch(calls)
+
     async def refuse(self, body: bytes, reason: str) -> None:
         """Counted only (the gateway's 400 says what and where)."""
 
@@ -118,10 +135,26 @@ def _outputs_json(outputs: list[Output]) -> bytes:
     return b"[" + b",".join(encode_output(output) for output in outputs) + b"]"
 
 
-def _answer(fields: dict[str, Any], outputs: list[Output], key: str) -> web.Response:
+def _answer_body(fields: dict[str, Any], outputs: list[Output], key: str) -> bytes:
     """``fields`` plus ``key``: the outputs, as one JSON object."""
     head = msgspec.json.encode(fields)[:-1] + (b"," if fields else b"")  # the object, still open
-    body = head + msgspec.json.encode(key) + b":" + _outputs_json(outputs) + b"}"
+    return head + msgspec.json.encode(key) + b":" + _outputs_json(outputs) + b"}"
+
+
+def _answer(fields: dict[str, Any], outputs: list[Output], key: str) -> web.Response:
+    return web.Response(body=_answer_body(fields, outputs, key), content_type="application/json")
+
+
+def _batch_answer(calls: list[ToolCall], batch: BatchDecision) -> web.Response:
+    """A batch's answer: its id, whether it was refused (and by which call), and each call's
+    answer in the single call's shape (``refused_by``: the event id of the call that refused
+    it with its batch)."""
+    head = {"batch_id": calls[0].batch_id, "refused": batch.refused, "refused_by": batch.refused_by}
+    items = [
+        _answer_body(_decision_fields(decision, call, False), list(decision.outputs), "verdicts")
+        for call, decision in zip(calls, batch.decisions, strict=True)
+    ]
+    body = msgspec.json.encode(head)[:-1] + b',"decisions":[' + b",".join(items) + b"]}"
     return web.Response(body=body, content_type="application/json")
 
 
@@ -156,7 +189,13 @@ def _proposed_call(body: bytes) -> ToolCall:
     value, surrogates = loads(body)
     if not isinstance(value, dict):
         raise InvalidEvent("the body must be a JSON object (a proposed tool call)")
+    return _call_of(value, surrogates)
+
+
+def _call_of(value: dict[str, Any], surrogates: bool, batch_id: str | None = None) -> ToolCall:
     call = {"type": "tool_call", "event_id": f"gateway-{uuid.uuid4().hex}", **value}
+    if batch_id is not None:
+        call.setdefault("batch_id", batch_id)
     try:
         encoded = dumps(call, surrogates)
     except RecursionError as exc:
@@ -165,6 +204,68 @@ def _proposed_call(body: bytes) -> ToolCall:
     if not isinstance(event, ToolCall):
         raise InvalidEvent("type: a decision is asked for a tool_call")
     return event
+
+
+class InvalidBatchCall(InvalidEvent):
+    """A call of a ``/v1/decide`` batch that cannot be decided; ``index`` says which."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        self.index = index
+        super().__init__(f"call {index}: {reason}")
+
+
+def _proposed(body: bytes) -> ToolCall | list[ToolCall]:
+    """A ``/v1/decide`` body: one proposed call (a JSON object), or a batch (a JSON array of
+    them: one run's, unique event ids, one ``batch_id``: the calls' own, else a fresh one)."""
+    value, surrogates = loads(body)
+    if isinstance(value, dict):
+        return _call_of(value, surrogates)
+    if not isinstance(value, list) or not value:
+        raise InvalidEvent(
+            "the body must be a JSON object (a proposed tool call) or a non-empty JSON array of them"
+        )
+    if len(value) > MAX_BATCH_CALLS:
+        raise InvalidEvent(f"a batch holds at most {MAX_BATCH_CALLS} calls, this one {len(value)}")
+    # the batch's id: the first a call gives (every call that gives one must give the same)
+    named = (item.get("batch_id") for item in value if isinstance(item, dict))
+    batch_id = next(
+        (name for name in named if isinstance(name, str) and name), f"gateway-batch-{uuid.uuid4().hex}"
+    )
+    calls: list[ToolCall] = []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise InvalidBatchCall(index, "must be a JSON object (a proposed tool call)")
+        try:
+            call = _call_of(item, surrogates, batch_id)
+        except InvalidEvent as exc:
+            raise InvalidBatchCall(index, exc.reason) from exc
+        if call.event_id in seen:
+            raise InvalidBatchCall(index, f"event_id {call.event_id!r} is also call {seen[call.event_id]}'s")
+        seen[call.event_id] = index
+        calls.append(call)
+    problem = _batch_problem(calls)
+    if problem is not None:
+        raise problem
+    return calls
+
+
+def _batch_problem(calls: list[ToolCall]) -> InvalidBatchCall | None:
+    """The first call that does not belong with the first: another run, another ``batch_id``."""
+    first = calls[0]
+    scope = run_scope(first)
+    for index, call in enumerate(calls):
+        if not call.batch_id:
+            return InvalidBatchCall(index, "batch_id: must be a non-empty string")
+        if run_scope(call) != scope:
+            return InvalidBatchCall(
+                index, f"a batch's calls share one run ({scope!r}); this one is {run_scope(call)!r}"
+            )
+        if call.batch_id != first.batch_id:
+            return InvalidBatchCall(
+                index, f"batch_id {call.batch_id!r} differs from call 0's {first.batch_id!r}"
+            )
+    return None
 
 
 def _decision_fields(decision: Decision, call: ToolCall, timed_out: bool) -> dict[str, Any]:
@@ -177,6 +278,8 @@ def _decision_fields(decision: Decision, call: ToolCall, timed_out: bool) -> dic
         fields["reason"] = decision.reason
     if decision.sticky:
         fields["sticky"] = True
+    if decision.refused_by is not None:
+        fields["refused_by"] = decision.refused_by
     if timed_out:
         fields["timed_out"] = True
     return fields
@@ -184,6 +287,10 @@ def _decision_fields(decision: Decision, call: ToolCall, timed_out: bool) -> dic
 
 class _BodyTimeout(Exception):
     pass
+
+
+class BatchUnsupported(LoopwatchError):
+    """A backend that cannot decide a batch of calls together (answered 501)."""
 
 
 class _Guard:
@@ -224,9 +331,14 @@ class _Guard:
             self.in_flight -= 1
 
     def _answer_failure(self, request: web.Request, exc: Exception) -> web.Response:
+        if isinstance(exc, InvalidBatchCall):
+            self.view.metrics.invalid += 1
+            return web.json_response({"error": exc.reason, "index": exc.index}, status=400)
         if isinstance(exc, InvalidEvent):
             self.view.metrics.invalid += 1
             return _error(400, exc.reason)
+        if isinstance(exc, BatchUnsupported):
+            return _error(501, str(exc))
         if isinstance(exc, _BodyTimeout):
             return _error(408, f"the body was not sent within {BODY_TIMEOUT_S:g} s")
         if isinstance(exc, (ConnectionError, asyncio.IncompleteReadError)):
@@ -262,9 +374,11 @@ class _Routes:
         return _answer({}, outputs, "outputs")
 
     async def decide(self, request: web.Request) -> web.Response:
-        call = await self.read(request, _proposed_call)
-        decision, timed_out = await self.backend.decide(call)
-        return _answer(_decision_fields(decision, call, timed_out), list(decision.outputs), "verdicts")
+        proposed = await self.read(request, _proposed)
+        if isinstance(proposed, list):
+            return _batch_answer(proposed, await self.backend.decide_batch(proposed))
+        decision, timed_out = await self.backend.decide(proposed)
+        return _answer(_decision_fields(decision, proposed, timed_out), list(decision.outputs), "verdicts")
 
     async def hook(self, request: web.Request) -> web.Response:
         """A runtime's HTTP hook: its hook JSON in, its hook JSON out (an empty object: go on)."""

@@ -7,8 +7,8 @@ or abort, or how often each detector fired (what-if tuning before a rollout, or 
 to another ``openclawRevision`` would change on recorded history). Where calls carry
 ``usage``, it reports per agent what the runs spent, how much of it in loops, and what
 stopping them at their abort saves, under each config. The fleet-wide rules' alerts (tool
-outages and recoveries, systemic loops) are listed with their ids, which the same history
-always gives again.
+outages and recoveries, systemic loops, delegation chains) are listed with their ids, which
+the same history always gives again.
 Sources: an events file, a folder of them, or a Kafka topic (``kafka:TOPIC`` with
 ``--since``/``--until``).
 """
@@ -36,6 +36,7 @@ from loopwatch.config.fleet_rules import fleet_rules
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Abort, Event, ToolCall, chain_of, run_scope
 from loopwatch.detectors.fleet.alerts import FleetAlert
+from loopwatch.detectors.fleet.chains import chain_key
 from loopwatch.detectors.fleet.watch import FleetWatch, WatchHooks
 from loopwatch.detectors.hashing import digester_for
 from loopwatch.streams.console import report_console
@@ -92,7 +93,9 @@ def replay(
         ts = event.ts if event.ts is not None else read_ms
         stepped = engine.step(event, ts)
         outputs = stepped.outputs
-        raised = watch.observe(event, scope, ts, stepped.prepared, outputs)
+        chained = engine.states.get(scope) if watch.rules.delegation.enabled else None
+        root = chain_key(chained) if chained is not None and stepped.kind == "applied" else None
+        raised = watch.observe(event, scope, ts, stepped.prepared, outputs, root)
         if alerts is not None:
             alerts += raised
         for output in outputs:

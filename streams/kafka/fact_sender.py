@@ -8,7 +8,10 @@ for their facts (:meth:`FactSender.wait`) are confirmed once those records are.
 
 It also answers F1's fail-fast question for a call, from the alerts this worker follows
 (:class:`streams.fleet_view.alert_board.AlertBoard`), and keeps each open outage's last failure up to
-date with the failures this worker's runs meet.
+date with the failures this worker's runs meet. With ``delegation`` on, the facts of a run's
+calls and results also go to its chain (``chain:{root}``, the root from the run's state), and
+F6's chain blocks are answered from the chain alerts the worker follows (:attr:`FactSender.chains`),
+kept alive by the events of its own runs of those chains.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ from typing import Any
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.fleet_rules import FleetRules, fleet_rules
 from loopwatch.detectors.events import Output, ToolCall, ToolResult, Verdict
+from loopwatch.detectors.fleet.chain_blocks import ChainBlocks
+from loopwatch.detectors.fleet.chains import chain_key
 from loopwatch.detectors.fleet.fact_batch import FactBatch
-from loopwatch.detectors.fleet.facts import encode_facts, result_fact
+from loopwatch.detectors.fleet.facts import ChainResultFact, encode_facts, result_fact
 from loopwatch.detectors.fleet.fail_fast import fail_fast_verdict, is_blocking
 from loopwatch.detectors.hashing import digester_for
 from loopwatch.detectors.run_engine import FleetHooks
+from loopwatch.detectors.state import RunState
 from loopwatch.detectors.step import Prepared
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 
@@ -42,6 +48,9 @@ class FactSender(FleetHooks):
         self.alerts = alerts
         self.batch = FactBatch()
         self.active = False  # a facts topic and a fleet rule on (set per batch by begin)
+        self.chained = False  # ... and delegation chains (F6) on
+        #: the chain alerts this worker knows (its follower of the alerts topic adds them)
+        self.chains = ChainBlocks()
         self._rules: tuple[object, FleetRules] = (object(), fleet_rules(None))
         self._waiters: list[Callable[[], None]] = []
 
@@ -54,8 +63,10 @@ class FactSender(FleetHooks):
         """A batch begins under ``config``."""
         rules = self.rules(config)
         self.active = self.topic is not None and rules.any
+        self.chained = self.active and rules.delegation.enabled
         self.batch.outage_bucket_ms = rules.tool_outage.bucket_s * 1000
         self.batch.loop_bucket_ms = rules.systemic_loop.bucket_s * 1000
+        self.batch.chain_ttl_ms = rules.delegation.chain_ttl_s * 1000
 
     def fail_fast(self, scope: str, event: ToolCall, ts: int, config: FleetConfig) -> Verdict | None:
         """F1's block of a call to a tool under an open outage, when ``toolOutage.block`` is on."""
@@ -69,6 +80,21 @@ class FactSender(FleetHooks):
             scope, event, board.open_outages[event.tool].runs, config.settings.observe_only
         )
 
+    def chain_block(
+        self, state: RunState, event: ToolCall, ts: int, prepared: Prepared, config: FleetConfig
+    ) -> Verdict | None:
+        """F6's block of a call of a run of a chain with alerts, when ``delegation.block`` is on."""
+        if not self.chained or not len(self.chains):
+            return None
+        rule = self.rules(config).delegation
+        if not rule.block:
+            return None
+        observe_only = config.settings.observe_only
+        root = chain_key(state)
+        return self.chains.block(
+            state.scope, root, state.first_ts, event, prepared.args_hash, ts, rule, observe_only
+        )
+
     def noted(
         self,
         scope: str,
@@ -77,6 +103,7 @@ class FactSender(FleetHooks):
         prepared: Prepared,
         outputs: list[Output],
         config: FleetConfig,
+        state: RunState | None = None,
     ) -> None:
         if not self.active:
             return
@@ -87,6 +114,8 @@ class FactSender(FleetHooks):
             self.result(event, scope, ts, prepared, config)
         if outputs:
             self.outputs(outputs, scope, ts)
+        if self.chained and state is not None:
+            self.chain(event, chain_key(state), scope, ts, prepared)
 
     def call(self, event: ToolCall, scope: str, ts: int) -> None:
         self.batch.call(event.agent_id, scope, ts)
@@ -106,6 +135,18 @@ class FactSender(FleetHooks):
 
     def outputs(self, outputs: list[Output], scope: str, ts: int) -> None:
         self.batch.outputs(outputs, scope, ts)
+
+    def chain(self, event: ToolCall | ToolResult, root: str, scope: str, ts: int, prepared: Prepared) -> None:
+        """The chain facts of a call or result of run ``scope`` in the chain of ``root``."""
+        batch = self.batch
+        batch.chain_run(root, scope, event.agent_id, ts)
+        result_hash = prepared.result_hash
+        if type(event) is ToolResult and result_hash is not None:
+            args = prepared.args_hash
+            batch.chain_result(
+                ChainResultFact(root, scope, event.event_id, event.tool, args, result_hash, ts)
+            )
+        self.chains.note(root, ts)
 
     def wait(self, waiter: Callable[[], None]) -> None:
         """Call ``waiter`` once the facts of this batch are confirmed."""

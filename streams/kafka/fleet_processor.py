@@ -1,11 +1,13 @@
 """The fleet facts topic applied to the fleet rules' per-subject states: each offset once, in bulk.
 
 Run processors send the facts of their events and verdicts (:mod:`detectors.fleet.facts`)
-to the facts topic keyed by subject — ``tool:{tool}`` for F1, ``agent:{agent}`` for F2 —
-so one worker owns all of a tool's or an agent's facts, whichever runs they come from. This
+to the facts topic keyed by subject — ``tool:{tool}`` for F1, ``agent:{agent}`` for F2,
+``chain:{root}`` for F6 (re-keyed by the root of the run's delegation chain) — so one worker
+owns all of a tool's, an agent's or a chain's facts, whichever runs they come from. This
 processor keeps each subject's state (:class:`SubjectState`: the rule's rolling window of
-event-time buckets, its open outage or alert marks) in the worker's ``fleet`` table, whose
-changelog is partitioned like the facts topic, and publishes the alerts on the alerts topic.
+event-time buckets, its open outage or alert marks, a chain's runs and repeated work) in the
+worker's ``fleet`` table, whose changelog is partitioned like the facts topic, and publishes
+the alerts on the alerts topic.
 
 The discipline is the run processor's (:mod:`streams.kafka.run_processor`): a batch is admitted
 against the partition's cursor; a record at or below the subject's last applied offset is a
@@ -13,6 +15,11 @@ redelivery and only re-publishes the subject's unconfirmed alerts (same ``alert_
 one steps the rule; at the end of the batch each changed subject is written once to the
 table and its changelog, and only then does the cursor move on. A worker killed mid-outage
 therefore neither loses the open outage (it is in the recovered state) nor opens it again.
+
+Delegation chains come and go (one subject per root): :meth:`FleetProcessor.drop_expired_chains`
+deletes, from the table and its changelog, the chains whose last event is ``chainTtlS`` older
+than the newest fact this worker applied on their partition (a later fact of such a chain
+would have started it afresh anyway).
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ import structlog
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.fleet_rules import FleetRules, fleet_rules
-from loopwatch.detectors.fleet import systemic_loop, tool_outage
+from loopwatch.detectors.fleet import chains, systemic_loop, tool_outage
 from loopwatch.detectors.fleet.alerts import FleetAlert, encode_alert
-from loopwatch.detectors.fleet.facts import decode_facts
+from loopwatch.detectors.fleet.chains import ChainState
+from loopwatch.detectors.fleet.facts import ChainRunFact, decode_facts
 from loopwatch.detectors.fleet.watch import apply_fact
 from loopwatch.streams.kafka.input_cursors import InputCursors, apply_admitted
 
@@ -48,6 +56,7 @@ class SubjectState(msgspec.Struct, array_like=True):
     outages: dict[str, tool_outage.OutageState] = msgspec.field(default_factory=dict)
     loops: dict[str, systemic_loop.AgentLoops] = msgspec.field(default_factory=dict)
     outbox: list[bytes] = msgspec.field(default_factory=list)
+    chains: dict[str, ChainState] = msgspec.field(default_factory=dict)  # F6: root -> its chain
 
 
 _ENCODER: Final = msgspec.msgpack.Encoder()
@@ -78,6 +87,7 @@ class FleetProcessor:
         self._dirty: dict[bytes, tuple[int, SubjectState]] = {}
         self._rules: tuple[object, FleetRules] = (object(), fleet_rules(None))
         self.applied = 0  # fact records applied
+        self._newest: dict[int, int] = {}  # facts partition -> the newest event time of its facts
 
     async def process(self, fetched: dict[Any, list[Any]]) -> None:
         """Apply one fetched batch of the facts topic (topic-partition → records in offset order)."""
@@ -146,7 +156,15 @@ class FleetProcessor:
             )
             facts = []
         rules = self._fleet_rules()
-        alerts = [alert for fact in facts for alert in apply_fact(fact, rules, state.outages, state.loops)]
+        alerts = [
+            alert
+            for fact in facts
+            for alert in apply_fact(fact, rules, state.outages, state.loops, state.chains)
+        ]
+        if facts:
+            newest = max(fact.last if type(fact) is ChainRunFact else fact.ts for fact in facts)
+            if newest > self._newest.get(record.partition, newest - 1):
+                self._newest[record.partition] = newest
         state.offset = record.offset
         self.applied += 1
         self._states[key] = (None, state, record.partition)
@@ -172,6 +190,29 @@ class FleetProcessor:
 
             future = await self._send(self._alerts, key, value, None)
             future.add_done_callback(confirmed)
+
+    async def drop_expired_chains(self, partition_of: Callable[[bytes], int | None]) -> int:
+        """Delete the chain subjects of this worker's partitions (``partition_of``: a key's
+        partition if this worker applies it, else ``None``) whose every chain expired by the
+        newest event time applied on that partition, and whose alerts are all confirmed; how
+        many. Call with :attr:`lock` held."""
+        rule = self._fleet_rules().delegation
+        dropped = 0
+        for key in [k for k in list(self.data) if k.startswith(b"chain:")]:
+            partition = partition_of(key)
+            newest = self._newest.get(partition) if partition is not None else None
+            if partition is None or newest is None:
+                continue
+            state = self._load(key, partition)
+            live = [chain for chain in state.chains.values() if not chains.expired(chain, newest, rule)]
+            if state.outbox or live:
+                continue
+            self.data.pop(key, None)
+            self._states.pop(key, None)
+            self._dirty.pop(key, None)
+            await self._send(self._changelog, key, None, partition)
+            dropped += 1
+        return dropped
 
     async def _write_dirty(self) -> None:
         for key, (partition, state) in self._dirty.items():

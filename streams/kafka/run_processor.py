@@ -45,6 +45,7 @@ from loopwatch.detectors.events import (
     encode_output,
     run_scope,
 )
+from loopwatch.detectors.fleet.chains import chain_key
 from loopwatch.detectors.run_engine import RunSlot, admit, step_admitted
 from loopwatch.detectors.state import OUTBOX_LIMIT, RunState
 from loopwatch.detectors.step import prepare_for
@@ -193,7 +194,9 @@ class RunProcessor:
             missing=missing,
         )
 
-    def _redelivered_facts(self, key: bytes, event: Event, record: Record, outbox: list[bytes]) -> None:
+    def _redelivered_facts(
+        self, key: bytes, event: Event, record: Record, outbox: list[bytes], state: RunState
+    ) -> None:
         """The facts of an event applied before (sent again: they may not have reached the topic)."""
         facts = self.facts
         if not facts.active:
@@ -202,9 +205,14 @@ class RunProcessor:
         ts = event.ts if event.ts is not None else record.timestamp
         if type(event) is ToolCall:
             facts.call(event, scope, ts)
+            if facts.chained:
+                facts.chain(event, chain_key(state), scope, ts, prepare_for(event, self._config()))
         elif type(event) is ToolResult:
             config = self._config()
-            facts.result(event, scope, ts, prepare_for(event, config), config)
+            prepared = prepare_for(event, config)
+            facts.result(event, scope, ts, prepared, config)
+            if facts.chained:
+                facts.chain(event, chain_key(state), scope, ts, prepared)
         if outbox:
             facts.outputs([_OUTPUT.decode(value) for value in outbox], scope, ts)
 
@@ -246,7 +254,7 @@ class RunProcessor:
             )
             limit = self._config().settings.seen_event_ids
             run.state = RunState(state.scope, state.agent_id, state.run_id, state.session_id, limit)
-            run.state.depth = state.depth
+            run.state.depth, run.state.root, run.state.first_ts = state.depth, state.root, state.first_ts
             return run.state.to_bytes()
 
     def forget_partitions(self, partitions: set[int]) -> None:
@@ -315,7 +323,7 @@ class RunProcessor:
             if run.state is not None:
                 outbox = run.state.outbox.get(event.event_id, [])
                 self._answer = (event.event_id, outbox)
-                self._redelivered_facts(key, event, record, outbox)
+                self._redelivered_facts(key, event, record, outbox, run.state)
                 with_facts = bool(outbox) and self.facts.active
                 await self._publish(key, run.state, event.event_id, outbox, with_facts)
             return kind

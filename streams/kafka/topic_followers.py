@@ -2,8 +2,8 @@
 
 * :func:`follow_fleet` — every event and verdict of the fleet, for the fleet view (/fleet);
 * :func:`follow_alerts` — every fleet alert from the start of the alerts topic: open
-  outages (F1's fail-fast blocks on this worker's runs), systemic loops, for the dashboard
-  and the metrics;
+  outages (F1's fail-fast blocks on this worker's runs), systemic loops, delegation chains
+  (F6's chain blocks), for the dashboard and the metrics;
 * :func:`follow_config` — config overrides published after startup, for as long as the
   worker runs.
 """
@@ -23,6 +23,7 @@ from loopwatch.config.stream_settings import StreamSettings
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import Abort, InvalidEvent, Verdict
 from loopwatch.detectors.fleet.alerts import decode_alert
+from loopwatch.detectors.fleet.chain_blocks import ChainBlocks
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.kafka.connect import aiokafka_auth
@@ -93,8 +94,10 @@ def _observe(view: FleetView, is_verdict: bool, value: bytes | None, ts_ms: int,
         pass  # invalid input is counted by the metrics and kept in the dead-letter topic
 
 
-async def follow_alerts(settings: StreamSettings, board: AlertBoard) -> None:
-    """Every fleet alert from the start of the alerts topic, into ``board``."""
+async def follow_alerts(
+    settings: StreamSettings, board: AlertBoard, chains: ChainBlocks | None = None
+) -> None:
+    """Every fleet alert from the start of the alerts topic, into ``board`` (and ``chains``)."""
     consumer = _consumer(settings, auto_offset_reset="earliest")
     await consumer.start()
     try:
@@ -106,7 +109,10 @@ async def follow_alerts(settings: StreamSettings, board: AlertBoard) -> None:
             for messages in batch.values():
                 for message in messages:
                     try:
-                        board.add(decode_alert(message.value or b""))
+                        alert = decode_alert(message.value or b"")
+                        board.add(alert)
+                        if chains is not None:
+                            chains.add(alert)
                     except Exception as exc:  # noqa: BLE001 - one bad record is skipped, never fatal
                         _log.warning(
                             "unreadable fleet alert ignored",

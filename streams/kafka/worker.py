@@ -16,19 +16,29 @@ written down in :mod:`streams.kafka.bulk_consumer`.
   republished events of an ended run are counted, not detected again. Runs idle longer than
   the state TTL get a synthetic ``run_end`` on their own partition, which deletes the state.
 * Config overrides are followed on the compacted config topic and apply to the next event.
+* The tables live in memory (``LOOPWATCH_STORE=memory``: recovered from their changelogs at
+  every start) or in RocksDB under ``LOOPWATCH_DATA_DIR`` (``rocksdb``: a restarted worker
+  reads only the changelog records past what its database holds, and
+  ``LOOPWATCH_STANDBY_REPLICAS`` workers keep a warm copy of each partition for a failover);
+  :mod:`streams.kafka.local_state` says when a value reaches the disk.
 * The fleet-wide rules (spec BEYOND-OPENCLAW F1, F2): run processors send the facts of
   their events and verdicts to the facts topic keyed by tool or agent; the fleet processor
   (:mod:`streams.kafka.fleet_processor`), fed in bulk like the input, keeps each subject's rolling
   window in the ``fleet`` table (changelog, recovery) and publishes ``fleet_alert`` records on
   the alerts topic. Every worker follows the alerts topic from its start (alerts are few) for
-  F1's fail-fast blocks on its own runs, for the dashboard and for the metrics.
+  F1's fail-fast blocks and F6's chain blocks on its own runs, for the dashboard and for the
+  metrics. Delegation chains (F6) are a subject too: facts re-keyed by the chain's root.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import importlib.util
 import os
 import time
+from collections import Counter
+from pathlib import Path
 from typing import Any, Final
 
 import faust
@@ -36,9 +46,11 @@ import structlog
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
+from loopwatch.config.errors import LoopwatchError
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.stream_settings import StreamSettings
 from loopwatch.detectors.events import EXPIRY_EVENT_PREFIX, Event, RunEnd, encode_event
+from loopwatch.detectors.fleet.alerts import FleetAlert
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.fleet_view.dashboard import Dashboard, register_faust_pages
 from loopwatch.streams.fleet_view.metrics import WorkerMetrics
@@ -47,6 +59,7 @@ from loopwatch.streams.kafka.bulk_consumer import LoopwatchApp
 from loopwatch.streams.kafka.config_topic import apply_config_record, apply_logged, read_config_overrides
 from loopwatch.streams.kafka.connect import aiokafka_auth, faust_credentials, replication_configs
 from loopwatch.streams.kafka.fleet_processor import FleetProcessor
+from loopwatch.streams.kafka.local_state import LocalState
 from loopwatch.streams.kafka.redis_cache import DecisionCache
 from loopwatch.streams.kafka.run_processor import RunProcessor
 from loopwatch.streams.kafka.run_table import ENDED, unpack
@@ -67,6 +80,33 @@ _log = structlog.get_logger("loopwatch.worker")
 
 class InjectedFault(RuntimeError):
     """Raised for the event ids of :data:`FAULT_ENV`."""
+
+
+class LocalStateUnavailable(LoopwatchError):
+    """The rocksdb store cannot be used: rocksdict is missing, or the data directory is taken."""
+
+
+def _open_data_dir(settings: StreamSettings) -> int | None:
+    """Create the data directory (with its parents: faust creates only the last level) and,
+    for the rocksdb store, hold its lock: two workers on one database would corrupt it."""
+    data_dir = Path(settings.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.store != "rocksdb":
+        return None
+    if importlib.util.find_spec("rocksdict") is None:
+        raise LocalStateUnavailable(
+            "LOOPWATCH_STORE=rocksdb needs the rocksdict package: pip install 'loopwatch[rocksdb]'"
+        )
+    fd = os.open(data_dir / "loopwatch.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise LocalStateUnavailable(
+            f"LOOPWATCH_DATA_DIR {data_dir.resolve()} is in use by another worker: "
+            "each worker on the rocksdb store needs a data directory of its own"
+        ) from exc
+    return fd
 
 
 def _fault_hook() -> Any:
@@ -109,11 +149,14 @@ class LoopwatchWorker:
             enabled=settings.fleet_view,
         )
         self.fleet.alerts = self.alerts
+        rocksdb = settings.store == "rocksdb"
+        self._data_dir_lock = _open_data_dir(settings)  # held as long as the process lives
         app = LoopwatchApp(
             settings.app_id,
             broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
             broker_credentials=faust_credentials(settings),
-            store="memory://",
+            store="rocksdb://" if rocksdb else "memory://",
+            table_standby_replicas=settings.standby_replicas,
             topic_partitions=settings.partitions,
             topic_replication_factor=settings.replication_factor,
             topic_disable_leader=True,
@@ -142,6 +185,9 @@ class LoopwatchWorker:
         # bytes keys and values: faust derives the "raw" codec for the table and its changelog
         # changelogs replicated like loopwatch's own topics (topic_replication_factor above)
         replicated = replication_configs(settings)
+        #: changelog records faust read per table partition since the last "partitions ready"
+        self._replayed: Counter[tuple[str, int]] = Counter()
+        self._standby_read: Counter[tuple[str, int]] = Counter()
         self.runs = app.Table(
             "runs",
             default=None,
@@ -149,6 +195,8 @@ class LoopwatchWorker:
             value_type=bytes,
             partitions=settings.partitions,
             extra_topic_configs=replicated,
+            options={"driver": "rocksdict"} if rocksdb else None,
+            on_changelog_event=self._on_changelog_event,
         )
         facts_topic = app.topic(
             settings.topic_fleet_facts,
@@ -166,9 +214,23 @@ class LoopwatchWorker:
             value_type=bytes,
             partitions=settings.partitions,
             extra_topic_configs=replicated,
+            options={"driver": "rocksdict"} if rocksdb else None,
+            on_changelog_event=self._on_changelog_event,
         )
+        #: the processors' tables: faust's memory store itself, or the rocksdb store behind a
+        #: LocalState (writes reach the disk once their changelog record is confirmed)
+        self.runs_data: Any = self.runs.data
+        fleet_data: Any = self.fleet_table.data
+        self._local: dict[str, LocalState] = {}  # changelog topic -> its table's LocalState
+        if rocksdb:
+            self.runs_data = LocalState(self.runs.data)
+            fleet_data = LocalState(self.fleet_table.data)
+            self._local = {
+                self.runs.changelog_topic.get_topic_name(): self.runs_data,
+                self.fleet_table.changelog_topic.get_topic_name(): fleet_data,
+            }
         self.processor = RunProcessor(
-            self.runs.data,
+            self.runs_data,
             self._send,
             self._flush,
             self._seek,
@@ -186,12 +248,12 @@ class LoopwatchWorker:
             self.alerts,
         )
         self.fleet_processor = FleetProcessor(
-            self.fleet_table.data,
+            fleet_data,
             self._send,
             self._seek_facts,
             lambda: self.config,
             {"alerts": settings.topic_alerts, "changelog": self.fleet_table.changelog_topic.get_topic_name()},
-            self.alerts.add,
+            self._on_alert,
         )
         self.processor.send_reply = self._send_reply
         self._reply_producer: AIOKafkaProducer | None = None
@@ -244,7 +306,28 @@ class LoopwatchWorker:
                         processor.cursors.start(tp.partition, offset)
                         self._committed[tp] = offset
         positions = {f"{tp.topic}[{tp.partition}]": o for tp, o in sorted(offsets.items())}
-        _log.info("partitions ready", positions=positions)
+        replayed = {f"{topic}[{p}]": n for (topic, p), n in sorted(self._replayed.items())}
+        standbys = sorted(f"{tp.topic}[{tp.partition}]" for tp in self.app.assignor.assigned_standbys())
+        standby_read = {f"{topic}[{p}]": n for (topic, p), n in sorted(self._standby_read.items())}
+        self._replayed.clear()
+        self._standby_read.clear()
+        _log.info(
+            "partitions ready",
+            positions=positions,
+            store=self.settings.store,
+            changelog_replayed=replayed,  # read to recover the partitions now active
+            standbys=standbys,
+            standby_records=standby_read,  # read for standby partitions since the last rebalance
+        )
+
+    async def _on_changelog_event(self, event: Any) -> None:
+        """faust read a changelog record: recovering an active partition, or for a standby."""
+        tp = event.message.tp
+        tables: Any = self.app.tables
+        if tp in tables.recovery.active_tps:
+            self._replayed[(tp.topic, tp.partition)] += 1
+        else:
+            self._standby_read[(tp.topic, tp.partition)] += 1
 
     async def _on_revoked(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         """Finish the batch in progress, then commit everything applied (faust's signal)."""
@@ -259,6 +342,9 @@ class LoopwatchWorker:
         await self._commit(stopped)
         for tp in revoked:
             self._committed.pop(faust.types.TP(tp.topic, tp.partition), None)
+        partitions = {tp.partition for tp in revoked if tp.topic in self.bulk_topics}
+        for local in self._local.values():  # committed and persisted: the next owner may change them
+            local.forget(partitions)
 
     async def on_stop(self) -> None:
         """Shutdown: finish the batch in progress, commit what was applied."""
@@ -268,6 +354,11 @@ class LoopwatchWorker:
                 for partition, offset in processor.cursors.stop_all().items():
                     stopped[faust.types.TP(topic, partition)] = offset
         await self._commit(stopped)
+        if self._local:
+            for local in self._local.values():
+                local.close()
+            saved = {topic: local.persisted for topic, local in self._local.items()}
+            _log.info("local state saved", data_dir=self.settings.data_dir, changelog_records=saved)
         if self._reply_producer is not None:
             await self._reply_producer.stop()
         if self.verdict_export is not None:
@@ -278,7 +369,11 @@ class LoopwatchWorker:
     async def _send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None) -> Any:
         if self.verdict_export is not None and topic == self.settings.topic_verdicts:
             self.verdict_export.export_encoded(value)
-        return await self.app.producer.send(topic, key, value, partition, None, None)
+        future = await self.app.producer.send(topic, key, value, partition, None, None)
+        local = self._local.get(topic) if self._local else None
+        if local is not None:  # a table value: it reaches the disk once the broker confirmed it
+            local.sent(key, value, partition, future)
+        return future
 
     async def _send_reply(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
@@ -317,12 +412,17 @@ class LoopwatchWorker:
         await self._commit(positions)
 
     async def _commit(self, positions: dict[Any, int]) -> None:
-        """Flush the producer, then commit ``positions`` (topic-partition → next offset)."""
+        """Flush the producer, write the confirmed table values to the local database (rocksdb
+        store), then commit ``positions`` (topic-partition → next offset)."""
         async with self._commit_lock:
             todo = {tp: o for tp, o in positions.items() if o > self._committed.get(tp, -1)}
-            if not todo:
+            if not todo and not any(local.pending() for local in self._local.values()):
                 return
             await self._flush()  # state changes, verdicts and facts before the offsets that imply them
+            for local in self._local.values():
+                local.persist()
+            if not todo:
+                return
             consumer: Any = self.app.consumer
             if await consumer._commit(todo):
                 self._committed.update(todo)
@@ -331,7 +431,7 @@ class LoopwatchWorker:
 
     def metrics_text(self) -> str:
         """The Prometheus exposition of this worker."""
-        blobs = [blob for blob in list(self.runs.data.values()) if blob]
+        blobs = [blob for blob in list(self.runs_data.values()) if blob]
         ended = sum(1 for blob in blobs if blob[0] == ENDED)
         size = sum(len(blob) for blob in blobs)
         lag: dict[int, int] = {}
@@ -358,7 +458,7 @@ class LoopwatchWorker:
         last_seen = self.processor.last_seen
         ended: list[bytes] = []
         partitions: dict[bytes, int] = {}
-        for key, blob in list(self.runs.data.items()):
+        for key, blob in list(self.runs_data.items()):
             partition = self._owned_partition(key)
             if partition is None or not blob:
                 continue
@@ -387,6 +487,12 @@ class LoopwatchWorker:
         if ended:
             async with self.processor.lock:
                 await self.processor.drop_ended(ended, partitions)
+        async with self.fleet_processor.lock:  # delegation chains past their chainTtlS (F6)
+            await self.fleet_processor.drop_expired_chains(self._owned_fact_partition)
+
+    def _owned_fact_partition(self, key: bytes) -> int | None:
+        partition = (murmur2(key) & 0x7FFFFFFF) % self.settings.partitions
+        return partition if partition in self.fleet_processor.cursors.ready() else None
 
     # -- followers (streams.kafka.topic_followers) ----------------------------------------------------
 
@@ -394,7 +500,12 @@ class LoopwatchWorker:
         await follow_fleet(self.settings, self.fleet, lambda: self.config.settings.max_event_bytes)
 
     async def _follow_alerts(self) -> None:
-        await follow_alerts(self.settings, self.alerts)
+        await follow_alerts(self.settings, self.alerts, self.processor.facts.chains)
+
+    def _on_alert(self, alert: FleetAlert) -> None:
+        """An alert this worker's fleet processor gave: known at once, before its follower reads it."""
+        self.alerts.add(alert)
+        self.processor.facts.chains.add(alert)
 
     async def _follow_config(self) -> None:
         def apply(key: bytes | None, value: bytes | None) -> None:

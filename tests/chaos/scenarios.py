@@ -80,6 +80,7 @@ class Context:
     names: Names = field(default_factory=Names)
     workers: list[WorkerProcess] = field(default_factory=list)
     cluster: Cluster | None = None  # the cluster scenarios' own cluster (``bootstrap`` names its nodes)
+    store: str = "memory"  # the workers' LOOPWATCH_STORE (each worker has a data directory of its own)
 
     @cached_property
     def expected(self) -> list[dict[str, Any]]:
@@ -96,6 +97,7 @@ class Context:
             LOOPWATCH_DATA_DIR=str(self.workdir / label),
             LOOPWATCH_KAFKA_SESSION_TIMEOUT_S="6",
             LOOPWATCH_FLEET_VIEW="false",
+            LOOPWATCH_STORE=self.store,
             **env,
         )
         if tree is not None:
@@ -533,6 +535,14 @@ async def rolling_upgrade(ctx: Context) -> None:
     await producing
 
 
+async def chain_across_workers(ctx: Context) -> None:
+    """A delegation chain whose runs land on different workers: its alerts, and its blocks on
+    every worker (:mod:`tests.chaos.chain_scenario`, which builds on this module)."""
+    from tests.chaos.chain_scenario import chain_across_workers as scenario
+
+    await scenario(ctx)
+
+
 Scenario = Callable[[Context], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "join-mid-backlog": join_mid_backlog,
@@ -542,6 +552,7 @@ SCENARIOS: dict[str, Scenario] = {
     "broker-restart": broker_restart,
     "redelivery-after-run-end": redelivery_after_run_end,
     "poison-pills": poison_pills,
+    "chain-across-workers": chain_across_workers,
 }
 #: Scenarios that restart the broker run on a broker of their own (started and stopped here).
 OWN_BROKER = {"broker-restart"}
@@ -558,7 +569,13 @@ CLUSTER_SCENARIOS: dict[str, Scenario] = {
 
 
 async def run_scenario(
-    name: str, seed: int, bootstrap: str, workdir: Path, runs: int = 150, cluster: Cluster | None = None
+    name: str,
+    seed: int,
+    bootstrap: str,
+    workdir: Path,
+    runs: int = 150,
+    cluster: Cluster | None = None,
+    store: str = "memory",
 ) -> ScenarioResult:
     """Run one scenario with a fresh fleet; the comparison with the uninterrupted core.
 
@@ -567,7 +584,7 @@ async def run_scenario(
     ``test-artifacts/chaos/``.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    ctx = Context(bootstrap, workdir, chaos_fleet(seed, runs), cluster=cluster)
+    ctx = Context(bootstrap, workdir, chaos_fleet(seed, runs), cluster=cluster, store=store)
     try:
         await {**SCENARIOS, **UPGRADE_SCENARIOS, **CLUSTER_SCENARIOS}[name](ctx)
         await ctx.wait_processed()
@@ -581,7 +598,7 @@ async def run_scenario(
     finally:
         await asyncio.to_thread(ctx.stop_all)
     if not result.passed:
-        kept = ROOT / "test-artifacts" / "chaos" / f"{name}-{seed}-{ctx.names.app_id}"
+        kept = ROOT / "test-artifacts" / "chaos" / f"{name}-{store}-{seed}-{ctx.names.app_id}"
         kept.mkdir(parents=True, exist_ok=True)
         for worker in ctx.workers:
             shutil.copy(worker.log, kept / worker.log.name)

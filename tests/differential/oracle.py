@@ -90,9 +90,10 @@ class Pending:
 
 
 class OpenClawOracle:
-    """One ``node openclaw_oracle.mjs`` process; close it with :meth:`close`."""
+    """One ``node openclaw_oracle.mjs`` process (or another ``driver`` of the same protocol:
+    NDJSON lines in, one answer line each out); close it with :meth:`close`."""
 
-    def __init__(self, node: Path, package: Path) -> None:
+    def __init__(self, node: Path, package: Path, driver: Path = DRIVER) -> None:
         self._home = tempfile.TemporaryDirectory(prefix="openclaw-oracle-")
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -102,7 +103,7 @@ class OpenClawOracle:
         }
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - open while the process lives
         self._proc = subprocess.Popen(
-            [str(node), str(DRIVER), str(package)],
+            [str(node), str(driver), str(package)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

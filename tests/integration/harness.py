@@ -24,6 +24,12 @@ from loopwatch.detectors.events import Event, encode_event, encode_output, run_s
 from tests.helpers import FIXTURES, ROOT
 
 LOOPWATCH = str(Path(sys.executable).with_name("loopwatch"))
+#: ``loopwatch`` on the sources of the core even where compiled modules sit beside them
+#: (``LOOPWATCH_PURE_PYTHON=1``: :mod:`tests.pure_python`); run from the repository's root.
+PURE_WORKER = (
+    "import sys; from tests.pure_python import use_sources; use_sources(); "
+    "from loopwatch.streams.cli.main import main; sys.exit(main())"
+)
 
 
 class Names:
@@ -70,6 +76,8 @@ class WorkerProcess:
         self.env = env
         self.log = log
         args = [LOOPWATCH, "worker"] if tree is None else [sys.executable, "-m", "loopwatch", "worker"]
+        if tree is None and env.get("LOOPWATCH_PURE_PYTHON"):  # the interpreted core, as the tests use
+            args = [sys.executable, "-c", PURE_WORKER, "worker"]
         if config is not None:
             args += ["--config", str(config)]
         self._out = log.open("ab")

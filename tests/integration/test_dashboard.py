@@ -196,6 +196,11 @@ def test_worker_dashboard_shows_the_stream_and_updates_live(
     assert [v["verdict_id"] for v in detail["verdict_list"]] == [o["verdict_id"] for o in extra_outputs]
     assert detail["calls"] == 12
     assert detail["errors"] == 12
+    with urllib.request.urlopen(
+        url.replace("/dashboard", "/fleet/chain?root=live-loop"), timeout=10
+    ) as answer:
+        chain = json.loads(answer.read())  # a run on its own: a chain of one
+    assert [(r["run"], r["level"], r["calls"]) for r in chain["rows"]] == [("live-loop", 0, 12)]
 
 
 class Served:
@@ -381,3 +386,191 @@ def test_gateway_dashboard_with_a_token_asks_for_it_and_sends_it() -> None:
                 await browser.screenshot(ARTIFACTS / "dashboard-gateway-token.png")
 
         asyncio.run(scenario())
+
+
+#: The chain page as data: its rows (run, tree level, declared depth, aborted, what fired).
+READ_CHAIN = """(() => ({
+  root: document.getElementById("chain-root")?.textContent ?? null,
+  rows: [...document.querySelectorAll("#chain-tree tbody tr")].map((row) => ({
+    run: row.dataset.run,
+    text: row.cells[0].querySelector("[data-run-link], .run-id")?.textContent ?? null,
+    level: Number(row.dataset.level),
+    depth: row.dataset.depth,
+    aborted: row.dataset.aborted === "true",
+    note: row.dataset.note,
+    fired: [...row.querySelectorAll(".fired")].map((f) =>
+      [f.dataset.detector, f.dataset.action, f.dataset.level, Number(f.dataset.verdicts)]).sort(),
+  })),
+  hidden: document.getElementById("chain-hidden")?.textContent ?? null,
+  injected: document.querySelectorAll("#main img, #main script, #main b, #main i, #main u").length,
+  pwned: window.__pwned ?? null,
+}))()"""
+
+CHAIN_CONFIG = (
+    "{tools: {loopDetection: {enabled: true}}, "
+    "loopwatch: {detectors: {delegation: {enabled: true, maxDepth: 1}}}}"
+)
+
+
+def chain_run(run_id: str, agent: str, chain: dict[str, Any], calls: int = 3) -> list[Event]:
+    """A run of distinct, healthy reads whose first event names its place in a chain."""
+    trace = Trace(run_id, agent_id=agent)
+    for n in range(calls):
+        trace.both("read", {"path": f"/{n}"}, {"content": [{"type": "text", "text": str(n)}]})
+    trace.events[0] = msgspec.structs.replace(trace.events[0], **chain)
+    return trace.events
+
+
+def fired_by_run(outputs: list[dict[str, Any]]) -> dict[str, list[list[Any]]]:
+    """What fired per run, as the chain page lists it: (detector, action, level, verdicts)."""
+    counts: Counter[tuple[str, str, str, str]] = Counter(
+        (scope_of(o), detector_of(o), action_of(o), o.get("level", "critical")) for o in outputs
+    )
+    out: dict[str, list[list[Any]]] = {}
+    for (scope, detector, action, level), n in counts.items():
+        out.setdefault(scope, []).append([detector, action, level, n])
+    return {scope: sorted(rows) for scope, rows in out.items()}
+
+
+def test_chain_page_shows_a_three_level_chain_from_a_run_page(tmp_path: Path) -> None:
+    """``run --serve``: from the grandchild's run page to its chain, root -> child -> grandchild,
+    with each run's verdicts as the stream has them (the grandchild, too deep, aborted)."""
+    events = [
+        *chain_run("chain-root", "planner", {}),
+        *chain_run("chain-child", "coder", {"parent_run_id": "chain-root", "depth": 1}),
+        *chain_run(
+            "chain-grandchild",
+            "tester",
+            {"parent_run_id": "chain-child", "root_run_id": "chain-root", "depth": 2},
+        ),
+        *chain_run("solo", "ops", {}),
+    ]
+    source = tmp_path / "events.jsonl"
+    source.write_bytes(b"".join(msgspec.json.encode(e) + b"\n" for e in events))
+    config = tmp_path / "config.json5"
+    config.write_text(CHAIN_CONFIG)
+    served = Served(["run", "--serve", "127.0.0.1:0", "--config", str(config), str(source)], tmp_path)
+    try:
+        url = served.wait_done()
+        outputs = [json.loads(line) for line in served.out.read_bytes().splitlines()]
+        outputs = [o for o in outputs if o["type"] in ("verdict", "abort")]
+        from loopwatch.config import parse_config_text
+
+        assert outputs == expected_outputs(events, parse_config_text(CHAIN_CONFIG))
+        fired = fired_by_run(outputs)
+        assert set(fired) == {"chain-grandchild"}  # only the run deeper than maxDepth 1
+        assert any(o["type"] == "abort" for o in outputs)
+        with urllib.request.urlopen(url.replace("/dashboard", "/metrics"), timeout=10) as answer:
+            metrics = answer.read().decode()
+        started = dict(re.findall(r'^loopwatch_runs_started_total\{depth="(\d+)"\} (\S+)$', metrics, re.M))
+        assert started == {"0": "2.0", "1": "1.0", "2": "1.0"}  # chain-root and solo are roots
+
+        async def scenario() -> None:
+            async with Chromium() as browser:
+                await browser.open(url + "#/run/solo")
+                await browser.wait_for("document.getElementById('run-id')?.textContent === 'solo'")
+                assert await browser.evaluate("document.getElementById('run-chain-link')") is None
+
+                await browser.open(url + "#/run/chain-grandchild")
+                link = await browser.wait_for("document.getElementById('run-chain-link')?.dataset.chainLink")
+                assert link == "chain-root"
+                await browser.evaluate("document.getElementById('run-chain-link').click()")
+                await browser.wait_for("document.querySelectorAll('#chain-tree tbody tr').length === 3")
+                page = await browser.evaluate(READ_CHAIN)
+                assert page["root"] == "chain-root"
+                assert [(r["run"], r["text"], r["level"], r["depth"]) for r in page["rows"]] == [
+                    ("chain-root", "chain-root", 0, "0"),
+                    ("chain-child", "chain-child", 1, "1"),
+                    ("chain-grandchild", "chain-grandchild", 2, "2"),
+                ]
+                assert {r["run"]: r["fired"] for r in page["rows"] if r["fired"]} == fired
+                assert [r["run"] for r in page["rows"] if r["aborted"]] == ["chain-grandchild"]
+                assert page["hidden"] is None
+                await browser.screenshot(ARTIFACTS / "dashboard-chain.png")
+                # a run of the tree opens its run page
+                await browser.evaluate(
+                    "document.querySelector('#chain-tree [data-run-link=\"chain-child\"]').click()"
+                )
+                await browser.wait_for("document.getElementById('run-id')?.textContent === 'chain-child'")
+
+        asyncio.run(scenario())
+    finally:
+        assert served.stop() == 0
+
+
+def test_chain_alert_links_to_its_chain_and_hostile_ids_stay_text(tmp_path: Path) -> None:
+    """A chain alert on the fleet page opens its chain; run and agent ids made of markup are
+    shown as text (nothing injected, nothing run); a chain of 300 runs shows its first rows
+    and says how many are hidden."""
+    from loopwatch.config import parse_config_text
+    from loopwatch.detectors.engine import Engine
+    from loopwatch.detectors.fleet.alerts import FleetAlert
+    from loopwatch.streams.fleet_view.dashboard import Dashboard, start_server
+    from loopwatch.streams.fleet_view.run_activity import CHAIN_ROWS
+    from loopwatch.streams.fleet_view.view import FleetView
+
+    root = '<img src=x onerror="window.__pwned=1">'
+    hostile = ["</td><script>window.__pwned=2</script>", "a&b=c#d?e'f\"g", "session:<b>x</b>"]
+    events = chain_run(root, "<i>planner</i>", {})
+    for n, run_id in enumerate(hostile):
+        events += chain_run(run_id, f"<u>{n}</u>", {"parent_run_id": root, "depth": 1})
+    for n in range(300):
+        events += chain_run(f"fan-{n:03d}", "coder", {"parent_run_id": hostile[1], "root_run_id": root}, 1)
+    view = FleetView("test")
+    engine = Engine(parse_config_text(CHAIN_CONFIG))
+    now = int(time.time() * 1000)
+    for event in events:
+        view.event(event, now)
+        for output in engine.process(event):
+            view.output(output, now)
+    alert = FleetAlert(
+        alert_id="chain_runaway:test",
+        kind="chain_runaway",
+        subject=f"chain:{root}",
+        runs=304,
+        agents=5,
+        sample_run_ids=[root, *hostile[:2]],
+        since_ts=now,
+        ts=now,
+        message="Delegation chain started 304 runs",
+    )
+    view.alert(alert)
+
+    async def scenario() -> None:
+        runner = await start_server(Dashboard(view), "127.0.0.1", 0)
+        try:
+            url = f"http://127.0.0.1:{runner.addresses[0][1]}/dashboard"
+            async with Chromium() as browser:
+                await browser.open(url)
+                shown = await browser.wait_for(
+                    "document.querySelector('#chain-alerts tr.alert-row')?.dataset.alertId"
+                )
+                assert shown == alert.alert_id
+                link = await browser.evaluate(
+                    "document.querySelector('#chain-alerts [data-chain-link]').dataset.chainLink"
+                )
+                assert link == root
+                await browser.evaluate("document.querySelector('#chain-alerts [data-chain-link]').click()")
+                await browser.wait_for("document.querySelectorAll('#chain-tree tbody tr').length > 0")
+                page = await browser.evaluate(READ_CHAIN)
+                assert page["root"] == root
+                assert len(page["rows"]) == CHAIN_ROWS
+                assert [(r["run"], r["text"], r["level"]) for r in page["rows"][:4]] == [
+                    (root, root, 0),
+                    (hostile[0], hostile[0], 1),
+                    (hostile[1], hostile[1], 1),
+                    ("fan-000", "fan-000", 2),
+                ]
+                assert page["hidden"] is not None
+                assert f"{304 - CHAIN_ROWS} more runs" in page["hidden"]
+                assert (page["injected"], page["pwned"]) == (0, None)
+                agents = await browser.evaluate(
+                    "[...document.querySelectorAll('#chain-tree tbody tr')].slice(0, 2)"
+                    ".map((row) => row.cells[0].querySelector('.sub').textContent)"
+                )
+                assert agents == ["<i>planner</i>", "<u>0</u>"]
+                await browser.screenshot(ARTIFACTS / "dashboard-chain-alert.png")
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())

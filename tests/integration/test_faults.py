@@ -1,9 +1,11 @@
-"""Every fault scenario of ``make chaos``, twice, with fresh fleets: verdicts exactly as one
-uninterrupted worker gives them (a repeated verdict id allowed, a new or missing one not)."""
+"""Every fault scenario of ``make chaos``, twice, with fresh fleets, and once more with the
+workers on the RocksDB store: verdicts exactly as one uninterrupted worker gives them (a
+repeated verdict id allowed, a new or missing one not)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,22 +16,28 @@ from tests.chaos.scenarios import OWN_BROKER, SCENARIOS, run_scenario
 
 pytestmark = pytest.mark.integration
 
-SEEDS = (11, 12)
+#: (store, seed) of each try
+TRIES = (("memory", 11), ("memory", 12), ("rocksdb", 13))
 
 
 @pytest.fixture(scope="module")
 def restartable_broker() -> Iterator[str]:
     """A broker the broker-restart scenario may stop and start (not the suite's shared one)."""
-    with own_broker(19292) as bootstrap:
+    with own_broker(int(os.environ.get("LOOPWATCH_TEST_OWN_BROKER_PORT", "19292"))) as bootstrap:
         yield bootstrap
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("store", "seed"), TRIES)
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_fault_scenario_changes_no_verdict(
-    scenario: str, seed: int, kafka_bootstrap: str, request: pytest.FixtureRequest, tmp_path: Path
+    scenario: str,
+    store: str,
+    seed: int,
+    kafka_bootstrap: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
 ) -> None:
     bootstrap = request.getfixturevalue("restartable_broker") if scenario in OWN_BROKER else kafka_bootstrap
-    result = asyncio.run(run_scenario(scenario, seed, bootstrap, tmp_path))
+    result = asyncio.run(run_scenario(scenario, seed, bootstrap, tmp_path, store=store))
     assert result.matched == 150
     assert result.passed, "\n".join([result.line(), *result.details])

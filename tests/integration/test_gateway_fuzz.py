@@ -154,12 +154,14 @@ _paths = st.sampled_from(
         "/fleet",
         "/fleet/overview",
         "/fleet/run",
+        "/fleet/chain",
         "/dashboard",
         "/nope",
     ]
 )
 _query = st.lists(
-    st.tuples(st.sampled_from(["minutes", "id", "agent_id", "x"]), st.text(max_size=12)), max_size=3
+    st.tuples(st.sampled_from(["minutes", "id", "agent_id", "root", "limit", "x"]), st.text(max_size=12)),
+    max_size=3,
 ).map(lambda pairs: "&".join(f"{k}={v.encode('utf-8', 'surrogatepass').hex()}" for k, v in pairs))
 
 
@@ -185,6 +187,8 @@ def test_query_numbers_and_ids_of_any_characters(gateway: Gateway, minutes: str,
     for target in (
         f"/fleet/overview?minutes={quote(minutes.encode('utf-8', 'surrogatepass'))}",
         f"/fleet/run?id={quote(run.encode('utf-8', 'surrogatepass'))}",
+        f"/fleet/chain?root={quote(run.encode('utf-8', 'surrogatepass'))}"
+        f"&limit={quote(minutes.encode('utf-8', 'surrogatepass'))}",
     ):
         status, answer = gateway.request("GET", target, None, auth)
         assert status < 500, (target, answer[:300])

@@ -80,6 +80,7 @@ def test_fleet_alert_series_and_the_alerting_rules_use_the_same_names() -> None:
         "loopwatch_systemic_loops",
         "loopwatch_fleet_alerts_total",
         "loopwatch_consumer_lag",
+        "loopwatch_chain_alerts",
     }
     exposed = {name for name, _ in read} | {"loopwatch_consumer_lag"}  # lag: a worker's, by partition
     assert used <= exposed

@@ -34,6 +34,8 @@
   const sum = (values) => values.reduce((a, b) => a + b, 0);
   const badge = (kind, text) => h("span", { class: `badge ${kind}` }, text ?? kind);
   const runLink = (run) => h("a", { href: `#/run/${encodeURIComponent(run)}`, title: run, "data-run-link": run }, run);
+  const chainLink = (root, text) =>
+    h("a", { href: `#/chain/${encodeURIComponent(root)}`, title: `delegation chain of ${root}`, "data-chain-link": root }, text ?? root);
 
   function fingerprint(fp) {
     if (!fp) return "";
@@ -167,7 +169,23 @@
             h("td", { class: "num" }, `${num(a.runs)} / ${num(a.active_runs)}`),
             h("td", { class: "num" }, `${Math.round(a.share * 100)}%`),
             h("td", { class: "msg" }, a.message, sampleRuns(a)))),
-          "no loop is shared by many runs of one agent")));
+          "no loop is shared by many runs of one agent")),
+      chainAlertPanel(alerts.chains || []));
+  }
+
+  // F6b / F6c: delegation chains that run away or whose runs repeat each other's work
+  function chainAlertPanel(chains) {
+    if (!chains.length) return "";
+    return panel("Delegation chains (last hour)",
+      table("chain-alerts", [["chain"], [""], ["runs", "num"], ["agents · calls", "num"], ["message"]],
+        chains.map((a) => h("tr", { "data-alert-id": a.alert_id, "data-kind": a.kind, class: "alert-row" },
+          h("td", { class: "run" }, a.chain_root === null ? a.subject : chainLink(a.chain_root),
+            a.kind === "chain_repeat" ? h("div", { class: "sub" }, a.tool) : ""),
+          h("td", {}, badge(a.kind === "chain_runaway" ? "block" : "warn", a.kind.replace("_", " "))),
+          h("td", { class: "num" }, num(a.runs)),
+          h("td", { class: "num" }, a.kind === "chain_repeat" ? `${num(a.count)} calls` : num(a.agents || 0)),
+          h("td", { class: "msg" }, a.message, a.sample_run_ids?.length ? sampleRuns(a) : ""))),
+        ""));
   }
 
   function usd(value) {
@@ -217,8 +235,11 @@
       h("p", {}, "agent ", h("strong", { id: "run-agent" }, run.agent_id), " · ", badge(run.status), " ",
         run.worst ? badge(run.worst, `worst: ${run.worst}`) : "",
         h("span", { class: "legend" }, ` first seen ${time(run.first_ms)}, last ${time(run.last_ms)}`)),
-      run.parent_run_id ? h("p", { id: "run-chain" }, "started by ", runLink(run.parent_run_id),
-        ` · depth ${run.depth}`, run.root_run_id !== run.parent_run_id ? [" · root ", runLink(run.root_run_id)] : "") : "",
+      run.parent_run_id || run.chain_runs > 1 ? h("p", { id: "run-chain" },
+        run.parent_run_id ? ["started by ", runLink(run.parent_run_id), ` · depth ${run.depth}`,
+          run.root_run_id !== run.parent_run_id ? [" · root ", runLink(run.root_run_id)] : "", " · "] : "",
+        h("a", { id: "run-chain-link", href: `#/chain/${encodeURIComponent(run.root_run_id)}`, "data-chain-link": run.root_run_id },
+          `chain (${num(run.chain_runs)} runs known)`)) : "",
       h("div", { class: "kpis" },
         kpi("calls", "tool calls", run.calls), kpi("results", "results", run.results),
         kpi("errors", "error results", run.errors), kpi("compactions", "compactions", run.compactions),
@@ -240,6 +261,57 @@
         panel("Recent calls, results and verdicts (newest first)",
           h("div", { class: "scroll" }, table("recent", [["time"], [""], ["tool"], ["args"], ["detail"]],
             run.recent.slice().reverse().map(activityRow), "nothing yet")))));
+  }
+
+  const NOTES = {
+    root_not_seen: "root: not seen in this view",
+    parent_not_seen: "parent not seen in this view",
+    cycle: "its parents lead round in a circle",
+  };
+
+  function chainVerdicts(row) {
+    if (!row.fired || !row.fired.length) return h("span", { class: "sub" }, row.fired ? "none" : "");
+    return row.fired.map((f) => h("div", { class: "fired", "data-detector": f.detector, "data-action": f.action,
+      "data-level": f.level, "data-verdicts": f.verdicts },
+      badge(f.action), ` ${f.detector} · ${f.level} · ×${num(f.verdicts)}`, f.count ? ` · count ${num(f.count)}` : ""));
+  }
+
+  // a delegation chain: its runs as a tree, depth first, each with what fired in it
+  function renderChain(chain) {
+    document.title = `loopwatch — chain ${chain.root}`;
+    const counts = chain.verdicts || {};
+    main.replaceChildren(
+      h("p", {}, h("a", { href: "#/" }, "← fleet")),
+      h("h1", {}, "delegation chain ", h("span", { id: "chain-root" }, chain.root)),
+      h("p", { id: "chain-summary" }, `${num(chain.runs)} runs of ${num(chain.agents)} agents known in this view, deepest depth ${num(chain.max_depth)}`,
+        ` · ${num(chain.aborted_runs)} aborted`,
+        chain.parent_not_seen ? ` · ${num(chain.parent_not_seen)} whose parent is not seen` : "",
+        chain.cycles ? ` · ${num(chain.cycles)} in a circle of parents` : ""),
+      h("div", { class: "kpis" },
+        kpi("runs", "runs", chain.runs), kpi("aborted_runs", "aborted runs", chain.aborted_runs, "abort"),
+        kpi("warn", "warnings", counts.warn || 0, "warn"), kpi("block", "blocks", counts.block || 0, "block"),
+        kpi("abort", "aborts", counts.abort || 0, "abort")),
+      chain.alerts.length ? panel("Alerts of this chain", table("chain-alerts-of", [["time"], ["kind"], ["runs", "num"], ["message"]],
+        chain.alerts.map((a) => h("tr", { "data-alert-id": a.alert_id, class: "alert-row" },
+          h("td", { class: "mono" }, time(a.ts)), h("td", {}, a.kind), h("td", { class: "num" }, num(a.runs)),
+          h("td", { class: "msg" }, a.message))), "")) : "",
+      panel(`Runs (${num(chain.shown)} shown${chain.hidden ? `, ${num(chain.hidden)} more not shown` : ""}; depth first, oldest first)`,
+        chain.hidden ? h("div", { class: "notice", id: "chain-hidden" },
+          `${num(chain.hidden)} more runs of this chain are not shown: the first ${num(chain.shown)} are, depth first.`) : "",
+        h("div", { class: "scroll tall" }, table("chain-tree", [["run · agent"], ["depth", "num"], ["status"], ["calls", "num"], ["verdicts"], [""]],
+          chain.rows.map((r) => h("tr", { "data-run": r.run, "data-level": r.level, "data-depth": r.depth ?? "",
+              "data-aborted": r.aborted ? "true" : "false", "data-note": r.note ?? "" },
+            h("td", { class: "tree", style: `padding-left:${Math.min(r.level, 24) * 18 + 6}px` },
+              r.level ? h("span", { class: "branch" }, r.level > 24 ? `↳${r.level} ` : "└ ") : "",
+              r.note === "root_not_seen" ? h("span", { class: "run-id" }, r.run) : runLink(r.run),
+              r.agent_id !== undefined ? h("div", { class: "sub" }, r.agent_id) : ""),
+            h("td", { class: "num" }, r.depth ?? "–"),
+            h("td", {}, r.status ? badge(r.status) : "", r.aborted ? [" ", badge("abort", "aborted")] : ""),
+            h("td", { class: "num" }, r.calls ?? "–"),
+            h("td", { class: "chain-verdicts" }, chainVerdicts(r)),
+            h("td", { class: "sub" }, r.note ? NOTES[r.note] || r.note : "",
+              r.note === "parent_not_seen" ? [": ", r.parent_run_id] : ""))),
+          "no runs of this chain are kept in this view"))));
   }
 
   function setStatus(state, text) {
@@ -272,8 +344,9 @@
   async function refresh() {
     const mine = ++generation;
     clearTimeout(timer);
-    const match = location.hash.match(/^#\/run\/(.+)$/);
-    const url = match ? `/fleet/run?id=${match[1]}` : `/fleet/overview?minutes=${minutes.value}`;
+    const match = location.hash.match(/^#\/(run|chain)\/(.+)$/);
+    const url = !match ? `/fleet/overview?minutes=${minutes.value}`
+      : match[1] === "run" ? `/fleet/run?id=${match[2]}` : `/fleet/chain?root=${match[2]}`;
     try {
       const response = await fetch(url, { cache: "no-store", headers: authHeaders() });
       if (response.status === 401) {
@@ -287,11 +360,12 @@
       if (mine !== generation) return;
       if (match && response.status === 404) {
         main.replaceChildren(h("p", {}, h("a", { href: "#/" }, "← fleet")),
-          h("div", { class: "notice", id: "run-missing" }, body.error));
+          h("div", { class: "notice", id: `${match[1]}-missing` }, body.error));
       } else if (!response.ok) {
         throw new Error(body.error || `HTTP ${response.status}`);
       } else if (match) {
-        renderRun(body);
+        if (match[1] === "run") renderRun(body);
+        else renderChain(body);
       } else {
         document.title = "loopwatch — fleet";
         renderFleet(body);

@@ -1,0 +1,189 @@
+"""A table's values on the worker's RocksDB store (``LOOPWATCH_STORE=rocksdb``, DESIGN §5).
+
+The run and fleet processors write a table value and send its changelog record themselves
+(:mod:`streams.kafka.run_processor`), a whole batch at a time and outside any faust event, so
+they never go through faust's ``Table.__setitem__``. :class:`LocalState` is the mapping they
+use instead of the faust store, and it keeps one rule: **the local database holds only what
+the changelog holds, up to the offset it records** (faust's persisted offset).
+
+* A value written is kept in memory, and read from there, until its changelog record is
+  confirmed by the broker. :meth:`LocalState.persist` (the worker calls it on every commit,
+  after the producer's flush) writes the confirmed records of each partition, in offset order,
+  to RocksDB in one write batch through the store's ``apply_changelog_batch``, which records
+  the highest offset written. A record not confirmed yet waits for the next commit; one the
+  broker refused never reaches the disk (nor the changelog).
+* So whether a worker stops with SIGTERM or ``kill -9``, its database is the changelog's
+  prefix up to the recorded offset: at the next start faust's recovery reads only the records
+  past it (those confirmed after the last commit, and any written by another worker
+  meanwhile). A value ahead of the changelog (written, never confirmed) cannot survive a crash
+  and hide the changelog's own value of that run.
+* Values read are cached as the same ``bytes`` objects: the processors keep each value's
+  parsed state and re-parse only when the table holds another object.
+* On a revocation (:meth:`LocalState.forget`, after the worker's commit) the cache goes: the
+  next owner may change those runs, and faust's recovery writes into the store directly.
+* At shutdown faust closes its stores before the worker's last commit (the batch in progress
+  finishes after the fetcher stopped); that commit opens the databases again to persist, and
+  :meth:`LocalState.close` closes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import ItemsView, Iterator, MutableMapping, ValuesView
+from typing import Any, NamedTuple
+
+__all__ = ["LocalState"]
+
+
+class _Message(NamedTuple):
+    """What faust's ``Store.apply_changelog_batch`` reads of a changelog record."""
+
+    tp: Any
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes | None
+
+
+class _Change(NamedTuple):
+    message: _Message
+
+
+def _same(raw: Any) -> Any:
+    return raw
+
+
+class _ScannedItems(ItemsView[bytes, bytes]):
+    def __init__(self, state: LocalState) -> None:
+        super().__init__(state)
+        self._state = state
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        return self._state.scan()
+
+
+class _ScannedValues(ValuesView[bytes]):
+    def __init__(self, state: LocalState) -> None:
+        super().__init__(state)
+        self._state = state
+
+    def __iter__(self) -> Iterator[bytes]:
+        return (value for _, value in self._state.scan())
+
+
+class LocalState(MutableMapping[bytes, bytes]):
+    """The processors' view of one table on the RocksDB store: unconfirmed writes in memory,
+    confirmed ones on disk with their changelog offset."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store  # faust's rocksdb Store (the table's ``data``)
+        self._values: dict[bytes, bytes] = {}  # written (pending or persisted) or read: current
+        self._deleted: set[bytes] = set()  # deleted here, the deletion not on disk yet
+        self._sent: dict[int, list[tuple[bytes, bytes | None, Any]]] = {}  # partition -> in send order
+        #: changelog records written to the local database so far
+        self.persisted = 0
+
+    # -- the mapping -----------------------------------------------------------------------------
+
+    def __getitem__(self, key: bytes) -> bytes:
+        value = self._values.get(key)
+        if value is not None:
+            return value
+        if key in self._deleted:
+            raise KeyError(key)
+        stored: bytes | None = self.store.get(key)
+        if stored is None:
+            raise KeyError(key)
+        self._values[key] = stored
+        return stored
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self._values[key] = value
+        self._deleted.discard(key)
+
+    def __delitem__(self, key: bytes) -> None:
+        self[key]  # KeyError when absent
+        self._values.pop(key, None)
+        self._deleted.add(key)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for key, _ in self.scan():
+            yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.scan())
+
+    def items(self) -> ItemsView[bytes, bytes]:
+        return _ScannedItems(self)
+
+    def values(self) -> ValuesView[bytes]:
+        return _ScannedValues(self)
+
+    def scan(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) of the partitions this worker owns, without filling the cache
+        (take it whole, e.g. with ``list``, before the next write)."""
+        values = self._values
+        deleted = self._deleted
+        stored_keys: set[bytes] = set()
+        for key, stored in self.store.items():
+            if key in deleted:
+                continue
+            stored_keys.add(key)
+            yield key, values.get(key, stored)
+        for key, value in list(values.items()):
+            if key not in stored_keys:
+                yield key, value
+
+    # -- changelog records and the disk ----------------------------------------------------------
+
+    def sent(self, key: bytes | None, value: bytes | None, partition: int | None, future: Any) -> None:
+        """A changelog record was sent for ``key`` (``value`` None: a deletion)."""
+        if key is None or partition is None:
+            return
+        self._sent.setdefault(partition, []).append((key, value, future))
+
+    def pending(self) -> bool:
+        return any(self._sent.values())
+
+    def persist(self) -> int:
+        """Write every confirmed changelog record, partition by partition up to the first one
+        still unconfirmed, to the local database with its offset; how many were written."""
+        changes: list[_Change] = []
+        deletions: list[bytes] = []
+        for partition, records in self._sent.items():
+            done = 0
+            for key, value, future in records:
+                if not future.done():
+                    break
+                done += 1
+                if future.cancelled() or future.exception() is not None:
+                    continue  # refused: not on the changelog, so not on disk either
+                meta = future.result()
+                changes.append(_Change(_Message(meta.topic_partition, partition, meta.offset, key, value)))
+                if value is None:
+                    deletions.append(key)
+            del records[:done]
+        if changes:
+            changes.sort(key=lambda change: (change.message.partition, change.message.offset))
+            self.store.apply_changelog_batch(changes, _same, _same)
+            if deletions:  # the store no longer has them, unless written again since
+                waiting = {key for records in self._sent.values() for key, _, _ in records}
+                self._deleted.difference_update(key for key in deletions if key not in waiting)
+            self.persisted += len(changes)
+        return len(changes)
+
+    def forget(self, partitions: set[int]) -> None:
+        """After a revocation (the worker's commit done): drop what was not persisted for
+        ``partitions``, and the cache (the next owner may change those runs)."""
+        for partition in partitions:
+            self._sent.pop(partition, None)
+        waiting = {key for records in self._sent.values() for key, _, _ in records}
+        self._values = {key: value for key, value in self._values.items() if key in waiting}
+        self._deleted &= waiting
+
+    def close(self) -> None:
+        """At shutdown, after the last :meth:`persist`: close the databases. (faust closes its
+        stores before the consumer stops, so the worker's last commit opens them again.)"""
+        databases: dict[int, Any] = getattr(self.store, "_dbs", {})
+        for database in list(databases.values()):
+            database.close()
+        databases.clear()

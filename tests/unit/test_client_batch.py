@@ -1,0 +1,143 @@
+"""The Kafka client's batches: one model turn's calls published under one ``batch_id`` and gated
+together (refused as a whole when one of them may not run). The workers decide each call on
+its own (docs/openclaw-rules.md §7.6); the refusal is the client's. No broker: the producer is
+a recorder and the verdicts are those the client's follower would have read."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+
+from loopwatch.config.stream_settings import parse_stream_settings
+from loopwatch.detectors.batch_admission import SIBLING_MESSAGE
+from loopwatch.detectors.events import Abort, ToolCall, Verdict
+from loopwatch.streams.client import LoopwatchClient, ProposedCall, RunDecision
+from loopwatch.streams.client.kafka_client import refuse_together
+
+
+class Recorder:
+    """What the client produced: (topic, event, key)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any], bytes]] = []
+
+    async def send_and_wait(self, topic: str, value: bytes, key: bytes) -> None:
+        self.sent.append((topic, msgspec.json.decode(value), key))
+
+
+def client() -> tuple[LoopwatchClient, Recorder]:
+    lw = LoopwatchClient(parse_stream_settings({}), "coder", follow_verdicts=False, follow_alerts=False)
+    recorder = Recorder()
+    lw._producer = recorder  # type: ignore[assignment,unused-ignore]
+    return lw, recorder
+
+
+def verdict(trigger: str, action: str, detector: str = "generic_repeat") -> Verdict:
+    return Verdict(
+        verdict_id=f"v-{trigger}",
+        run_id="r",
+        agent_id="coder",
+        session_id=None,
+        tool_call_id=None,
+        trigger_event_id=trigger,
+        level="critical" if action == "block" else "warning",
+        action=action,  # type: ignore[arg-type]
+        detector=detector,
+        count=20,
+        message=f"{action}: {detector}",
+        warning_key="k",
+        paired_tool=None,
+        tool="read",
+        ts=None,
+    )
+
+
+def test_tool_calls_publishes_a_turn_under_one_batch_id_in_order() -> None:
+    async def scenario() -> None:
+        lw, recorder = client()
+        calls = [ProposedCall("read", {"path": "a"}, "t1"), ProposedCall("ls", {"dir": "."}, "t2")]
+        ids = await lw.tool_calls("r", calls, usage={"cost_usd": 0.1})
+        assert [event["event_id"] for _, event, _ in recorder.sent] == ids
+        assert [(e["tool"], e["tool_call_id"], e["type"]) for _, e, _ in recorder.sent] == [
+            ("read", "t1", "tool_call"),
+            ("ls", "t2", "tool_call"),
+        ]
+        batch_ids = {event["batch_id"] for _, event, _ in recorder.sent}
+        assert len(batch_ids) == 1
+        assert next(iter(batch_ids))
+        assert [("usage" in e and e["usage"] is not None) for _, e, _ in recorder.sent] == [True, False]
+        assert {key for _, _, key in recorder.sent} == {b"r"}
+        await lw.tool_calls("r", calls, batch_id="turn-3")
+        assert {e["batch_id"] for _, e, _ in recorder.sent[2:]} == {"turn-3"}
+        assert (
+            msgspec.json.decode(msgspec.json.encode(recorder.sent[2][1]), type=ToolCall).batch_id == "turn-3"
+        )
+        # a single call carries no batch_id unless given one
+        await lw.tool_call("r", "read", {"path": "a"})
+        assert "batch_id" not in recorder.sent[-1][1]
+
+    asyncio.run(scenario())
+
+
+def test_gate_batch_refuses_the_whole_batch_when_one_call_is_blocked() -> None:
+    async def scenario() -> None:
+        lw, _ = client()
+        ids = await lw.tool_calls("r", [ProposedCall("read", {"n": n}) for n in range(3)])
+        lw._by_trigger[ids[0]] = [verdict(ids[0], "warn")]
+        lw._by_trigger[ids[2]] = [verdict(ids[2], "block")]
+        decisions = await lw.gate_batch(ids, timeout=0.01)
+        assert [d.action for d in decisions] == ["block", "block", "block"]
+        assert decisions[2] == RunDecision("block", "block: generic_repeat", "generic_repeat", f"v-{ids[2]}")
+        for sibling in decisions[:2]:
+            assert (sibling.message, sibling.detector, sibling.refused_by) == (
+                SIBLING_MESSAGE,
+                "generic_repeat",
+                ids[2],
+            )
+
+    asyncio.run(scenario())
+
+
+def test_gate_batch_lets_an_allowed_batch_run_with_its_warnings() -> None:
+    async def scenario() -> None:
+        lw, _ = client()
+        ids = await lw.tool_calls("r", [ProposedCall("read", {"n": n}) for n in range(3)])
+        lw._by_trigger[ids[1]] = [verdict(ids[1], "warn")]
+        decisions = await lw.gate_batch(ids, timeout=0.01)
+        assert [d.action for d in decisions] == ["allow", "warn", "allow"]
+        assert all(d.refused_by is None for d in decisions)
+
+    asyncio.run(scenario())
+
+
+def test_refuse_together_keeps_every_call_that_may_not_run_and_names_the_first() -> None:
+    abort = RunDecision("abort", "stopped", "tool_loop_recovery_exhausted")
+    block = RunDecision("block", "blocked", "ping_pong")
+    decided = refuse_together(["a", "b", "c", "d"], [RunDecision("allow"), abort, block, RunDecision("warn")])
+    assert decided[1] == abort
+    assert decided[2] == block
+    assert [(d.action, d.refused_by, d.detector) for d in (decided[0], decided[3])] == [
+        ("block", "b", "tool_loop_recovery_exhausted"),
+        ("block", "b", "tool_loop_recovery_exhausted"),
+    ]
+    allowed = [RunDecision("allow"), RunDecision("warn")]
+    assert refuse_together(["a", "b"], allowed) == allowed
+    assert (
+        RunDecision.of(
+            Abort(
+                verdict_id="x",
+                run_id="r",
+                agent_id="a",
+                session_id=None,
+                trigger_event_id="t",
+                reason="r",
+                tool="read",
+                count=None,
+                message="m",
+                ts=None,
+            )
+        ).refused_by
+        is None
+    )
