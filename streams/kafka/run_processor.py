@@ -340,6 +340,7 @@ class RunProcessor:
         # the tombstone keeps no outbox: its verdicts must be on the broker before it
         unconfirmed = run.state is not None and bool(run.state.outbox)
         ts = event.ts if event.ts is not None else record.timestamp
+        fresh = run.state is None  # the run's first event (its chain fields fix its place, F6)
         stepped = step_admitted(run, scope, event, config, ts, record.offset, self.facts)
         run.gone = stepped.kind == "expired"
         if stepped.kind != "applied":  # the run ended, or expired
@@ -351,6 +352,7 @@ class RunProcessor:
                 await self.cache.forget(scope)
             return
         self.last_seen[key] = time.time()
+        self.metrics.chain(event, fresh)
         state = run.state
         assert state is not None
         usage = event.usage if isinstance(event, ToolCall) else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,9 @@ import msgspec
 import pytest
 
 from loopwatch.config import parse_config_text
-from loopwatch.detectors.events import Event, encode_output
+from loopwatch.detectors.events import Event, chain_of, encode_output, run_scope
 from loopwatch.streams.embedded.runtime import partition_for
+from loopwatch.streams.fleet_view.metrics import depth_label
 from tests.chain_fleet import chain_phases, with_delegation
 from tests.integration.harness import Names, WorkerProcess, consume, event_records, per_run, produce, run
 from tests.integration.test_fleet_alerts import alerts_of, wait_alerts, wait_facts_committed
@@ -75,3 +77,16 @@ def test_a_chain_across_two_workers_alerts_and_blocks_as_in_process(
         key = 'loopwatch_verdicts_total{action="block",detector="chain_runaway",level="critical"}'
         assert metrics.get(key, 0) > 0, worker.tail()
     assert not [e for e in phases.events if isinstance(e, Event) and e.run_id is None]
+    # each worker counts the runs it started by depth (their first events): together, the chain's
+    first: dict[str, int] = {}
+    for event in phases.events:
+        if isinstance(event, Event) and run_scope(event) not in first:
+            chain = chain_of(event)
+            first[run_scope(event)] = chain[2] if chain is not None else 0
+    prefix = "loopwatch_runs_started_total{"
+    started: Counter[str] = Counter()
+    for worker in (w1, w2):
+        for name, value in scrape(worker).items():
+            if name.startswith(prefix):
+                started[name] += int(value)
+    assert started == Counter(f'{prefix}depth="{depth_label(depth)}"}}' for depth in first.values())
