@@ -335,7 +335,7 @@ def step_batch_admitted(
         hashes = prepare_for(call, config, config.for_agent(call.agent_id))
         ready.append(hashes)
         block = None
-        if fleet is not None and call.event_id not in state.seen_set and call.event_id not in fresh:
+        if fleet is not None and not state.has_seen(call.event_id) and call.event_id not in fresh:
             block = fleet.fail_fast(scope, call, ts, config)
             if block is None:
                 block = fleet.chain_block(state, call, ts, hashes, config)

@@ -30,7 +30,7 @@ from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.events import EXPIRY_EVENT_PREFIX, Event, Output, RunEnd, ToolCall, ToolResult
 from loopwatch.detectors.state import RunState
 from loopwatch.detectors.step import Prepared, apply, new_state, prepare_for
-from loopwatch.detectors.tombstone import Tombstone
+from loopwatch.detectors.tombstone import Tombstone, id_hash, key_hash
 
 __all__ = [
     "NO_POSITION",
@@ -148,8 +148,8 @@ def step_admitted(
         slot.state = None
         if event.event_id.startswith(EXPIRY_EVENT_PREFIX):
             return Stepped("expired")
-        seen = list(state.seen) if state is not None else []
-        slot.ended = Tombstone([*seen, event.event_id])
+        seen = [key_hash(key) for key in state.seen] if state is not None else []
+        slot.ended = Tombstone(hashes=[*seen, id_hash(event.event_id)])
         slot.ended_ms = ts
         return Stepped("ended")
     state = slot.state
@@ -160,7 +160,7 @@ def step_admitted(
     resolved = config.for_agent(event.agent_id)
     prepared = prepare_for(event, config, resolved, state.history)  # type: ignore[arg-type]
     block = None
-    if fleet is not None and kind is ToolCall and event.event_id not in state.seen_set:
+    if fleet is not None and kind is ToolCall and not state.has_seen(event.event_id):
         block = fleet.fail_fast(scope, event, ts, config)  # type: ignore[arg-type]
         if block is None:
             block = fleet.chain_block(state, event, ts, prepared, config)  # type: ignore[arg-type]

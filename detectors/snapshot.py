@@ -7,9 +7,19 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["DECODER", "ENCODER", "FORMAT_VERSION", "RunSnapshot"]
+__all__ = ["DECODER", "ENCODER", "FORMAT_VERSION", "PackedRecord", "RunSnapshot"]
 
-FORMAT_VERSION: Final = 1
+#: 2: the compact form (``tools``, ``packed``, ``seen_keys``; ``records`` and ``seen`` empty).
+#: 1 (read, no longer written): records and event ids as strings.
+FORMAT_VERSION: Final = 2
+
+#: A history record in the compact form: ``[tool, args, result]`` or, when any of them is
+#: set, ``[tool, args, result, tool_call_id, unknown_tool_name, ts]``: the index of its tool in
+#: ``tools``; its argsHash (the digest's bytes when it is ``{tool}:{lower-case hex}``, else the
+#: whole text); its result hash (bytes when lower-case hex, else the text, or None); its
+#: toolCallId (pending calls only: no other record is ever matched by it). A list of ``Any``:
+#: msgspec takes no ``bytes | str`` union, and the short form saves the three empty fields.
+PackedRecord = list[Any]
 
 
 class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
@@ -20,7 +30,9 @@ class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
     agent_id: str
     run_id: str | None
     session_id: str | None
-    records: list[tuple[str, str, str | None, str | None, str | None, int | None]]
+    # version 1's records; None in version 2, so that a release before it (which has no
+    # version check) refuses the compact form and starts the run afresh instead of misreading it
+    records: list[tuple[str, str, str | None, str | None, str | None, int | None]] | None
     seen: list[str]
     buckets: list[tuple[str, int]]
     guard_remaining: int
@@ -57,6 +69,11 @@ class RunSnapshot(msgspec.Struct, array_like=True, frozen=True):
     depth: int = 0
     root: str | None = None
     first_ts: int | None = None
+    # the compact form (version 2): the records' tools once each, the records, the event ids
+    # seen (short ones as they are, others as their 64-bit hashes: detectors.tombstone.seen_key)
+    tools: list[str] = []
+    packed: list[PackedRecord] = []
+    seen_keys: list[str | int] = []
 
 
 ENCODER: Final = msgspec.msgpack.Encoder()

@@ -9,19 +9,20 @@ persisted, and :meth:`RunState.from_bytes` rebuilds the indexes from it.
 
 from __future__ import annotations
 
+from binascii import unhexlify
 from collections import deque
 from typing import Final
 
-import msgspec
-
 from loopwatch.detectors.history import History
 from loopwatch.detectors.rule_state import RuleState, load_rule_state
-from loopwatch.detectors.snapshot import DECODER, ENCODER, FORMAT_VERSION, RunSnapshot
+from loopwatch.detectors.snapshot import DECODER, ENCODER, FORMAT_VERSION, PackedRecord, RunSnapshot
+from loopwatch.detectors.tombstone import seen_key
 
 __all__ = ["RunSnapshot", "RunState"]
 
 OUTBOX_LIMIT: Final = 64
 _UNMARKED: Final[tuple[str | None, bool, str | None]] = (None, False, None)
+_NO_EXTRAS: Final[tuple[str | None, str | None, int | None]] = (None, None, None)
 
 
 class RunState:
@@ -68,8 +69,9 @@ class RunState:
         self.session_id = session_id
         self.history = History()
         self._seen_limit = seen_limit
-        self.seen: deque[str] = deque()
-        self.seen_set: set[str] = set()
+        # the event ids seen, as detectors.tombstone.seen_key keeps them (long ids hashed)
+        self.seen: deque[str | int] = deque()
+        self.seen_set: set[str | int] = set()
         self.buckets: dict[str, int] = {}
         self.criticals = 0
         self.recovery_aborted = False
@@ -99,10 +101,17 @@ class RunState:
 
     def remember(self, event_id: str) -> bool:
         """Record an event id; ``False`` if it was already seen (a redelivery)."""
-        if event_id in self.seen_set:
+        return self._remember_key(seen_key(event_id))
+
+    def has_seen(self, event_id: str) -> bool:
+        """Whether the event id is among those the run remembers."""
+        return seen_key(event_id) in self.seen_set
+
+    def _remember_key(self, key: str | int) -> bool:
+        if key in self.seen_set:
             return False
-        self.seen.append(event_id)
-        self.seen_set.add(event_id)
+        self.seen.append(key)
+        self.seen_set.add(key)
         if len(self.seen) > self._seen_limit:
             self.seen_set.discard(self.seen.popleft())
         return True
@@ -120,14 +129,35 @@ class RunState:
         self.outbox.pop(event_id, None)
 
     def snapshot(self) -> RunSnapshot:
+        """The persisted form (version 2, compact: see :class:`~detectors.snapshot.RunSnapshot`)."""
         rules = [(name, self.rule_states[name].dump()) for name in sorted(self.rule_states)]
+        tools: dict[str, int] = {}
+        packed: list[PackedRecord] = []
+        for record in self.history.records:
+            tool = record.tool
+            index = tools.get(tool)
+            if index is None:
+                index = tools[tool] = len(tools)
+            result_hash = record.result_hash
+            call_id = record.tool_call_id if result_hash is None and record.kind is None else None
+            entry: PackedRecord = [
+                index,
+                _packed_args(tool, record.args_hash),
+                None if result_hash is None else _packed_hash(result_hash),
+            ]
+            unknown, ts = record.unknown_tool_name, record.ts
+            if call_id is not None or unknown is not None or ts is not None:
+                entry += (call_id, unknown, ts)
+            packed.append(entry)
         return RunSnapshot(
             version=FORMAT_VERSION,
             scope=self.scope,
             agent_id=self.agent_id,
             run_id=self.run_id,
             session_id=self.session_id,
-            records=[record.as_tuple() for record in self.history.records],
+            records=None,
+            tools=list(tools),
+            packed=packed,
             record_marks=[
                 (index, record.kind, record.no_progress, record.failure_id)
                 for index, record in enumerate(self.history.records)
@@ -135,9 +165,10 @@ class RunState:
             ],
             spend=(self.spend_usd, self.loop_spend_usd, self.input_tokens, self.output_tokens),
             first_detector=self.first_detector,
-            seen=list(self.seen),
+            seen=[],
+            seen_keys=list(self.seen),
             buckets=list(self.buckets.items()),
-            guard_remaining=0,  # the guard's own fields: see _with_legacy_fields
+            guard_remaining=0,  # version 1's fields of the rules: in ``rules`` now
             guard_window=3,
             guard_observations=[],
             criticals=self.criticals,
@@ -154,23 +185,46 @@ class RunState:
 
     def to_bytes(self) -> bytes:
         """Compact msgpack bytes of the state."""
-        return ENCODER.encode(_with_legacy_fields(self.snapshot()))
+        return ENCODER.encode(self.snapshot())
 
     @classmethod
     def from_snapshot(cls, snap: RunSnapshot, seen_limit: int = 256) -> RunState:
         state = cls(snap.scope, snap.agent_id, snap.run_id, snap.session_id, seen_limit)
-        unbounded = len(snap.records)
+        records = snap.records or []
+        unbounded = len(records)
         marks = {
             index: (kind, no_progress, failure_id)
             for index, kind, no_progress, failure_id in snap.record_marks
         }
-        for index, (tool, args_hash, call_id, result_hash, unknown, ts) in enumerate(snap.records):
+        history = state.history
+        for index, (tool, args_hash, call_id, result_hash, unknown, ts) in enumerate(records):
             kind, no_progress, failure_id = marks.get(index, _UNMARKED)
-            state.history.append(
+            history.append(
                 tool, args_hash, call_id, result_hash, unknown, ts, unbounded, kind, no_progress, failure_id
             )
-        for event_id in snap.seen:
+        tools = snap.tools
+        unbounded += len(snap.packed)
+        for index, entry in enumerate(snap.packed):
+            kind, no_progress, failure_id = marks.get(index, _UNMARKED)
+            tool = tools[entry[0]]
+            args, result = entry[1], entry[2]
+            call_id, unknown, ts = (entry[3], entry[4], entry[5]) if len(entry) > 3 else _NO_EXTRAS
+            history.append(
+                tool,
+                f"{tool}:{args.hex()}" if isinstance(args, bytes) else args,
+                call_id,
+                result.hex() if isinstance(result, bytes) else result,
+                unknown,
+                ts,
+                unbounded,
+                kind,
+                no_progress,
+                failure_id,
+            )
+        for event_id in snap.seen:  # version 1: the ids themselves
             state.remember(event_id)
+        for key in snap.seen_keys:
+            state._remember_key(key)
         state.buckets = dict(snap.buckets)
         state.criticals = snap.criticals
         state.recovery_aborted = snap.recovery_aborted
@@ -219,27 +273,25 @@ def _legacy_rule_states(snap: RunSnapshot) -> list[tuple[str, object]]:
     return found
 
 
-def _with_legacy_fields(snap: RunSnapshot) -> RunSnapshot:
-    """The snapshot with the fields a release before rules kept their own (55edc0a) reads for
-    the built-in rules filled from their states too: a worker of that release that takes a
-    run over in a rolling upgrade goes on with the run's guard, churn lease, budget,
-    run_no_progress and edit_undo state (this release reads ``rules`` over them)."""
-    fields: dict[str, object] = {}
-    for name, raw in snap.rules:
-        if name == "compaction_loop_persisted":
-            remaining, window, observations = raw
-            fields["guard_remaining"] = remaining
-            fields["guard_window"] = window
-            fields["guard_observations"] = [tuple(triple) for triple in observations]
-        elif name == "argument_churn_stale":
-            fields["churn_since"], fields["churn_aborted"] = raw
-        elif name == "loop_budget":
-            fields["budget"] = (raw[0], raw[1])
-        elif name == "run_no_progress":
-            tools, since_new, seen_pairs = raw
-            fields["outcome_tools"] = list(tools)
-            fields["since_new"] = since_new
-            fields["seen_pairs"] = list(seen_pairs)
-        elif name == "edit_undo":
-            fields["edits"] = [(path, list(c), list(h), n) for path, c, h, n in raw]
-    return msgspec.structs.replace(snap, **fields) if fields else snap
+def _packed_hash(digest: str) -> bytes | str:
+    """A digest in lower-case hex (XXH3-128 or SHA-256) as its bytes; any other text as it is."""
+    size = len(digest)
+    if size == 32 or size == 64:
+        try:
+            raw = unhexlify(digest)
+        except (ValueError, TypeError):  # binascii.Error is a ValueError; non-ASCII: TypeError
+            return digest
+        if raw.hex() == digest:  # no capitals (unhexlify takes them): the text comes back as it was
+            return raw
+    return digest
+
+
+def _packed_args(tool: str, args_hash: str) -> bytes | str:
+    """An argsHash ``{tool}:{hex}`` as the digest's bytes (the tool is the record's); any other
+    (a client's digest-only argsHash) as it is."""
+    start = len(tool) + 1
+    if len(args_hash) > start and args_hash[start - 1] == ":" and args_hash.startswith(tool):
+        packed = _packed_hash(args_hash[start:])
+        if isinstance(packed, bytes):
+            return packed
+    return args_hash

@@ -11,15 +11,31 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable
+from typing import Final
 
 import xxhash
 
-__all__ = ["Tombstone", "id_hash"]
+__all__ = ["SHORT_ID", "Tombstone", "id_hash", "key_hash", "seen_key"]
 
 
 def id_hash(event_id: str) -> int:
     """The 64-bit hash an ended run keeps of an event id."""
     return xxhash.xxh3_64_intdigest(event_id.encode("utf-8", "surrogatepass"))
+
+
+#: Event ids of at most this many characters are kept as they are (their hash is no shorter).
+SHORT_ID: Final = 8
+
+
+def seen_key(event_id: str) -> str | int:
+    """How a run state keeps an event id it has seen: a short id itself, any other its 64-bit
+    hash (:func:`id_hash`; two ids of one run that collide would be 1 in 2**64 per pair)."""
+    return event_id if len(event_id) <= SHORT_ID else id_hash(event_id)
+
+
+def key_hash(key: str | int) -> int:
+    """The :func:`id_hash` of the event id a :func:`seen_key` stands for."""
+    return key if isinstance(key, int) else id_hash(key)
 
 
 class Tombstone:

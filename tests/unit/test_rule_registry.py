@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import msgspec
 import pytest
@@ -22,7 +22,7 @@ from loopwatch.detectors.rules.loop_budget import BudgetSpent
 from loopwatch.detectors.rules.post_compaction_guard import PostCompactionGuard
 from loopwatch.detectors.rules.registry import REGISTRY, registered
 from loopwatch.detectors.rules.run_no_progress import OutcomeRepeats
-from loopwatch.detectors.snapshot import DECODER
+from loopwatch.detectors.snapshot import DECODER, RunSnapshot
 from loopwatch.detectors.state import RunState
 from loopwatch.streams.kafka.run_table import unpack
 from tests.helpers import Trace, text_result
@@ -210,12 +210,39 @@ def test_a_state_written_before_rules_kept_their_own_loads_and_goes_on_as_it_did
     assert (spent.fired, spent.aborted) == (True, True)
 
 
-def test_a_release_before_rules_kept_their_own_reads_what_this_one_writes() -> None:
-    """Rolling upgrades: a worker of 55edc0a that takes a run over from this release reads the
-    fields it knows (this release writes the built-in rules' states there too, and adds
-    ``rules`` and ``depth`` after them, which 55edc0a skips): it gets the state it wrote."""
+@pytest.mark.parametrize("compact_first", [False, True])
+def test_a_state_written_before_the_compact_form_goes_on_as_it_did_through_it(compact_first: bool) -> None:
+    """The 55edc0a state through this release's compact form (written, read back) gives the
+    same outputs on the events after it as the old code gave, and the form is stable."""
+    state = RunState.from_bytes((SNAPSHOTS / "run-state-55edc0a.msgpack").read_bytes())
+    if compact_first:
+        blob = state.to_bytes()
+        assert DECODER.decode(blob).version == 2
+        state = RunState.from_bytes(blob)
+        assert state.to_bytes() == blob
+    engine = Engine(legacy_config())
+    engine.states["run-1"] = state
+    lines = (SNAPSHOTS / "run-state-55edc0a.after.jsonl").read_bytes().splitlines()
+    outputs: list[Output] = [out for line in lines for out in engine.process(decode_event(line))]
+    recorded = json.loads((SNAPSHOTS / "run-state-55edc0a.outputs.json").read_text())
+    assert [json.loads(encode_output(o)) for o in outputs] == recorded
+
+
+def test_a_release_before_the_compact_form_refuses_it_and_starts_the_run_afresh() -> None:
+    """A worker of 55edc0a (27 snapshot fields) that is handed a compact state cannot misread
+    it: its decoder refuses the longer array (its worker then logs "unreadable run state
+    replaced" and starts the run afresh; docs/upgrading.md says so)."""
+    hints = get_type_hints(RunSnapshot)
+    # 55edc0a's records could not be None
+    hints["records"] = list[tuple[str, str, str | None, str | None, str | None, int | None]]
+    old_layout = msgspec.defstruct(
+        "OldRunSnapshot",
+        [(name, hints[name]) for name in RunSnapshot.__struct_fields__[:27]],
+        array_like=True,
+        frozen=True,
+    )
     written_by_old = (SNAPSHOTS / "run-state-55edc0a.msgpack").read_bytes()
+    assert msgspec.msgpack.decode(written_by_old, type=old_layout)  # the old layout reads its own
     written_by_new = RunState.from_bytes(written_by_old).to_bytes()
-    new = DECODER.decode(written_by_new)
-    assert new.rules  # this release's own form is there
-    assert msgspec.structs.replace(new, rules=[], depth=0) == DECODER.decode(written_by_old)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.msgpack.decode(written_by_new, type=old_layout)
