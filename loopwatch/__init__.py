@@ -17,4 +17,4 @@ from loopwatch.detectors.facade import LoopDetector
 
 __all__ = ["LoopDetector", "__version__"]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

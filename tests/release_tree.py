@@ -18,9 +18,10 @@ __all__ = ["PREVIOUS_RELEASE", "ROOT", "release_env", "release_tree"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: The release before this one (tag ``v0.1.0``): the last commit before run states kept
-#: their rules' states under the rules' names. Rolling upgrades are tested from it.
-PREVIOUS_RELEASE = "55edc0a"
+#: The release before this one (0.1.x: the main branch as last deployed, before run states
+#: took their compact form 2). Rolling upgrades are tested from it. Tag ``v0.1.0`` (55edc0a)
+#: is older still: its snapshots are a test fixture (tests/data/snapshots).
+PREVIOUS_RELEASE = "17ffdfb"
 
 
 def release_tree(ref: str) -> Path:
