@@ -123,14 +123,22 @@ class LocalState(MutableMapping[bytes, bytes]):
         (take it whole, e.g. with ``list``, before the next write)."""
         values = self._values
         deleted = self._deleted
-        stored_keys: set[bytes] = set()
-        for key, stored in self.store.items():
+        # the raw keys and values (the table's codec is "raw": decoding them changes nothing)
+        stored: Iterator[tuple[bytes, bytes]] = self.store._iteritems()
+        if not values and not deleted:
+            yield from stored
+            return
+        replaced: set[bytes] = set()
+        for key, value in stored:
             if key in deleted:
                 continue
-            stored_keys.add(key)
-            yield key, values.get(key, stored)
+            current = values.get(key)
+            if current is not None:
+                replaced.add(key)
+                value = current
+            yield key, value
         for key, value in list(values.items()):
-            if key not in stored_keys:
+            if key not in replaced:
                 yield key, value
 
     # -- changelog records and the disk ----------------------------------------------------------

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from loopwatch.detectors.events import Event, run_scope
+from tests.chain_fleet import chain_phases
 from tests.chaos.broker import own_broker
 from tests.chaos.scenarios import OWN_BROKER, SCENARIOS, run_scenario
 
@@ -39,5 +41,13 @@ def test_fault_scenario_changes_no_verdict(
 ) -> None:
     bootstrap = request.getfixturevalue("restartable_broker") if scenario in OWN_BROKER else kafka_bootstrap
     result = asyncio.run(run_scenario(scenario, seed, bootstrap, tmp_path, store=store))
-    assert result.matched == 150
+    # every run of the random fleet (150), and of the delegation chain where there is one
+    assert result.matched == 150 + _chain_runs(scenario)
     assert result.passed, "\n".join([result.line(), *result.details])
+
+
+def _chain_runs(scenario: str) -> int:
+    if scenario != "chain-across-workers":
+        return 0
+    phases = chain_phases("count")
+    return len({run_scope(event) for event in phases.events if isinstance(event, Event)})

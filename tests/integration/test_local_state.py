@@ -49,15 +49,15 @@ class Setup:
         self.config.write_text(self.fleet.config_text)
 
     def start(self, label: str, data_dir: str, **env: str) -> WorkerProcess:
+        settings = {
+            "LOOPWATCH_WEB_PORT": str(_free_port()),
+            "LOOPWATCH_DATA_DIR": str(self.tmp_path / data_dir),
+            "LOOPWATCH_STORE": "rocksdb",
+            "LOOPWATCH_FLEET_VIEW": "false",
+            "LOOPWATCH_KAFKA_SESSION_TIMEOUT_S": "6",  # a killed worker leaves the group soon
+        }
         worker = WorkerProcess(
-            self.names.env(
-                self.bootstrap,
-                LOOPWATCH_WEB_PORT=str(_free_port()),
-                LOOPWATCH_DATA_DIR=str(self.tmp_path / data_dir),
-                LOOPWATCH_STORE="rocksdb",
-                LOOPWATCH_FLEET_VIEW="false",
-                **env,
-            ),
+            self.names.env(self.bootstrap, **{**settings, **env}),
             self.tmp_path / f"{label}.log",
             self.config,
         )
@@ -162,7 +162,7 @@ def test_a_standby_replica_keeps_a_warm_copy_for_the_failover(
 ) -> None:
     setup = Setup(kafka_bootstrap, tmp_path, workers, seed=33)
     names = setup.names
-    standby = {"LOOPWATCH_STANDBY_REPLICAS": "1", "LOOPWATCH_KAFKA_SESSION_TIMEOUT_S": "6"}
+    standby = {"LOOPWATCH_STANDBY_REPLICAS": "1"}
     first = setup.start("w1", "data-1", **standby)
     second = setup.start("w2", "data-2", **standby)
     deadline = time.monotonic() + 60
