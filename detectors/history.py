@@ -156,6 +156,15 @@ def _streak_with_vetoes(records: list[Record]) -> tuple[int, str | None]:
     return count, latest
 
 
+def _answered_by(record: Record, tool_call_id: str | None) -> bool:
+    """Whether ``record`` is a pending call an outcome with ``tool_call_id`` may answer."""
+    return (
+        record.result_hash is None
+        and record.kind is None
+        and (not tool_call_id or record.tool_call_id == tool_call_id)
+    )
+
+
 class History:
     """The bounded history of one run scope. At most ``limit`` records (the caller's)."""
 
@@ -302,25 +311,14 @@ class History:
         found = self._by_args.get(args_hash)
         if found is None:
             return None
-        record: Record
         if isinstance(found, Record):
-            record = found
-            if (
-                record.result_hash is None
-                and record.kind is None
-                and (not tool_call_id or record.tool_call_id == tool_call_id)
-            ):
-                return record
-            return None
+            return found if _answered_by(found, tool_call_id) else None
         signature: list[Any] = found
         if signature[_PENDING] == 0:
             return None
+        record: Record
         for record in reversed(signature[_RECORDS]):
-            if (
-                record.result_hash is None
-                and record.kind is None
-                and (not tool_call_id or record.tool_call_id == tool_call_id)
-            ):
+            if _answered_by(record, tool_call_id):
                 return record
         return None
 

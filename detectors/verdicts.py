@@ -58,6 +58,31 @@ def new_verdict(
     )
 
 
+def fleet_block(
+    scope: str, event: ToolCall, detector: str, count: int, message: str, warning_key: str, observe_only: bool
+) -> Verdict:
+    """A fleet rule's block of one proposed call (F1's fail-fast, F6's chain blocks): critical,
+    outside the run's escalation, its id from the detector."""
+    return Verdict(
+        verdict_id=verdict_id(scope, event.event_id, detector),
+        run_id=event.run_id,
+        agent_id=event.agent_id,
+        session_id=event.session_id,
+        tool_call_id=event.tool_call_id,
+        trigger_event_id=event.event_id,
+        level="critical",
+        action="block",
+        detector=detector,
+        count=count,
+        message=message,
+        warning_key=warning_key,
+        paired_tool=None,
+        tool=event.tool,
+        ts=event.ts,
+        enforced=not observe_only,
+    )
+
+
 def new_abort(
     scope: str,
     run_id: str | None,

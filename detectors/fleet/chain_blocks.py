@@ -27,7 +27,7 @@ from loopwatch.config.sections import Delegation
 from loopwatch.detectors.events import ToolCall, Verdict
 from loopwatch.detectors.fleet import chain_repeat, chain_runaway
 from loopwatch.detectors.fleet.alerts import FleetAlert
-from loopwatch.detectors.verdicts import verdict_id
+from loopwatch.detectors.verdicts import fleet_block
 
 __all__ = ["ChainBlocks", "repeat_message", "runaway_message"]
 
@@ -146,21 +146,4 @@ class ChainBlocks:
 def _verdict(
     scope: str, event: ToolCall, detector: str, runs: int, message: str, key: str, observe_only: bool
 ) -> Verdict:
-    return Verdict(
-        verdict_id=verdict_id(scope, event.event_id, detector),
-        run_id=event.run_id,
-        agent_id=event.agent_id,
-        session_id=event.session_id,
-        tool_call_id=event.tool_call_id,
-        trigger_event_id=event.event_id,
-        level="critical",
-        action="block",
-        detector=detector,
-        count=runs,
-        message=message,
-        warning_key=f"{detector}:{key}",
-        paired_tool=None,
-        tool=event.tool,
-        ts=event.ts,
-        enforced=not observe_only,
-    )
+    return fleet_block(scope, event, detector, runs, message, f"{detector}:{key}", observe_only)

@@ -14,7 +14,7 @@ from typing import Final
 
 from loopwatch.config.fleet_rules import ToolOutageRule
 from loopwatch.detectors.events import ToolCall, Verdict
-from loopwatch.detectors.step import verdict_id
+from loopwatch.detectors.verdicts import fleet_block
 
 __all__ = ["DETECTOR", "block_message", "fail_fast_verdict", "is_blocking"]
 
@@ -35,21 +35,5 @@ def block_message(tool: str, runs: int) -> str:
 
 def fail_fast_verdict(scope: str, event: ToolCall, runs: int, observe_only: bool) -> Verdict:
     """The block of one call of a tool under an open outage with ``runs`` failing runs."""
-    return Verdict(
-        verdict_id=verdict_id(scope, event.event_id, DETECTOR),
-        run_id=event.run_id,
-        agent_id=event.agent_id,
-        session_id=event.session_id,
-        tool_call_id=event.tool_call_id,
-        trigger_event_id=event.event_id,
-        level="critical",
-        action="block",
-        detector=DETECTOR,
-        count=runs,
-        message=block_message(event.tool, runs),
-        warning_key=f"{DETECTOR}:{event.tool}",
-        paired_tool=None,
-        tool=event.tool,
-        ts=event.ts,
-        enforced=not observe_only,
-    )
+    message = block_message(event.tool, runs)
+    return fleet_block(scope, event, DETECTOR, runs, message, f"{DETECTOR}:{event.tool}", observe_only)

@@ -18,16 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 from loopwatch.detectors.events import Event
 from tests.chaos.fleet import ChaosFleet, chaos_fleet
+from tests.chaos.scenarios import PARTITIONS, _committed, _end_offsets, _read_all
 from tests.integration.harness import Names, WorkerProcess, event_records, expected_outputs, per_run, produce
 
 pytestmark = pytest.mark.integration
-
-PARTITIONS = 4
 
 
 def _free_port() -> int:
@@ -200,43 +197,3 @@ def test_a_standby_replica_keeps_a_warm_copy_for_the_failover(
     setup.produce(events[half:])
     setup.wait_processed()
     setup.assert_exact_verdicts()
-
-
-async def _end_offsets(bootstrap: str, topic: str) -> dict[TopicPartition, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        ends: dict[TopicPartition, int] = await consumer.end_offsets(partitions)
-        return ends
-    finally:
-        await consumer.stop()
-
-
-async def _committed(
-    bootstrap: str, group: str, partitions: list[TopicPartition]
-) -> dict[TopicPartition, int]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        offsets = await admin.list_consumer_group_offsets(group, partitions=partitions)
-        return {tp: meta.offset for tp, meta in offsets.items() if meta is not None}
-    finally:
-        await admin.close()
-
-
-async def _read_all(bootstrap: str, topic: str) -> list[dict[str, Any]]:
-    ends = await _end_offsets(bootstrap, topic)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    out: list[dict[str, Any]] = []
-    try:
-        consumer.assign(list(ends))
-        await consumer.seek_to_beginning(*ends)
-        while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
-            batch = await consumer.getmany(timeout_ms=500)
-            for messages in batch.values():
-                out.extend(json.loads(message.value) for message in messages)
-    finally:
-        await consumer.stop()
-    return out
