@@ -366,13 +366,32 @@ def step_batch(engine: Engine, calls: list[ToolCall], ts: int | None = None) -> 
     scope = run_id if run_id and run_id == run_id.strip() else run_scope(first)
     state = engine.states.get(scope)
     ended = engine.ended.get(scope) if state is None else None
+    fresh = list(range(len(calls)))
     if ended is not None:
-        if all(call.event_id in ended for call in calls):
-            engine.late += len(calls)
+        fresh = [index for index, call in enumerate(calls) if call.event_id not in ended]
+        engine.late += len(calls) - len(fresh)
+        if not fresh:
             return BatchOutcome(calls, "late")
-        del engine.ended[scope]  # a new run under the same id
+        del engine.ended[scope]  # a new run under the same id, of the calls the old one had not
     if ts is None:
         ts = first.ts if first.ts is not None else 0
-    state, outcome = step_batch_admitted(state, scope, calls, engine.config, ts, engine.fleet)
+    admitted = [calls[index] for index in fresh]
+    state, outcome = step_batch_admitted(state, scope, admitted, engine.config, ts, engine.fleet)
     engine.states[scope] = state
-    return outcome
+    return outcome if len(admitted) == len(calls) else _spread_over(calls, fresh, outcome)
+
+
+def _spread_over(calls: list[ToolCall], fresh: list[int], outcome: BatchOutcome) -> BatchOutcome:
+    """``outcome`` of the calls at ``fresh`` positions as the outcome of the whole batch (the
+    others, late calls of the ended run, neither applied nor evaluated)."""
+    whole = BatchOutcome(calls)
+    for position, index in enumerate(fresh):
+        whole.outputs[index] = outcome.outputs[position]
+        whole.prepared[index] = outcome.prepared[position]
+        whole.applied[index] = outcome.applied[position]
+        whole.evaluated[index] = outcome.evaluated[position]
+        whole.found[index] = outcome.found[position]
+    if outcome.refused_by is not None:
+        whole.refused_by = fresh[outcome.refused_by]
+    whole.loop_spend = outcome.loop_spend
+    return whole

@@ -200,7 +200,8 @@ class History:
     ) -> Record:
         """Append a record (pending when it has no ``result_hash`` and no ``kind``), trim to ``limit``.
 
-        ``params``: a pending call's decoded params, kept until its outcome (not persisted)."""
+        ``params``: a pending call's decoded params, kept while it is the newest record and
+        unanswered (not persisted)."""
         record = Record(
             tool,
             args_hash,
@@ -219,7 +220,9 @@ class History:
         if not records:
             self._alt = 1
         else:
-            newest = records[-1].args_hash
+            previous = records[-1]
+            previous.params = None  # only the newest record's params are ever read
+            newest = previous.args_hash
             if args_hash == newest:
                 self._alt = 1
             elif self._alt >= 2 and records[-2].args_hash == args_hash:

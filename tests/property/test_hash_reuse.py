@@ -124,3 +124,12 @@ def test_the_newest_pending_call_answers_only_its_own_result() -> None:
     assert history.newest_call_hash("read", "c1", params, digester_for("sha256").hex_size) is None
     history.fill(record, "h", None)
     assert history.newest_call_hash("read", "c1", params, size) is None
+
+
+def test_only_the_newest_record_keeps_its_params() -> None:
+    """A run of unanswered calls holds one call's params, not the window's."""
+    history = History()
+    for index in range(5):
+        params = from_python({"path": f"f{index}", "content": "x" * 1000})
+        history.append("write", f"write:{index:032x}", f"c{index}", None, None, None, 30, params=params)
+    assert [record.params is not None for record in history.records] == [False] * 4 + [True]

@@ -21,7 +21,7 @@ from loopwatch.detectors import batch_admission
 from loopwatch.detectors.batch_admission import SIBLING_MESSAGE, admit_batch, batch_problem, step_batch
 from loopwatch.detectors.conformance import run_vector
 from loopwatch.detectors.engine import Engine
-from loopwatch.detectors.events import Abort, Output, ToolCall, ToolResult, Usage, Verdict
+from loopwatch.detectors.events import Abort, Output, RunEnd, ToolCall, ToolResult, Usage, Verdict
 from loopwatch.detectors.facade import LoopDetector, ProposedCall, batch_decision_of
 from loopwatch.detectors.outcomes import VETO
 from loopwatch.detectors.rules.base import CallContext, Detection, Rule
@@ -504,3 +504,18 @@ def test_batch_id_is_an_identity_field_of_the_wire() -> None:
     given = call(READ, "c", batch_id="turn-1")
     assert decode_event(encode_event(given)) == given
     assert b"batch_id" not in encode_event(call(READ, "c"))  # absent on the wire unless given
+
+
+def test_a_batch_of_an_ended_run_leaves_out_the_calls_the_run_had_seen() -> None:
+    """As one event at a time: a call the ended run had is late; the others start a new run."""
+    one_by_one, batched = Engine(FleetConfig.enabled_default()), Engine(FleetConfig.enabled_default())
+    seen, fresh = call(("read", {"path": "a"}), "c1"), call(("read", {"path": "b"}), "c2")
+    for engine in (one_by_one, batched):
+        engine.process(seen)
+        engine.process(RunEnd(event_id="end", run_id="r1"))
+    for event in (seen, fresh):
+        one_by_one.process(event)
+    outcome = step_batch(batched, [seen, fresh])
+    assert outcome.applied == [False, True]
+    assert batched.late == one_by_one.late == 1
+    assert batched.states["r1"].to_bytes() == one_by_one.states["r1"].to_bytes()
