@@ -24,7 +24,7 @@ from collections import Counter
 from contextlib import AsyncExitStack, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from msgspec import UNSET
 from rich.console import Console
@@ -72,7 +72,9 @@ DEMO_EPOCH_MS = 1_767_603_600_000
 
 DEMO_CONFIG = (
     "{tools: {loopDetection: {enabled: true}}, loopwatch: {detectors: {"
-    "runNoProgress: {enabled: true}, editUndo: {enabled: true}, loopBudget: {usd: 1}}}}"
+    "runNoProgress: {enabled: true}, editUndo: {enabled: true}, loopBudget: {usd: 1}, "
+    "delegation: {enabled: true, maxRuns: 12, chainWarningThreshold: 5, chainCriticalThreshold: 8, "
+    "block: true}}}}"
 )
 
 
@@ -172,6 +174,15 @@ class Pace:
             await asyncio.sleep(ahead)
 
 
+def _chain_fields(scenario: Scenario, run_id: str, prefix: str) -> dict[str, Any]:
+    """The chain fields of a run's first event: a subagent of a delegated scenario names the
+    scenario's first run as its parent and root (F6)."""
+    root = f"{prefix}-{SCENARIOS.index(scenario)}-000"
+    if not scenario.delegated or run_id == root:
+        return {}
+    return {"parent_run_id": root, "root_run_id": root, "depth": 1}
+
+
 async def simulate(
     config: FleetConfig,
     seed: int = 7,
@@ -230,6 +241,7 @@ async def simulate(
                 call_id = f"{run_id}-c{outcome.calls}"
                 cost = costs[run_id][cursor[run_id] - 1]
                 tokens = int(cost * 60_000)
+                chain = _chain_fields(scenario, run_id, prefix) if outcome.calls == 1 else {}
                 outputs = await process(
                     ToolCall(
                         event_id=f"e{serial}c",
@@ -240,6 +252,7 @@ async def simulate(
                         agent_id=agent,
                         ts=clock[run_id],
                         usage=Usage(input_tokens=tokens, output_tokens=tokens // 20, cost_usd=cost),
+                        **chain,
                     )
                 )
                 aborted = _note(outcome, outputs, detectors[scenario.name])

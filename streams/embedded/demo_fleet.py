@@ -50,6 +50,8 @@ class Scenario:
     healthy: bool
     script: Callable[[random.Random], list[Step]]
     description: str
+    #: every run but the first is a subagent the first started (its delegation chain, F6)
+    delegated: bool = False
 
 
 def paging(rnd: random.Random) -> list[Step]:
@@ -288,6 +290,17 @@ def support_rereads(rnd: random.Random) -> list[Step]:
     return [*support_tickets(rnd)[:4], *[waiting] * rnd.randint(24, 30)]
 
 
+def subagent_storm(rnd: random.Random) -> list[Step]:
+    """One subagent of an orchestrator that keeps starting more: it reads the same spec as
+    every other subagent did, then does a small job of its own (each run looks healthy)."""
+    spec = Step("read", {"path": "docs/SPEC.md"}, _text("SPEC v3: the importer accepts CSV and JSON."))
+    job = [
+        Step("grep", {"pattern": f"TODO-{rnd.randint(0, 10**6)}", "path": "src"}, _text("src/importer.py:12"))
+        for _ in range(rnd.randint(2, 4))
+    ]
+    return [spec, *job]
+
+
 SCENARIOS = [
     Scenario("healthy: paging", "researcher", True, paging, "paging through a long file"),
     Scenario("healthy: polling with progress", "ops", True, polling_progress, "polls that make progress"),
@@ -324,5 +337,13 @@ SCENARIOS = [
         False,
         support_rereads,
         "a prompt flaw that makes many of the agent's runs loop",
+    ),
+    Scenario(
+        "subagent storm",
+        "orchestrator",
+        False,
+        subagent_storm,
+        "subagents that each look healthy and redo one another's work",
+        delegated=True,
     ),
 ]

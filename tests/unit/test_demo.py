@@ -13,9 +13,11 @@ DEMO = parse_config_text(DEMO_CONFIG)
 
 def test_every_stuck_scenario_is_caught_and_no_healthy_run_flagged() -> None:
     reports = asyncio.run(simulate(DEMO, seed=11, runs_per_scenario=8))
-    assert len(reports) == 16
+    assert len(reports) == 17
     for report in reports:
         assert report.runs == 8
+        if report.name == "subagent storm":  # a chain's rule: see the test of the delegation chain
+            continue
         if report.healthy:
             assert report.flagged_healthy == 0, report.name
             assert report.warned == report.blocked == report.aborted == 0, report.name
@@ -40,7 +42,7 @@ def test_openclaws_rules_alone_miss_only_the_loops_of_loopwatchs_own_rules() -> 
         r.name: r for r in asyncio.run(simulate(FleetConfig.enabled_default(), seed=11, runs_per_scenario=8))
     }
     missed = {name for name, r in reports.items() if not r.healthy and r.stopped < r.runs}
-    assert missed == {"tool rotator", "edit-undo"}
+    assert missed == {"tool rotator", "edit-undo", "subagent storm"}
     assert not any(r.flagged_healthy for r in reports.values())
     # the 2026-08 rules: churn warns, then its stale abort stops the run
     assert reports["argument churn"].detectors.get("argument_churn_stale") == 8
@@ -73,6 +75,26 @@ def test_demo_fleet_raises_the_outage_its_recovery_and_the_bad_prompt_s_systemic
     second: list[FleetAlert] = []
     asyncio.run(simulate(DEMO, seed=7, runs_per_scenario=24, alerts=second))
     assert [a.alert_id for a in second] == [a.alert_id for a in alerts]
+
+
+def test_demo_fleet_s_subagent_storm_raises_its_chain_alerts_and_blocks_the_repeats() -> None:
+    """Each subagent looks healthy alone; the chain (24 runs: maxRuns 12, the spec read 5 and 8
+    times) raises chain_repeat at both thresholds and chain_runaway at 12 and 24 runs, and the
+    calls after the critical threshold are blocked."""
+    alerts: list[FleetAlert] = []
+    reports = asyncio.run(simulate(DEMO, seed=7, runs_per_scenario=24, alerts=alerts))
+    storm = {r.name: r for r in reports}["subagent storm"]
+    chain = [(a.kind, a.runs) for a in alerts if a.kind.startswith("chain_")]
+    assert sorted(chain) == [
+        ("chain_repeat", 5),
+        ("chain_repeat", 8),
+        ("chain_runaway", 12),
+        ("chain_runaway", 24),
+    ]
+    assert {a.subject.split(":")[1] for a in alerts if a.kind.startswith("chain_")} == {"demo-16-000"}
+    assert storm.blocked == storm.runs - 8  # every read of the spec after the eighth
+    assert storm.aborted == 0  # chain blocks do not count toward the run's escalation
+    assert set(storm.detectors) <= {"chain_repeat", "chain_runaway"}
 
 
 def test_demo_is_reproducible() -> None:
