@@ -8,7 +8,7 @@ CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py)
 BUILT  := $(VENV)/.compiled-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint typecheck conformance check-alerts unit unit-pure services-up services-down bench bench-gateway bench-stream soak chaos clean
+.PHONY: help setup demo test lint typecheck conformance check-alerts unit unit-pure services-up services-down bench bench-gateway bench-stream bench-scale soak chaos clean
 
 KAFKA_TEST := 127.0.0.1:19092
 REDIS_TEST := redis://127.0.0.1:16379/0
@@ -68,12 +68,17 @@ bench: $(BUILT)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench
 
 bench-gateway: $(BUILT)  ## /v1/decide round trips and latency on loopwatch gateway (embedded and Kafka)
-	docker/services.sh up
+	docker/services.sh up kafka
 	$(BIN)/python -m tests.bench.gateway_bench; status=$$?; docker/services.sh down; exit $$status
 
 bench-stream: $(BUILT)  ## worker throughput and latency on the local broker (vs. raw aiokafka)
-	docker/services.sh up
+	docker/services.sh up kafka
 	$(BIN)/python -m tests.bench.stream_bench; status=$$?; docker/services.sh down; exit $$status
+
+SCALE_ARGS ?=
+bench-scale: $(BUILT)  ## memory per run, failover time, CPU per event at 10k-1M runs (docs/capacity.md; SCALE_ARGS=...)
+	docker/services.sh up
+	$(BIN)/python -m tests.bench.scale_bench $(SCALE_ARGS); status=$$?; docker/services.sh down; exit $$status
 
 CHAOS_REPEAT ?= 10
 chaos: $(BUILT)  ## every fault scenario CHAOS_REPEAT times (default 10) with fresh fleets, on the local broker

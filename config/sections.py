@@ -102,8 +102,8 @@ class Delegation(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fie
 
     enabled: bool = False
     max_depth: Annotated[int, Meta(ge=0)] = 3
-    max_runs: Annotated[int, Meta(ge=2)] = 50
-    min_runs: Annotated[int, Meta(ge=2)] = 3
+    max_runs: Annotated[int, Meta(ge=2, le=1024)] = 50  # chain_runaway.EXACT_RUNS
+    min_runs: Annotated[int, Meta(ge=2, le=32)] = 3  # chain_repeat.RUNS_KEPT
     chain_warning_threshold: Positive = 10
     chain_critical_threshold: Positive = 20
     block: bool = False

@@ -59,6 +59,7 @@ class StreamSettings:
     expiry_interval_s: float = 60.0
     startup_timeout_s: float = 30.0
     kafka_session_timeout_s: float = 30.0  # a worker silent this long leaves the group (failover)
+    gc_full_interval_s: float = 600.0  # the worker's full garbage collections (0: CPython's own)
     fleet_view: bool = True
     fleet_horizon_s: int = 3600  # how long the fleet view keeps its one-minute windows
     fleet_failing_runs: int = 3  # a tool failing in this many runs in a window is flagged
@@ -177,6 +178,8 @@ def _check(settings: StreamSettings) -> list[ConfigProblem]:
     for name in ("expiry_interval_s", "startup_timeout_s"):
         if getattr(settings, name) <= 0:
             bad(name, "must be a positive number")
+    if settings.gc_full_interval_s < 0:
+        bad("gc_full_interval_s", "must be 0 (CPython's own schedule) or a positive number of seconds")
     if not 0 < settings.web_port < 65536:
         bad("web_port", "must be a port number (1-65535)")
     if settings.redis_url is not None and not re.match(r"^(redis|rediss|unix)://", settings.redis_url):

@@ -3,8 +3,10 @@
 # Central jars, docker/kafka/broker.sh), a real Redis server (Debian's redis-server), and
 # Debian's chromium for the dashboard tests (installed, not started: each test starts its own).
 #
-#   docker/services.sh up     install what is missing, start what is not running yet;
-#                             remember what was started
+#   docker/services.sh up [SERVICE...]
+#                             install what is missing, start what is not running yet;
+#                             remember what was started. SERVICE: kafka, redis, chromium
+#                             (default: all three; the stream and gateway benches need kafka only)
 #   docker/services.sh down   stop only what `up` started
 #   docker/services.sh env    print the variables the tests read
 #
@@ -72,8 +74,20 @@ down() {
 }
 
 case "${1:-}" in
-  up) redis_up; debian_install chromium chromium; kafka_up ;;
+  up)
+    shift
+    for service in "${@:-redis chromium kafka}"; do
+      for name in $service; do
+        case "$name" in
+          redis) redis_up ;;
+          chromium) debian_install chromium chromium ;;
+          kafka) kafka_up ;;
+          *) echo "services: unknown service '$name' (kafka, redis, chromium)" >&2; exit 2 ;;
+        esac
+      done
+    done
+    ;;
   down) down ;;
   env) echo "LOOPWATCH_TEST_KAFKA=127.0.0.1:$KAFKA_PORT LOOPWATCH_TEST_REDIS=redis://127.0.0.1:$REDIS_PORT/0" ;;
-  *) echo "usage: $0 {up|down|env}" >&2; exit 2 ;;
+  *) echo "usage: $0 {up [kafka|redis|chromium]...|down|env}" >&2; exit 2 ;;
 esac

@@ -4,6 +4,10 @@ Its Kafka key is the subject (``tool:{tool}``, ``agent:{agent}:tool:{tool}:{dete
 ``chain:{root}`` or ``chain:{root}:{tool}:{h12}``); ``alert_id`` is deterministic, so
 replaying the same events gives the same ids and a re-published alert is recognisable as the
 same one. Fields a kind does not use are null (a chain's runaway names no tool).
+``chain_expired`` (subject ``chain:{root}``, ``ts`` = the chain's last event time) says that a
+chain with alerts expired: its alerts are closed and its blocks end. ``chain_active`` (same
+subject, ``ts`` = the chain's last event time) is bookkeeping, not an alert: a chain with alerts
+published how recent its last event is, so that every runtime ends its blocks at the same time.
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ __all__ = [
     "format_since",
 ]
 
-AlertKind = Literal["tool_outage", "tool_recovered", "systemic_loop", "chain_runaway", "chain_repeat"]
+AlertKind = Literal[
+    "tool_outage",
+    "tool_recovered",
+    "systemic_loop",
+    "chain_runaway",
+    "chain_repeat",
+    "chain_expired",
+    "chain_active",
+]
 
 
 class FleetAlert(msgspec.Struct, kw_only=True, frozen=True, tag="fleet_alert", tag_field="type"):
@@ -44,6 +56,7 @@ class FleetAlert(msgspec.Struct, kw_only=True, frozen=True, tag="fleet_alert", t
     ts: int
     message: str
     count: int | None = None  # chain_repeat: the calls counted
+    args_hash: str | None = None  # chain_repeat: the full args hash (its subject has 12 characters)
 
 
 _ENCODER: Final = msgspec.json.Encoder()

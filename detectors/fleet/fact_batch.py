@@ -11,16 +11,23 @@ rules can tell apart, which changes no alert:
   tool's time order with no failure between them, in one bucket, the first and the last
   are kept. (Exact for streams in time order; only a success older than an outage's first
   failure, arriving in a later batch than that failure, could close it one success later.)
-* F6 counts a chain's *distinct runs* and its results: a run's events collapse to one
-  :class:`ChainRunFact` (its first and last event time) per stretch of the chain's events
-  without a gap of ``chainTtlS`` (a gap that long expires the chain, so the stretches stay
-  apart); every counted result stays.
+* F6 counts a chain's *distinct runs* and its results, in the order the events were applied
+  (never sorted by time: the chain's expiry compares each fact with the facts before it, so
+  sorting would make the alerts depend on where a fetch ends). A run's later events fold into
+  its :class:`ChainRunFact` (its first event's place and time, the latest time as ``last``)
+  within a stretch of the chain's events in which none comes ``chainTtlS`` or more after every
+  event before it (such an event may expire the chain: a new stretch starts there); an event
+  older than its run's fact stays a fact of its own. Every counted result stays, in place.
+  Applied one after the other, these give the alerts of every event's facts, however the
+  events were cut into batches.
 
-Facts are handed on in event-time order per subject (a batch holds several partitions),
-in arrival order among equal times.
+F1 and F2 facts are handed on in event-time order per subject (a batch holds several
+partitions), in arrival order among equal times.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from loopwatch.detectors.events import Output
 from loopwatch.detectors.fleet.facts import (
@@ -44,19 +51,8 @@ def _first(item: tuple[int, str, ResultFact | None]) -> int:
     return item[0]
 
 
-def _first_two(item: tuple[int, int, str, str]) -> tuple[int, int]:
+def _first_two_of_five(item: tuple[int, int, str, str, Fact | None]) -> tuple[int, int]:
     return item[0], item[1]
-
-
-def _first_three(item: tuple[int, int, int, Fact]) -> tuple[int, int, int]:
-    return item[0], item[1], item[2]
-
-
-def _run_facts(root: str, stretch: dict[str, tuple[int, int, int, str]]) -> list[tuple[int, int, int, Fact]]:
-    return [
-        (first, 0, seq, ChainRunFact(root, run, agent, first, last))
-        for run, (first, seq, last, agent) in stretch.items()
-    ]
 
 
 class FactBatch:
@@ -153,24 +149,33 @@ class FactBatch:
         return out
 
     def _chain(self, root: str) -> list[Fact]:
-        """A chain's facts: per stretch without a ``chainTtlS`` gap, one run fact per run (at its
-        first event), then the results, in event-time order (run facts first at equal times)."""
-        events = self._chain_events.get(root, [])
-        events.sort(key=_first_two)
-        ordered: list[tuple[int, int, int, Fact]] = []
-        stretch: dict[str, tuple[int, int, int, str]] = {}  # run -> (first ts, arrival, last ts, agent)
+        """A chain's facts in arrival order: per stretch, a run's later events folded into its fact."""
+        items: list[tuple[int, int, str, str, Fact | None]] = [
+            (seq, ts, run, agent, None) for ts, seq, run, agent in self._chain_events.get(root, [])
+        ]
+        items += [(seq, ts, "", "", fact) for ts, seq, fact in self._chain_results.get(root, [])]
+        items.sort(key=_first_two_of_five)
+        out: list[Fact | list[Any]] = []
+        stretch: dict[str, list[Any]] = {}  # run -> its fact being built: [run, agent, first, last]
         newest: int | None = None
-        for ts, seq, run, agent in events:
+        for _, ts, run, agent, result in items:
+            if result is not None:
+                out.append(result)
+                continue
             if newest is not None and ts - newest >= self.chain_ttl_ms:
-                ordered += _run_facts(root, stretch)
                 stretch = {}
             newest = ts if newest is None else max(newest, ts)
             kept = stretch.get(run)
-            stretch[run] = (ts, seq, ts, agent) if kept is None else (kept[0], kept[1], ts, kept[3])
-        ordered += _run_facts(root, stretch)
-        ordered += [(ts, 1, seq, fact) for ts, seq, fact in self._chain_results.get(root, [])]
-        ordered.sort(key=_first_three)
-        return [fact for _, _, _, fact in ordered]
+            if kept is not None and ts >= kept[2]:
+                kept[3] = max(kept[3], ts)
+                continue
+            built = [run, agent, ts, ts]
+            stretch[run] = built
+            out.append(built)
+        return [
+            ChainRunFact(root, item[0], item[1], item[2], item[3]) if isinstance(item, list) else item
+            for item in out
+        ]
 
     def _compact(self, tool: str, results: list[tuple[int, str, ResultFact | None]]) -> list[Fact]:
         kept: list[Fact] = []

@@ -11,7 +11,8 @@ A *fact* is the small part of an event the fleet rules need, with its event time
 * :class:`ChainRunFact` — a run of a delegation chain made a call or got a result, from its
   first to its last event time here (F6b's runs, the chain's expiry); subject ``chain:{root}``.
 * :class:`ChainResultFact` — a result with a result hash in a run of a chain (F6c's repeated
-  work), named by its run and event id, so it counts once; subject ``chain:{root}``.
+  work), named by its run and event id and, in the worker, by its input partition and offset,
+  so it counts once; subject ``chain:{root}``.
 
 Every rule over facts counts distinct runs and argument sets, so a fact seen twice (a
 redelivery) changes nothing. The Kafka worker sends facts to the subject's partition; the
@@ -103,6 +104,8 @@ class ChainResultFact(msgspec.Struct, array_like=True, frozen=True, tag=5):
     args: str  # the args hash
     result: str  # the result hash
     ts: int
+    partition: int = -1  # the worker's input partition and offset of the result (-1: none)
+    offset: int = -1
 
 
 Fact = CallFact | ResultFact | LoopFact | ChainRunFact | ChainResultFact

@@ -3,8 +3,10 @@
 
 Feed it every event with its outputs, in input order (:meth:`FleetWatch.observe`, with the
 root of the event's delegation chain for F6); it gives the alerts, keeps the ones it gave
-(:attr:`FleetWatch.alerts`) and answers fail-fast and chain-block questions for the next
-calls (:meth:`FleetWatch.fail_fast`, :attr:`FleetWatch.blocks`).
+(:attr:`FleetWatch.alerts`; a chain's ``chain_active`` records, which the Kafka worker
+publishes for the other workers' blocks, only go to its own :attr:`FleetWatch.blocks`) and
+answers fail-fast and chain-block questions for the next calls (:meth:`FleetWatch.fail_fast`,
+:attr:`FleetWatch.blocks`).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class FleetWatch:
         self.outages: dict[str, tool_outage.OutageState] = {}
         self.agents: dict[str, systemic_loop.AgentLoops] = {}
         self.chains: dict[str, chains.ChainState] = {}  # root -> its chain
-        self.blocks = ChainBlocks()  # the chain alerts given, for F6's blocks
+        self.blocks = ChainBlocks(rules.delegation.chain_ttl_s)  # the chain alerts given, for F6's blocks
         self.alerts: list[FleetAlert] = []
         self._chain_facts = 0
         self._chain_top = chains.NEVER  # the latest event time of any chain fact
@@ -112,24 +114,29 @@ class FleetWatch:
         for fact in facts:
             alerts += apply_fact(fact, rules, self.outages, self.agents, self.chains)
         if root is not None:
+            alerts += self._swept(ts)
             blocks = self.blocks
-            blocks.note(root, ts)
             for alert in alerts:
                 blocks.add(alert)
-            self._swept(ts)
+            alerts = [alert for alert in alerts if alert.kind != chains.ACTIVE_KIND]
         self.alerts += alerts
         return alerts
 
-    def _swept(self, ts: int) -> None:
+    def _swept(self, ts: int) -> list[FleetAlert]:
         """Every :data:`CHAIN_SWEEP_EVERY` chain events, forget the chains expired by the latest
-        event time seen (their next fact would start them afresh anyway)."""
+        event time seen (their next fact would start them afresh anyway); the ``chain_expired``
+        alerts of those that had alerts."""
         self._chain_top = max(self._chain_top, ts)
         self._chain_facts += 1
         if self._chain_facts % CHAIN_SWEEP_EVERY:
-            return
+            return []
         rule, top = self.rules.delegation, self._chain_top
+        closed: list[FleetAlert] = []
         for root in [r for r, chain in self.chains.items() if chains.expired(chain, top, rule)]:
-            del self.chains[root]
+            alert = chains.expiry_alert(self.chains.pop(root), rule)
+            if alert is not None:
+                closed.append(alert)
+        return closed
 
     def open_outages(self) -> dict[str, tool_outage.OpenOutage]:
         """Tool → its open outage."""

@@ -75,6 +75,9 @@ def run_worker(args: Any) -> int:
     configure_logging(settings.log_format, settings.log_level)
     config = load_config(args.config)
     worker = build_worker(settings, config)
+    from loopwatch.streams.kafka import gc_policy
+
+    gc_policy.install(worker.app, settings.gc_full_interval_s)  # full collections on a clock
     worker_class = _faust_worker_class()
     worker_class(worker.app, loglevel=settings.log_level.upper(), quiet=True).execute_from_commandline()
     return 0

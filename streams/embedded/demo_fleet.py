@@ -293,7 +293,7 @@ def support_rereads(rnd: random.Random) -> list[Step]:
 def subagent_storm(rnd: random.Random) -> list[Step]:
     """One subagent of an orchestrator that keeps starting more: it reads the same spec as
     every other subagent did, then does a small job of its own (each run looks healthy)."""
-    spec = Step("read", {"path": "docs/SPEC.md"}, _text("SPEC v3: the importer accepts CSV and JSON."))
+    spec = Step("read", {"path": "spec/importer.md"}, _text("SPEC v3: the importer accepts CSV and JSON."))
     job = [
         Step("grep", {"pattern": f"TODO-{rnd.randint(0, 10**6)}", "path": "src"}, _text("src/importer.py:12"))
         for _ in range(rnd.randint(2, 4))

@@ -19,6 +19,7 @@ from typing import Any, Final
 import msgspec
 
 from loopwatch.detectors.fleet.alerts import FleetAlert
+from loopwatch.detectors.fleet.chain_repeat import args_h12
 
 __all__ = ["CHAIN_KINDS", "AlertBoard", "chain_alert_dict", "chain_root"]
 
@@ -27,6 +28,7 @@ CHAINS_KEPT: Final = 1_000
 #: The alert kinds about a delegation chain (spec F6b, F6c).
 CHAIN_KINDS: Final = frozenset({"chain_runaway", "chain_repeat"})
 _CHAIN_PREFIX: Final = "chain:"
+_BOOKKEEPING: Final = frozenset({"chain_active", "chain_expired"})
 
 
 def chain_root(alert: FleetAlert) -> str | None:
@@ -41,6 +43,9 @@ def chain_root(alert: FleetAlert) -> str | None:
     if kind == "chain_runaway":
         return rest
     tool = alert.tool or ""
+    if alert.args_hash is not None:  # the subject ends with the tool and the args hash's h12
+        suffix = f":{tool}:{args_h12(tool, alert.args_hash)}"
+        return rest[: -len(suffix)] if rest.endswith(suffix) and len(rest) > len(suffix) else None
     end = rest.rfind(f":{tool}:") if tool else -1
     if end < 0:
         parts = rest.rsplit(":", 2)
@@ -60,7 +65,10 @@ class AlertBoard:
         self._ids: OrderedDict[str, None] = OrderedDict()
 
     def add(self, alert: FleetAlert) -> bool:
-        """Take an alert; ``False`` if it was known already."""
+        """Take an alert; ``False`` if it was known already (or bookkeeping: ``chain_active``,
+        ``chain_expired``, which the chain blocks read)."""
+        if alert.kind in _BOOKKEEPING:
+            return False
         if alert.alert_id in self._ids:
             return False
         self._ids[alert.alert_id] = None

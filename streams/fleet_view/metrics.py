@@ -53,6 +53,7 @@ class WorkerMetrics:
         self.reseeks = 0  # fetches that started past the last applied record: sought back
         self.gaps = 0  # input offsets the broker no longer had (accepted after a re-seek)
         self.fleet_fact_records = 0  # records of the fleet facts topic applied
+        self.fleet_states_unstorable = 0  # fleet subject states too large to store (started afresh)
         self.verdicts: Counter[tuple[str, str, str]] = Counter()
         self.spend_usd: dict[str, float] = {}  # agent -> USD
         self.tokens: Counter[tuple[str, str]] = Counter()  # (agent, "input" | "output") -> tokens
@@ -148,6 +149,11 @@ class _Snapshot(Collector):
             "loopwatch_fleet_fact_records",
             "Records of the fleet facts topic applied to the fleet rules.",
             m.fleet_fact_records,
+        )
+        yield _counter(
+            "loopwatch_fleet_states_unstorable",
+            "Fleet rule states (a tool, agent or chain) that could not be stored: started afresh.",
+            m.fleet_states_unstorable,
         )
         verdicts = CounterMetricFamily(
             "loopwatch_verdicts", "Verdicts and aborts published.", labels=["level", "detector", "action"]

@@ -11,7 +11,8 @@ It also answers F1's fail-fast question for a call, from the alerts this worker 
 date with the failures this worker's runs meet. With ``delegation`` on, the facts of a run's
 calls and results also go to its chain (``chain:{root}``, the root from the run's state), and
 F6's chain blocks are answered from the chain alerts the worker follows (:attr:`FactSender.chains`),
-kept alive by the events of its own runs of those chains.
+and the chain's ``chain_active`` / ``chain_expired`` records its owner publishes (so they end
+as the embedded runtime's do, whichever runs' events this worker saw).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class FactSender(FleetHooks):
         self.chains = ChainBlocks()
         self._rules: tuple[object, FleetRules] = (object(), fleet_rules(None))
         self._waiters: list[Callable[[], None]] = []
+        #: the input partition and offset of the record being applied (set by the run processor):
+        #: a chain result's fact names it, so that a redelivered one counts once (F6c)
+        self.source = (-1, -1)
 
     def rules(self, config: FleetConfig) -> FleetRules:
         if self._rules[0] is not config.global_rules:
@@ -67,6 +71,7 @@ class FactSender(FleetHooks):
         self.batch.outage_bucket_ms = rules.tool_outage.bucket_s * 1000
         self.batch.loop_bucket_ms = rules.systemic_loop.bucket_s * 1000
         self.batch.chain_ttl_ms = rules.delegation.chain_ttl_s * 1000
+        self.chains.ttl_ms = self.batch.chain_ttl_ms
 
     def fail_fast(self, scope: str, event: ToolCall, ts: int, config: FleetConfig) -> Verdict | None:
         """F1's block of a call to a tool under an open outage, when ``toolOutage.block`` is on."""
@@ -143,10 +148,12 @@ class FactSender(FleetHooks):
         result_hash = prepared.result_hash
         if type(event) is ToolResult and result_hash is not None:
             args = prepared.args_hash
+            partition, offset = self.source
             batch.chain_result(
-                ChainResultFact(root, scope, event.event_id, event.tool, args, result_hash, ts)
+                ChainResultFact(
+                    root, scope, event.event_id, event.tool, args, result_hash, ts, partition, offset
+                )
             )
-        self.chains.note(root, ts)
 
     def wait(self, waiter: Callable[[], None]) -> None:
         """Call ``waiter`` once the facts of this batch are confirmed."""

@@ -16,10 +16,19 @@ one steps the rule; at the end of the batch each changed subject is written once
 table and its changelog, and only then does the cursor move on. A worker killed mid-outage
 therefore neither loses the open outage (it is in the recovered state) nor opens it again.
 
+A subject's state that cannot be stored (encoded larger than :data:`MAX_VALUE_BYTES`, or
+refused by the producer as too large) is logged, counted (:attr:`FleetProcessor.unstorable`,
+``loopwatch_fleet_states_unstorable_total``) and stored without its alerts awaiting
+confirmation (sent already: only their re-publication after a crash is lost), or, if that is
+still too large, replaced by a fresh one (its offset kept): the subject starts afresh, and the
+worker goes on deciding. The rules' states are bounded far below it (a delegation chain's, the
+largest, stays under 64 KB).
+
 Delegation chains come and go (one subject per root): :meth:`FleetProcessor.drop_expired_chains`
 deletes, from the table and its changelog, the chains whose last event is ``chainTtlS`` older
 than the newest fact this worker applied on their partition (a later fact of such a chain
-would have started it afresh anyway).
+would have started it afresh anyway); a dropped chain that had alerts gets its ``chain_expired``
+alert, which ends its blocks on every worker.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from typing import Any, Final
 
 import msgspec
 import structlog
+from aiokafka.errors import MessageSizeTooLargeError
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.fleet_rules import FleetRules, fleet_rules
@@ -43,6 +53,8 @@ from loopwatch.streams.kafka.input_cursors import InputCursors, apply_admitted
 __all__ = ["FleetProcessor", "SubjectState"]
 
 NO_OFFSET: Final = -1
+#: The largest table value written (faust's producer refuses requests over 1,000,000 bytes).
+MAX_VALUE_BYTES: Final = 900_000
 _log = structlog.get_logger("loopwatch.worker")
 
 Send = Callable[[str, bytes | None, bytes | None, int | None], Awaitable["asyncio.Future[Any]"]]
@@ -61,6 +73,7 @@ class SubjectState(msgspec.Struct, array_like=True):
 
 _ENCODER: Final = msgspec.msgpack.Encoder()
 _DECODER: Final[Any] = msgspec.msgpack.Decoder(SubjectState)
+_FRESH_BYTES: Final = 64  # an empty state with the largest offset
 
 
 class FleetProcessor:
@@ -87,6 +100,7 @@ class FleetProcessor:
         self._dirty: dict[bytes, tuple[int, SubjectState]] = {}
         self._rules: tuple[object, FleetRules] = (object(), fleet_rules(None))
         self.applied = 0  # fact records applied
+        self.unstorable = 0  # subject states too large to store (their outbox dropped, or afresh)
         self._newest: dict[int, int] = {}  # facts partition -> the newest event time of its facts
 
     async def process(self, fetched: dict[Any, list[Any]]) -> None:
@@ -173,7 +187,10 @@ class FleetProcessor:
             encoded = [encode_alert(alert) for alert in alerts]
             state.outbox.extend(encoded)
             for alert in alerts:
-                _log.warning("fleet alert", alert_id=alert.alert_id, kind=alert.kind, message=alert.message)
+                if alert.kind != chains.ACTIVE_KIND:  # bookkeeping for the blocks, no alert
+                    _log.warning(
+                        "fleet alert", alert_id=alert.alert_id, kind=alert.kind, message=alert.message
+                    )
                 if self.on_alert is not None:
                     self.on_alert(alert)
             await self._publish(key, state, encoded)
@@ -211,13 +228,70 @@ class FleetProcessor:
             self._states.pop(key, None)
             self._dirty.pop(key, None)
             await self._send(self._changelog, key, None, partition)
+            for chain in state.chains.values():
+                closed = chains.expiry_alert(chain, rule)
+                if closed is not None:
+                    await self._send(self._alerts, f"chain:{chain.root}".encode(), encode_alert(closed), None)
+                    if self.on_alert is not None:
+                        self.on_alert(closed)
             dropped += 1
         return dropped
 
     async def _write_dirty(self) -> None:
         for key, (partition, state) in self._dirty.items():
-            blob = _ENCODER.encode(state)
+            counted = self.unstorable
+            blob, stored = self._stored(key, state, MAX_VALUE_BYTES)
+            while True:
+                try:
+                    await self._send(self._changelog, key, blob, partition)
+                    break
+                except MessageSizeTooLargeError as exc:  # the broker's limit is lower than ours
+                    if len(blob) <= _FRESH_BYTES:
+                        raise  # not even an empty state: the broker is misconfigured
+                    first = self.unstorable == counted
+                    blob, stored = self._stored(key, stored, len(blob) - 1, exc, first)
+            state = stored
             self.data[key] = blob
             self._states[key] = (blob, state, partition)
-            await self._send(self._changelog, key, blob, partition)
         self._dirty.clear()
+
+    def _stored(
+        self,
+        key: bytes,
+        state: SubjectState,
+        limit: int,
+        refused: Exception | None = None,
+        first: bool = True,
+    ) -> tuple[bytes, SubjectState]:
+        """The subject's state as stored within ``limit`` bytes, and the state it stands for: first
+        without its alerts awaiting confirmation (sent already: only their re-publication after a
+        crash is lost), else a fresh one (the subject starts afresh, its offset kept)."""
+        subject = key.decode("utf-8", "replace")
+        try:
+            blob = _ENCODER.encode(state)
+        except (OverflowError, UnicodeEncodeError, ValueError, TypeError) as exc:
+            refused, blob = exc, b""
+        else:
+            if len(blob) <= limit:
+                return blob, state
+        if refused is None:
+            refused = ValueError(f"{len(blob)} bytes exceed {limit}")
+        if first:  # counted once per write
+            self.unstorable += 1
+        if state.outbox and blob:
+            state.outbox.clear()
+            blob = _ENCODER.encode(state)
+            if len(blob) <= limit:
+                _log.error(
+                    "fleet state too large: its unconfirmed alerts are not stored",
+                    subject=subject,
+                    error=f"{type(refused).__name__}: {refused}",
+                )
+                return blob, state
+        _log.error(
+            "fleet state cannot be stored: the subject starts afresh",
+            subject=subject,
+            error=f"{type(refused).__name__}: {refused}",
+        )
+        fresh = SubjectState(offset=state.offset)
+        return _ENCODER.encode(fresh), fresh

@@ -314,6 +314,7 @@ class RunProcessor:
         self._answer = (event.event_id, [])
         self._answer_key = key
         run = self._load(key, record.partition)
+        self.facts.source = (record.partition, record.offset)
         refused = admit(run, event, record.offset)
         if refused == "late":
             self.metrics.ended_run_events += 1  # redelivered or republished

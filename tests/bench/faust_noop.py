@@ -26,7 +26,7 @@ def main() -> None:
         web_enabled=False,
         topic_disable_leader=True,
         producer_acks=-1,
-        producer_linger=0.005,  # as the passthrough and the worker
+        producer_linger=0.0,  # as the passthrough and the worker
     )
     raw: dict[str, Any] = {
         "key_type": bytes,

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 import aiohttp
 
 RUNS = 500
+#: The broker of the Kafka phase: ``make`` exports the local test broker's address (docker/services.sh).
+BOOTSTRAP = os.environ.get("LOOPWATCH_TEST_KAFKA", "127.0.0.1:19092")
 
 
 def _call(n: int) -> tuple[dict[str, object], dict[str, object]]:
@@ -56,14 +60,18 @@ def _call(n: int) -> tuple[dict[str, object], dict[str, object]]:
 
 TIMED_OUT = [0]
 PACED_ROUNDS = 3
+#: call number -> when its /v1/decide was sent and answered (wall clock, for the Kafka stages)
+STAMPS: dict[int, tuple[float, float]] = {}
 
 
 async def _one(session: aiohttp.ClientSession, url: str, n: int) -> float:
     call, result = _call(n)
+    wall = time.time()
     started = time.perf_counter()
     async with session.post(url + "/v1/decide", json=call) as answer:
         body = await answer.json()
     spent = time.perf_counter() - started
+    STAMPS[n] = (wall, wall + spent)
     TIMED_OUT[0] += bool(body.get("timed_out"))
     if body["decision"] in ("allow", "warn"):
         async with session.post(url + "/v1/events", json=result) as answer:
@@ -103,9 +111,13 @@ def _ms(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] * 1000
 
 
-def _gateway(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+def _gateway(
+    args: list[str], env: dict[str, str] | None = None, trace_to: str | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """A gateway process and its URL; ``trace_to``: under :mod:`tests.bench.worker_trace` (its GC pauses)."""
+    probe = ["tests.bench.worker_trace", trace_to] if trace_to else ["loopwatch"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "loopwatch", "gateway", "--listen", "127.0.0.1:0", *args],
+        [sys.executable, "-m", *probe, "gateway", "--listen", "127.0.0.1:0", *args],
         stderr=subprocess.PIPE,
         text=True,
         env=env,
@@ -201,34 +213,134 @@ def measure_scraped(url: str) -> None:
     )
 
 
-def main() -> int:
-    proc, url = _gateway([])
+LOG_APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
+
+
+async def _create_stamped_topics(names: Any) -> None:
+    """The input and replies topics with the broker's append time on every record."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    await admin.start()
     try:
-        measure("embedded", url, 10_000, "5 ms")
-        measure_scraped(url)
+        await admin.create_topics(
+            [NewTopic(topic, 4, 1, topic_configs=LOG_APPEND_TIME) for topic in (names.events, names.replies)]
+        )
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(20)
+        await admin.close()
+
+
+async def _read_all(topic: str) -> list[Any]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in range(4)]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        records: list[Any] = []
+        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
+            for batch in (await consumer.getmany(timeout_ms=1000)).values():
+                records.extend(batch)
+        return records
+    finally:
+        await consumer.stop()
+
+
+def kafka_stages(names: Any, first: int) -> None:
+    """Each paced decision (call numbers from ``first``) split at the broker's append times:
+    gateway in (request to the call's append on the input topic: HTTP, decode, produce with
+    acks=all), worker (that append to the reply's append: fetch, apply, reply produce) and
+    answer (the reply's append to the client's answer: the gateway's reply consumer, HTTP).
+    Medians over all, means over the slowest 1 %; append times are whole milliseconds."""
+    events, replies = asyncio.run(_read_all(names.events)), asyncio.run(_read_all(names.replies))
+    call_ids: dict[str, tuple[int, int]] = {}  # event id -> (call number, appended ms)
+    for record in events:
+        event = json.loads(record.value)
+        if event.get("type") == "tool_call" and str(event.get("tool_call_id", "")).startswith("c"):
+            call_ids[event["event_id"]] = (int(event["tool_call_id"][1:]), record.timestamp)
+    rows = []
+    for record in replies:
+        found = call_ids.get((record.key or b"").decode())
+        if found is None or found[0] < first or found[0] not in STAMPS:
+            continue
+        sent, answered = STAMPS[found[0]]
+        appended, replied = found[1] / 1000, record.timestamp / 1000
+        rows.append((answered - sent, (appended - sent, replied - appended, answered - replied)))
+    if not rows:
+        print("    stages: no paced decision found on the topics", flush=True)
+        return
+    rows.sort()
+    tail = rows[int(0.99 * (len(rows) - 1)) :]
+    labels = ("gateway in", "worker", "answer", "total")
+    for label, chosen, pick in (
+        ("median", rows, statistics.median),
+        ("slowest 1 %", tail, statistics.fmean),
+    ):
+        figures = [pick(row[1][i] * 1000 for row in chosen) for i in range(3)]
+        figures.append(pick(row[0] * 1000 for row in chosen))
+        print(
+            f"    stages (ms), {label}, of {len(chosen):,} decisions: "
+            + ", ".join(f"{name} {value:.1f}" for name, value in zip(labels, figures, strict=True)),
+            flush=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", choices=("embedded", "kafka"), help="measure one backend only")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="Kafka: worker and gateway with GC probes (tests.bench.worker_trace)",
+    )
+    args = parser.parse_args(argv)
+    if args.only != "kafka":
+        proc, url = _gateway([])
+        try:
+            measure("embedded", url, 10_000, "5 ms")
+            measure_scraped(url)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(20)
+    if args.only == "embedded":
+        return 0
     import tempfile
     from pathlib import Path
 
+    from tests.bench.stream_bench import TracedWorker, _gc_summary
     from tests.integration.harness import Names, WorkerProcess
 
-    bootstrap = "127.0.0.1:19092"
+    bootstrap = BOOTSTRAP
     names = Names()
+    asyncio.run(_create_stamped_topics(names))
     with tempfile.TemporaryDirectory() as tmp:
         env = names.env(bootstrap, LOOPWATCH_WEB_PORT="16960", LOOPWATCH_DATA_DIR=f"{tmp}/worker")
-        worker = WorkerProcess(env, Path(tmp) / "worker.log")
+        traces = {"worker": Path(tmp) / "worker-trace.json", "gateway": Path(tmp) / "gateway-trace.json"}
+        log = Path(tmp) / "worker.log"
+        worker = TracedWorker(env, log, traces["worker"]) if args.trace else WorkerProcess(env, log)
         try:
             worker.wait_ready()
-            proc, url = _gateway(["--kafka", bootstrap], names.env(bootstrap))
+            gateway_trace = str(traces["gateway"]) if args.trace else None
+            proc, url = _gateway(["--kafka", bootstrap], names.env(bootstrap), gateway_trace)
             try:
-                measure("Kafka, 1 worker", url, 3_000, "60 ms")
+                measure("Kafka, 1 worker", url, 3_000, "30 ms")
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(20)
         finally:
             worker.stop()
+        for name, path in traces.items():
+            if args.trace and path.exists():
+                pauses = [(c[0], c[1], c[2]) for c in json.loads(path.read_text())["gc"]]
+                print(f"    GC pauses in the {name} process: {_gc_summary(pauses)}", flush=True)
+    kafka_stages(names, 100_000)
     return 0
 
 

@@ -34,6 +34,7 @@ from loopwatch.detectors.fleet.alerts import FleetAlert, encode_alert
 from loopwatch.detectors.fleet.chains import chain_key
 from loopwatch.detectors.fleet.watch import FleetWatch, WatchHooks
 from loopwatch.detectors.hashing import digester_for
+from loopwatch.streams.fleet_view.alert_board import CHAIN_KINDS as CHAIN_ALERTS
 from tests.chain_fleet import chain_phases, with_delegation
 from tests.chaos.scenarios import Context, _read_all
 from tests.integration.harness import WorkerProcess
@@ -116,7 +117,7 @@ async def chain_across_workers(ctx: Context) -> None:
     )
     expected, alerts = in_process(events, config_text)
     ctx.expected = expected  # the in-process core with its fleet watch: the chain's blocks too
-    want = {a.alert_id: json.loads(encode_alert(a)) for a in alerts if a.kind.startswith("chain_")}
+    want = {a.alert_id: json.loads(encode_alert(a)) for a in alerts if a.kind in CHAIN_ALERTS}
     if sorted(a["kind"] for a in want.values()) != ["chain_repeat", "chain_repeat", "chain_runaway"]:
         raise AssertionError(f"the chain's in-process alerts are not the three of phase B: {sorted(want)}")
 
@@ -139,7 +140,7 @@ async def chain_across_workers(ctx: Context) -> None:
     await ctx.wait_processed()
 
     got = _alerts_by_id(await _read_all(ctx.bootstrap, ctx.names.alerts))
-    chain_got = {alert_id: alert for alert_id, alert in got.items() if alert["kind"].startswith("chain_")}
+    chain_got = {alert_id: alert for alert_id, alert in got.items() if alert["kind"] in CHAIN_ALERTS}
     if chain_got != want:
         missing, extra = sorted(set(want) - set(chain_got)), sorted(set(chain_got) - set(want))
         changed = sorted(i for i in set(want) & set(chain_got) if want[i] != chain_got[i])

@@ -120,14 +120,18 @@ RULE = Delegation(
 RULES = FleetRules(delegation=RULE)
 
 
+STEPS = [0, 0, 1_000, 4_000, 11_000]
+LATE_STEPS = [*STEPS, -1_000, -6_000, -12_000, 24_000]  # facts from other partitions arrive late
+
+
 @st.composite
-def chain_facts(draw: Any) -> list[tuple[ChainRunFact, ChainResultFact | None]]:
-    """Per event, in time order: its run fact and, for a result, its result fact (some twice)."""
+def chain_facts(draw: Any, steps: list[int] = STEPS) -> list[tuple[ChainRunFact, ChainResultFact | None]]:
+    """Per event, in arrival order: its run fact and, for a result, its result fact (some twice)."""
     count = draw(st.integers(1, 120))
     ts = T0
     out: list[tuple[ChainRunFact, ChainResultFact | None]] = []
     for n in range(count):
-        ts += draw(st.sampled_from([0, 0, 1_000, 4_000, 11_000]))
+        ts += draw(st.sampled_from(steps))
         root = draw(st.sampled_from(ROOTS))
         run = f"{root}/r{draw(st.integers(0, 5))}"
         agent = f"ag{draw(st.integers(0, 2))}"
@@ -168,17 +172,34 @@ def batched(events: list[tuple[ChainRunFact, ChainResultFact | None]], cuts: lis
 
 
 def by_chain(alerts: list[FleetAlert]) -> dict[str, list[FleetAlert]]:
-    """Alerts per chain, by id (a chain's runaway and repeat alerts do not depend on each other)."""
+    """Alerts per chain, by id (a chain's runaway and repeat alerts do not depend on each other);
+    of its ``chain_active`` records, how many depends on the batching, the latest does not."""
     grouped: dict[str, list[FleetAlert]] = {}
+    latest: dict[str, FleetAlert] = {}
     for alert in alerts:
+        if alert.kind == "chain_active":
+            known = latest.get(alert.subject)
+            if known is None or alert.ts >= known.ts:
+                latest[alert.subject] = alert
+            continue
         root = alert.subject.split(":")[1]
         grouped.setdefault(root, []).append(alert)
+    for alert in latest.values():
+        grouped.setdefault(alert.subject.split(":")[1], []).append(alert)
     return {root: sorted(found, key=lambda a: a.alert_id) for root, found in grouped.items()}
 
 
 @settings(max_examples=400)
 @given(chain_facts(), st.lists(st.integers(0, 200), max_size=6))
 def test_compacted_chain_facts_give_the_alerts_of_every_fact(
+    events: list[tuple[ChainRunFact, ChainResultFact | None]], cuts: list[int]
+) -> None:
+    assert by_chain(batched(events, cuts)) == by_chain(one_by_one(events))
+
+
+@settings(max_examples=400)
+@given(chain_facts(LATE_STEPS), st.lists(st.integers(0, 200), max_size=6))
+def test_facts_out_of_time_order_give_the_same_alerts_however_they_are_batched(
     events: list[tuple[ChainRunFact, ChainResultFact | None]], cuts: list[int]
 ) -> None:
     assert by_chain(batched(events, cuts)) == by_chain(one_by_one(events))

@@ -212,11 +212,12 @@ def test_repeat_warns_at_the_warning_threshold_and_again_at_the_critical() -> No
     h12 = args_hash.removeprefix("read:")[:12]
     subject = f"chain:root-1:read:{h12}"
     assert [(a.kind, a.alert_id, a.count, a.runs) for a in alerts] == [
-        ("chain_repeat", f"chain_repeat:{subject}:5", 5, 3),
-        ("chain_repeat", f"chain_repeat:{subject}:8", 8, 3),
+        ("chain_repeat", f"chain_repeat:chain:root-1:{args_hash}:5", 5, 3),
+        ("chain_repeat", f"chain_repeat:chain:root-1:{args_hash}:8", 8, 3),
     ]
     warning = alerts[0]
     assert warning.subject == subject
+    assert warning.args_hash == args_hash
     assert warning.tool == "read"
     assert warning.sample_run_ids == ["root-1", "root-1/a", "root-1/b"]
     assert warning.since_ts == T0 + 10
