@@ -76,7 +76,7 @@ bench-stream: $(BUILT)  ## worker throughput and latency on the local broker (vs
 	$(BIN)/python -m tests.bench.stream_bench; status=$$?; docker/services.sh down; exit $$status
 
 SCALE_ARGS ?=
-bench-scale: $(BUILT)  ## memory per run, failover time, CPU per event at 10k-1M runs (docs/capacity.md; SCALE_ARGS=...)
+bench-scale: $(BUILT)  ## memory per run, failover time, CPU per event at 10k-1M runs (SCALE_ARGS=..., see tests/bench/scale_bench.py)
 	docker/services.sh up
 	$(BIN)/python -m tests.bench.scale_bench $(SCALE_ARGS); status=$$?; docker/services.sh down; exit $$status
 

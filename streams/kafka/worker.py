@@ -467,7 +467,7 @@ class LoopwatchWorker:
         partitions: dict[bytes, int] = {}
         # A key's partition (murmur2, ~3 µs) is computed only for a run that is due, or seen
         # here for the first time, and before anything is done to it: a scan of 1M runs took
-        # 3.4 s with it computed for every key first, 0.4 s this way (docs/capacity.md).
+        # 3.4 s with it computed for every key first, 0.4 s this way (tests/bench/scale_bench.py).
         for key, blob in list(self.runs_data.items()):
             if not blob:
                 continue
