@@ -33,6 +33,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -314,16 +315,18 @@ async def produce(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes
 # -- loads ------------------------------------------------------------------------------------
 
 
-def synthesised(tag: str, runs: int, agents: int) -> Iterator[tuple[int, bytes, bytes]]:
-    """``runs`` runs of one call and its result each (keys: run ids), made as they are sent."""
+def synthesised(tag: str, runs: int, agents: int, calls: int = 1) -> Iterator[tuple[int, bytes, bytes]]:
+    """``runs`` runs of ``calls`` calls (different files) and their results each, run after run
+    (keys: run ids), made as they are sent."""
     prefix = tag.encode()
     for n in range(runs):
         run = b"%s-%07d" % (prefix, n)
         agent = n % agents
-        path = b"file_%d.py" % n
         partition = partition_for(run)
-        yield partition, run, CALL % (run, 0, run, agent, path, run, 0)
-        yield partition, run, RESULT % (run, 0, run, agent, path, run, 0, b"%d lines" % (n % 977))
+        for i in range(calls):
+            path = b"file_%d.py" % n if calls == 1 else b"file_%d_%d.py" % (n, i)
+            yield partition, run, CALL % (run, i, run, agent, path, run, i)
+            yield partition, run, RESULT % (run, i, run, agent, path, run, i, b"%d lines" % ((n + i) % 977))
 
 
 @dataclass(frozen=True)
@@ -401,14 +404,16 @@ def _mem_gib() -> float:
     return 0.0
 
 
-def load_runs(fleet: Fleet, runs: int, agents: int, extra: Iterable[tuple[int, bytes, bytes]] = ()) -> float:
+def load_runs(
+    fleet: Fleet, runs: int, agents: int, calls: int = 1, extra: Iterable[tuple[int, bytes, bytes]] = ()
+) -> float:
     """Produce ``runs`` synthesised runs (and ``extra``) and wait until the group committed
     them all; seconds from the first record sent."""
     started = time.perf_counter()
 
     def records() -> Iterator[tuple[int, bytes, bytes]]:
         yield from extra
-        yield from synthesised(fleet.names.app_id, runs, agents)
+        yield from synthesised(fleet.names.app_id, runs, agents, calls)
 
     asyncio.run(produce(fleet.bootstrap, fleet.names.events, records()))
     asyncio.run(
@@ -416,7 +421,7 @@ def load_runs(fleet: Fleet, runs: int, agents: int, extra: Iterable[tuple[int, b
             fleet.bootstrap,
             fleet.names.app_id,
             [fleet.names.events, fleet.names.facts],
-            timeout=max(600.0, runs / 200),
+            timeout=max(600.0, runs * calls / 100),
         )
     )
     return time.perf_counter() - started
@@ -443,7 +448,7 @@ def measure_memory(args: argparse.Namespace, results: Results, tmp: str, runs: i
         pid = worker.proc.pid
         quiet([pid])
         idle = rss_mib(pid)
-        took = load_runs(fleet, runs, args.agents)
+        took = load_runs(fleet, runs, args.agents, args.calls)
         settled = quiet([pid])
         loaded = rss_mib(pid)
         scrapes = [metrics(fleet, worker) for _ in range(3)]
@@ -457,6 +462,8 @@ def measure_memory(args: argparse.Namespace, results: Results, tmp: str, runs: i
         row = {
             "store": store,
             "runs": runs,
+            "calls_per_run": args.calls,
+            "agents": args.agents,
             "load_s": round(took, 1),
             "quiet_after_s": round(settled, 1),
             "rss_idle_mib": round(idle, 1),
@@ -551,7 +558,7 @@ def measure_failover(args: argparse.Namespace, results: Results, tmp: str, runs:
         quiet(pids)
         idle = [rss_mib(pid) for pid in pids]
         probe = probes(fleet.names.app_id)
-        took = load_runs(fleet, runs, args.agents, probe.history)
+        took = load_runs(fleet, runs, args.agents, args.calls, probe.history)
         settled = quiet(pids)
         loaded = [rss_mib(pid) for pid in pids]
         active = [int(metrics(fleet, w)[0].get("loopwatch_active_runs", 0)) for w in fleet.workers]
@@ -562,6 +569,8 @@ def measure_failover(args: argparse.Namespace, results: Results, tmp: str, runs:
         row = {
             "store": store,
             "runs": runs,
+            "calls_per_run": args.calls,
+            "agents": args.agents,
             "session_timeout_s": args.session_timeout,
             "load_s": round(took, 1),
             "quiet_after_s": round(settled, 1),
@@ -582,6 +591,10 @@ def measure_failover(args: argparse.Namespace, results: Results, tmp: str, runs:
         )
     finally:
         fleet.stop()
+        keep = args.out.parent / "scale-logs"  # the survivor's view of the failover, for reading
+        keep.mkdir(parents=True, exist_ok=True)
+        for worker in fleet.workers:
+            shutil.copy(worker.log, keep / worker.log.name)
         asyncio.run(delete_topics(args.kafka, fleet.names.app_id))
 
 
@@ -675,6 +688,10 @@ def main(argv: list[str] | None = None) -> int:
         help="LOOPWATCH_KAFKA_SESSION_TIMEOUT_S of the failover part (default 6: a stock broker's "
         "group.min.session.timeout.ms refuses less)",
     )
+    parser.add_argument(
+        "--calls", type=int, default=1, help="calls (each with its result) per synthesised run"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of the memory and failover parts")
     parser.add_argument("--cpu-runs", type=int, default=1000, help="runs of 50 calls in the CPU load")
     parser.add_argument("--cpu-workers", default="1,2,4")
     parser.add_argument("--cpu-fleet-view", default="on,off", help="fleet view on, off, or both")
@@ -700,12 +717,13 @@ def main(argv: list[str] | None = None) -> int:
                 for count in (int(n) for n in _list(args.cpu_workers)):
                     measure_cpu(args, results, tmp, load, count, view)
         for runs in sorted(sizes):
-            if "memory" in parts:
-                for store in (s for s in stores if s != "rocksdb+standby"):
-                    measure_memory(args, results, tmp, runs, store)
-            if "failover" in parts:
-                for store in stores:
-                    measure_failover(args, results, tmp, runs, store)
+            for _ in range(args.repeat):
+                if "memory" in parts:
+                    for store in (s for s in stores if s != "rocksdb+standby"):
+                        measure_memory(args, results, tmp, runs, store)
+                if "failover" in parts:
+                    for store in stores:
+                        measure_failover(args, results, tmp, runs, store)
     print(f"results: {args.out}", flush=True)
     return 0
 

@@ -305,6 +305,7 @@ class Paced(NamedTuple):
     appended: dict[str, int]
     arrived: dict[str, tuple[float, int]]
     bench_gc: list[tuple[float, float, int]]  # this process's collections: (start, s, generation)
+    expected: int  # verdict triggers the in-process core gives for the same events
 
     def latencies(self) -> list[float]:
         """Event-to-verdict latencies (ms), from the event's send to its verdict's arrival."""
@@ -405,7 +406,7 @@ async def paced_latency(
         gc.unfreeze()
         collector.cancel()
         await asyncio.gather(consumer.stop(), producer.stop(), return_exceptions=True)
-    return Paced(due, sent, appended, arrived, collections)
+    return Paced(due, sent, appended, arrived, collections, len(want))
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -470,20 +471,27 @@ def _gc_summary(collections: list[tuple[float, float, int]]) -> str:
         return "none"
     by_gen = [sorted(s * 1000 for _, s, g in collections if g == gen) for gen in range(3)]
     return ", ".join(
-        f"gen{gen} {len(spent)}× (max {max(spent):.1f} ms)" for gen, spent in enumerate(by_gen) if spent
+        f"gen{gen} {len(spent)}× (max {max(spent):.1f} ms, total {sum(spent):.0f} ms)"
+        for gen, spent in enumerate(by_gen)
+        if spent
     )
 
 
 def latency_round(
     records: list[tuple[bytes, bytes, str]], rate: float, tmp: str, port: int, trace: bool
 ) -> dict[str, Any]:
-    """One paced round on a fresh worker and fresh topics; its figures (and stages)."""
+    """One paced round on a fresh worker and fresh topics; its figures (and stages), the load
+    average before it started, and the CPU the worker and this process used (share of one core)."""
+    load_before = os.getloadavg()[0]
     names = Names()
     asyncio.run(create_topics([names.events, names.verdicts], configs=LOG_APPEND_TIME))
     trace_file = Path(tmp) / f"{names.app_id}-trace.json"
     workers = start_workers(names, 1, tmp, port, trace_to=trace_file if trace else None)
     try:
+        wall, own, worker_cpu = time.monotonic(), time.process_time(), _cpu_seconds(workers[0].proc.pid)
         paced = asyncio.run(paced_latency(names, records, rate))
+        wall = time.monotonic() - wall
+        own, worker_cpu = time.process_time() - own, _cpu_seconds(workers[0].proc.pid) - worker_cpu
     finally:
         workers[0].stop()
     traced = json.loads(trace_file.read_text()) if trace and trace_file.exists() else None
@@ -492,6 +500,7 @@ def latency_round(
     return {
         "events": len(paced.sent),
         "verdicts": len(latencies),
+        "missing_verdicts": paced.expected - len(paced.arrived),
         "p50_ms": statistics.median(latencies),
         "p99_ms": _pct(latencies, 0.99),
         "max_ms": latencies[-1],
@@ -501,16 +510,32 @@ def latency_round(
         "bench_gc": _gc_summary(paced.bench_gc),
         "worker_gc": _gc_summary([(c[0], c[1], c[2]) for c in traced["gc"]]) if traced else None,
         "worker_tracked": traced["tracked"] if traced else None,
+        "load_average_before": load_before,
         "load_average": os.getloadavg()[0],
+        "worker_cpu": worker_cpu / wall,
+        "bench_cpu": own / wall,
     }
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def print_round(k: int, result: dict[str, Any]) -> None:
+    missing = result["missing_verdicts"]
     print(
         f"    round {k}: p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, "
-        f"max {result['max_ms']:.0f} ms ({result['verdicts']:,} verdicts of {result['events']:,} events); "
+        f"max {result['max_ms']:.0f} ms ({result['verdicts']:,} verdicts of {result['events']:,} events"
+        f"{f', {missing:,} MISSING' if missing else ''}); "
         f"generator behind: p99 {result['generator_behind_p99_ms']:.1f} ms, at most "
-        f"{result['generator_behind_ms']:.0f} ms; load average {result['load_average']:.2f}",
+        f"{result['generator_behind_ms']:.0f} ms; load average {result['load_average_before']:.2f} before, "
+        f"{result['load_average']:.2f} after; CPU: worker {result['worker_cpu']:.0%}, "
+        f"load generator and collector {result['bench_cpu']:.0%} of a core",
         flush=True,
     )
     table = result["stages_ms"]
