@@ -9,7 +9,7 @@ from typing import Any
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.stream_settings import StreamSettings, parse_stream_settings
 from loopwatch.streams.inputs.config_files import load_config
-from loopwatch.streams.kafka.connect import ensure_topics, wait_for_broker
+from loopwatch.streams.kafka.connect import check_session_timeout, ensure_topics, wait_for_broker
 from loopwatch.streams.logs import configure_logging
 
 __all__ = ["SETTING_FLAGS", "build_worker", "run_worker", "stream_settings_from"]
@@ -35,6 +35,7 @@ async def _prepare(settings: StreamSettings, config: FleetConfig) -> tuple[Fleet
 
     await wait_for_broker(settings)
     await ensure_topics(settings)
+    await check_session_timeout(settings)
     return await read_config_overrides(settings, config)
 
 

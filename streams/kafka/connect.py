@@ -7,7 +7,9 @@ import ssl
 import time
 from typing import Any, Final
 
+import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 from loopwatch.config.errors import LoopwatchError
@@ -15,14 +17,19 @@ from loopwatch.config.stream_settings import StreamSettings
 
 __all__ = [
     "BrokerUnavailable",
+    "SessionTimeoutRefused",
     "TopicMismatch",
     "aiokafka_auth",
+    "check_session_timeout",
     "ensure_topics",
     "faust_credentials",
     "partition_problems",
     "replication_configs",
+    "session_timeout_problems",
     "wait_for_broker",
 ]
+
+_log = structlog.get_logger("loopwatch.worker")
 
 #: With this many replicas or more, a write with acks=all needs :data:`MIN_INSYNC_REPLICAS` of them.
 REPLICATED_FROM: Final = 3
@@ -31,6 +38,10 @@ MIN_INSYNC_REPLICAS: Final = 2
 
 class BrokerUnavailable(LoopwatchError):
     """The Kafka broker did not answer within the configured startup timeout."""
+
+
+class SessionTimeoutRefused(LoopwatchError):
+    """The brokers would refuse the worker's session timeout: it could never join its group."""
 
 
 class TopicMismatch(LoopwatchError):
@@ -173,3 +184,65 @@ def partition_problems(needed: dict[str, int], found: dict[str, int]) -> list[st
         for name, count in needed.items()
         if name in found and found[name] != count
     ]
+
+
+_SESSION_LIMITS: Final = ("group.min.session.timeout.ms", "group.max.session.timeout.ms")
+
+
+async def check_session_timeout(settings: StreamSettings) -> None:
+    """Refuse to start with a session timeout the brokers refuse (:class:`SessionTimeoutRefused`).
+
+    A broker answers a join with a timeout outside its ``group.min/max.session.timeout.ms``
+    with a fatal error that the consumer only logs: the worker would wait forever, never
+    ready. Brokers whose configs cannot be read (no permission) are not checked (a warning).
+    """
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10000, **aiokafka_auth(settings)
+    )
+    await admin.start()
+    try:
+        cluster = await admin.describe_cluster()
+        resources = [
+            ConfigResource(ConfigResourceType.BROKER, str(broker["node_id"]), dict.fromkeys(_SESSION_LIMITS))
+            for broker in cluster["brokers"]
+        ]
+        responses = await admin.describe_configs(resources)
+    except KafkaError as exc:
+        _log.warning("broker session timeout limits not checked", error=f"{type(exc).__name__}: {exc}")
+        return
+    finally:
+        await admin.close()
+    limits: dict[str, dict[str, int]] = {}
+    for response in responses:
+        for error_code, error_message, _type, name, entries in response.resources:
+            if error_code:
+                _log.warning("broker session timeout limits not checked", broker=name, error=error_message)
+                continue
+            limits[name] = {entry[0]: int(entry[1]) for entry in entries if entry[0] in _SESSION_LIMITS}
+    problems = session_timeout_problems(settings.kafka_session_timeout_s, limits)
+    if problems:
+        raise SessionTimeoutRefused(
+            f"LOOPWATCH_KAFKA_SESSION_TIMEOUT_S={settings.kafka_session_timeout_s:g} is refused by "
+            "the brokers, so the worker could never join its group:\n  " + "\n  ".join(problems)
+        )
+
+
+def session_timeout_problems(timeout_s: float, limits: dict[str, dict[str, int]]) -> list[str]:
+    """One line per broker whose ``group.min/max.session.timeout.ms`` excludes ``timeout_s``."""
+    wanted = int(timeout_s * 1000)
+    problems = []
+    for broker, found in sorted(limits.items()):
+        low = found.get(_SESSION_LIMITS[0])
+        high = found.get(_SESSION_LIMITS[1])
+        if low is not None and wanted < low:
+            problems.append(
+                f"broker {broker}: group.min.session.timeout.ms is {low} ms, above {wanted} ms: "
+                f"set LOOPWATCH_KAFKA_SESSION_TIMEOUT_S to {low / 1000:g} or more, or lower "
+                "group.min.session.timeout.ms on every broker"
+            )
+        if high is not None and wanted > high:
+            problems.append(
+                f"broker {broker}: group.max.session.timeout.ms is {high} ms, below {wanted} ms: "
+                f"set LOOPWATCH_KAFKA_SESSION_TIMEOUT_S to {high / 1000:g} or less"
+            )
+    return problems

@@ -159,7 +159,11 @@ class RunProcessor:
         self._runs: dict[bytes, _Run] = {}
         self._dirty: dict[bytes, _Run] = {}
         self._flush_before_write = False
+        #: An owned run's last activity here (wall clock): the expiry scan's clock.
         self.last_seen: dict[bytes, float] = {}
+        #: Runs the expiry scan found in the table before any event of theirs came here
+        #: (recovered, or taken over), with their partition: forgotten with it on a revocation.
+        self._adopted: dict[bytes, int] = {}
 
     # -- batches -------------------------------------------------------------------------------
 
@@ -258,10 +262,19 @@ class RunProcessor:
             return run.state.to_bytes()
 
     def forget_partitions(self, partitions: set[int]) -> None:
-        """Drop the parsed states of partitions this worker no longer owns."""
+        """Drop the parsed states and activity times of partitions this worker no longer owns
+        (a stale time would expire a run that was active elsewhere, should it come back)."""
         for key in [k for k, run in self._runs.items() if run.partition in partitions]:
             del self._runs[key]
             self.last_seen.pop(key, None)
+        for key in [k for k, partition in self._adopted.items() if partition in partitions]:
+            del self._adopted[key]
+            self.last_seen.pop(key, None)
+
+    def adopt(self, key: bytes, partition: int, now: float) -> None:
+        """A run of an owned partition first seen by the expiry scan: idle from ``now`` on."""
+        self.last_seen[key] = now
+        self._adopted[key] = partition
 
     # -- records -------------------------------------------------------------------------------
 
@@ -346,6 +359,7 @@ class RunProcessor:
         run.gone = stepped.kind == "expired"
         if stepped.kind != "applied":  # the run ended, or expired
             self.last_seen.pop(key, None)
+            self._adopted.pop(key, None)
             self._flush_before_write = self._flush_before_write or unconfirmed
             if stepped.kind == "ended":
                 run.ended_ms = record.timestamp or 0
@@ -456,8 +470,14 @@ class RunProcessor:
 
     # -- housekeeping --------------------------------------------------------------------------
 
-    async def drop_ended(self, keys: list[bytes], partitions: dict[bytes, int]) -> None:
-        """Delete tombstones past their grace period (call with :attr:`lock` held)."""
-        for key in keys:
-            self._dirty[key] = _Run(partitions[key], gone=True)
+    async def drop_ended(self, due: dict[bytes, tuple[int, bytes]]) -> None:
+        """Delete tombstones past their grace period: key → (its partition, the tombstone's
+        bytes as the expiry scan saw them). Call with :attr:`lock` held. A key whose value
+        changed since the scan (a batch started a new run under the ended run's id while the
+        scan waited for the lock) is left alone."""
+        data = self.data
+        for key, (partition, blob) in due.items():
+            if data.get(key) == blob:
+                self._dirty[key] = _Run(partition, gone=True)
+                self._adopted.pop(key, None)
         await self._write_dirty()

@@ -61,6 +61,25 @@ def start_worker(
     return worker
 
 
+def test_a_session_timeout_the_broker_refuses_stops_the_worker_with_the_reason(
+    kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    """The test broker keeps Kafka's default group.min.session.timeout.ms (6 s): a worker
+    asked for 3 s used to log one error and wait forever, never ready; now it exits at once."""
+    env = names.env(
+        kafka_bootstrap,
+        LOOPWATCH_KAFKA_SESSION_TIMEOUT_S="3",
+        LOOPWATCH_WEB_PORT=str(17000 + hash(names.app_id) % 500 * 4),
+        LOOPWATCH_DATA_DIR=str(tmp_path / "refused"),
+    )
+    worker = WorkerProcess(env, tmp_path / "refused.log")
+    workers.append(worker)
+    assert worker.proc.wait(timeout=60) == 2, worker.tail()
+    log = worker.tail()
+    assert "LOOPWATCH_KAFKA_SESSION_TIMEOUT_S=3 is refused by the brokers" in log
+    assert "group.min.session.timeout.ms is 6000 ms, above 3000 ms" in log
+
+
 def test_round_trip_gives_exactly_the_core_verdicts(
     kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess]
 ) -> None:

@@ -23,7 +23,7 @@ from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.gateway.server import EmbeddedBackend, gateway_app
 from loopwatch.streams.gateway.web_safety import WebSafety
 from loopwatch.streams.kafka.config_topic import apply_logged
-from loopwatch.streams.kafka.connect import partition_problems
+from loopwatch.streams.kafka.connect import partition_problems, session_timeout_problems
 from tests.poison import POISON
 from tests.unit.test_run_processor import TP, Broker, Record, expected, loop_trace, processor, records
 
@@ -110,6 +110,19 @@ def test_a_config_override_nested_3000_deep_is_refused_and_the_config_kept() -> 
     assert apply_logged(config, b"agent-1", b"\xff\xfe") is config
     changed = apply_logged(config, b"agent-1", b'{"warningThreshold": 5}')
     assert changed is not config
+
+
+def test_a_session_timeout_the_brokers_refuse_is_named_per_broker() -> None:
+    limits = {
+        "2": {"group.min.session.timeout.ms": 6000, "group.max.session.timeout.ms": 1_800_000},
+        "1": {"group.min.session.timeout.ms": 1000, "group.max.session.timeout.ms": 2500},
+    }
+    problems = session_timeout_problems(3.0, limits)
+    assert len(problems) == 2
+    assert problems[0].startswith("broker 1: group.max.session.timeout.ms is 2500 ms, below 3000 ms")
+    assert problems[1].startswith("broker 2: group.min.session.timeout.ms is 6000 ms, above 3000 ms")
+    assert "LOOPWATCH_KAFKA_SESSION_TIMEOUT_S to 6 or more" in problems[1]
+    assert session_timeout_problems(6.0, {"2": limits["2"]}) == []
 
 
 def test_topics_with_another_partition_count_are_each_named() -> None:

@@ -243,3 +243,49 @@ def test_an_ending_run_has_its_verdicts_confirmed_before_its_tombstone_is_writte
         assert any(max(verdicts_sent) < at <= tombstone_at for at in broker.flushes)
 
     asyncio.run(go())
+
+
+def test_a_tombstone_replaced_by_a_new_run_after_the_expiry_scan_is_not_dropped() -> None:
+    """The scan picks tombstones past their grace, then waits for the lock; a batch that starts
+    a new run under the ended run's id in between must keep the new run's state."""
+
+    async def go() -> None:
+        broker = Broker()
+        data: dict[bytes, bytes] = {}
+        proc = processor(broker, data)
+        proc.cursors.start(0, 0)
+        trace = loop_trace(3)
+        trace.end()
+        n = len(trace.events)
+        await feed(proc, records(trace.events))
+        ended = data[b"run-1"]
+        assert unpack(ended).kind == ENDED
+        due = {b"run-1": (0, ended)}  # what the scan saw
+        newcomer = [msgspec.structs.replace(loop_trace(1).events[0], event_id="brand-new")]
+        await feed(proc, records(newcomer, start=n))  # the batch that held the lock meanwhile
+        async with proc.lock:
+            await proc.drop_ended(due)
+        assert unpack(data[b"run-1"]).kind == LIVE
+        data[b"run-2"] = ended
+        async with proc.lock:  # a tombstone still as seen is dropped, with its changelog delete
+            await proc.drop_ended({b"run-2": (0, ended)})
+        assert b"run-2" not in data
+        assert b"run-1" in data
+        assert ("cl", b"run-2", None, 0) in broker.sent
+
+    asyncio.run(go())
+
+
+def test_a_revocation_forgets_the_activity_times_of_adopted_runs() -> None:
+    """A run the expiry scan adopted (recovered, never touched here) must not keep its time
+    when its partition leaves: should the partition come back, that stale time would expire
+    a run that was active on another worker."""
+    broker = Broker()
+    proc = processor(broker)
+    proc.adopt(b"run-a", 3, 100.0)
+    proc.adopt(b"run-b", 4, 100.0)
+    proc.forget_partitions({3})
+    assert b"run-a" not in proc.last_seen
+    assert proc.last_seen[b"run-b"] == 100.0
+    proc.forget_partitions({4})
+    assert proc.last_seen == {}
