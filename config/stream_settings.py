@@ -55,6 +55,9 @@ class StreamSettings:
     redis_password: str | None = None
     redis_ttl_s: int = 3600
     state_ttl_s: int = 3600
+    #: Runs whose parsed state a worker keeps in memory (the least recently active beyond it
+    #: are parsed again from their stored bytes on their next event).
+    parsed_runs_max: int = 100_000
     ended_run_grace_s: int = 3600  # how long an ended run's tombstone turns away its events again
     expiry_interval_s: float = 60.0
     startup_timeout_s: float = 30.0
@@ -167,6 +170,7 @@ def _check(settings: StreamSettings) -> list[ConfigProblem]:
         "replication_factor",
         "redis_ttl_s",
         "state_ttl_s",
+        "parsed_runs_max",
         "ended_run_grace_s",
         "fleet_horizon_s",
         "fleet_failing_runs",

@@ -51,6 +51,7 @@ class WorkerMetrics:
         self.redelivered = 0  # records applied before (crash, rebalance): outbox re-published
         self.ended_run_events = 0  # records of runs that had ended (tombstone)
         self.reseeks = 0  # fetches that started past the last applied record: sought back
+        self.parsed_evictions = 0  # parsed run states forgotten (LOOPWATCH_PARSED_RUNS_MAX)
         self.gaps = 0  # input offsets the broker no longer had (accepted after a re-seek)
         self.fleet_fact_records = 0  # records of the fleet facts topic applied
         self.fleet_states_unstorable = 0  # fleet subject states too large to store (started afresh)
@@ -141,6 +142,11 @@ class _Snapshot(Collector):
         )
         yield _counter(
             "loopwatch_input_reseeks", "Fetches past the last applied record, sought back.", m.reseeks
+        )
+        yield _counter(
+            "loopwatch_parsed_run_evictions",
+            "Parsed run states forgotten past LOOPWATCH_PARSED_RUNS_MAX (parsed again when the run goes on).",
+            m.parsed_evictions,
         )
         yield _counter(
             "loopwatch_input_gap_records", "Input offsets missing on the broker (skipped).", m.gaps

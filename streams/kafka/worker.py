@@ -252,6 +252,7 @@ class LoopwatchWorker:
             cache,
             _fault_hook(),
             self.alerts,
+            settings.parsed_runs_max,
         )
         self.fleet_processor = FleetProcessor(
             fleet_data,

@@ -81,6 +81,7 @@ class Context:
     workers: list[WorkerProcess] = field(default_factory=list)
     cluster: Cluster | None = None  # the cluster scenarios' own cluster (``bootstrap`` names its nodes)
     store: str = "memory"  # the workers' LOOPWATCH_STORE (each worker has a data directory of its own)
+    worker_env: dict[str, str] = field(default_factory=dict)  # more settings for every worker
 
     @cached_property
     def expected(self) -> list[dict[str, Any]]:
@@ -98,7 +99,7 @@ class Context:
             LOOPWATCH_KAFKA_SESSION_TIMEOUT_S="6",
             LOOPWATCH_FLEET_VIEW="false",
             LOOPWATCH_STORE=self.store,
-            **env,
+            **{**self.worker_env, **env},
         )
         if tree is not None:
             worker_env = release_env(tree, worker_env)
@@ -576,6 +577,7 @@ async def run_scenario(
     runs: int = 150,
     cluster: Cluster | None = None,
     store: str = "memory",
+    worker_env: dict[str, str] | None = None,
 ) -> ScenarioResult:
     """Run one scenario with a fresh fleet; the comparison with the uninterrupted core.
 
@@ -584,7 +586,9 @@ async def run_scenario(
     ``test-artifacts/chaos/``.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    ctx = Context(bootstrap, workdir, chaos_fleet(seed, runs), cluster=cluster, store=store)
+    ctx = Context(
+        bootstrap, workdir, chaos_fleet(seed, runs), cluster=cluster, store=store, worker_env=worker_env or {}
+    )
     try:
         await {**SCENARIOS, **UPGRADE_SCENARIOS, **CLUSTER_SCENARIOS}[name](ctx)
         await ctx.wait_processed()

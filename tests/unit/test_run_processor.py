@@ -289,3 +289,55 @@ def test_a_revocation_forgets_the_activity_times_of_adopted_runs() -> None:
     assert proc.last_seen[b"run-b"] == 100.0
     proc.forget_partitions({4})
     assert proc.last_seen == {}
+
+
+def interleaved(runs: int, calls: int) -> list[Event]:
+    """Looping runs taking turns, one call and its result at a time."""
+    traces = [loop_trace(calls, run_id=f"run-{i}").events for i in range(runs)]
+    return [event for step in range(0, 2 * calls, 2) for t in traces for event in t[step : step + 2]]
+
+
+def test_runs_parsed_again_after_eviction_give_the_core_verdicts() -> None:
+    async def go() -> None:
+        broker = Broker()
+        proc = processor(broker, parsed_runs_max=2)
+        proc.cursors.start(0, 0)
+        events = interleaved(5, 25)
+        batch = records(events)
+        for start in range(0, len(batch), 6):  # three runs' call and result per batch
+            await feed(proc, batch[start : start + 6])
+            busy = [run for run in proc._runs.values() if run.state is not None and run.state.outbox]
+            assert len(proc._runs) <= 2 + len(busy)  # the limit, plus runs awaiting confirmations
+        assert broker.on("v") == expected(events)
+        assert proc.metrics.parsed_evictions >= 40  # runs were parsed again, many times
+
+    asyncio.run(go())
+
+
+def test_a_run_awaiting_confirmations_stays_parsed_and_is_stored_again_before_it_goes() -> None:
+    async def go() -> None:
+        broker = Broker(confirm_at_once=False)
+        data: dict[bytes, bytes] = {}
+        proc = processor(broker, data, parsed_runs_max=1)
+        proc.cursors.start(0, 0)
+        looping = loop_trace(12, run_id="looping").events  # verdicts from its 5th call on
+        await feed(proc, records(looping))
+        unconfirmed = len(broker.on("v"))
+        assert unconfirmed > 0
+        other = loop_trace(1, run_id="other").events
+        await feed(proc, records(other, start=len(looping)))
+        assert b"looping" in proc._runs  # its verdicts await the broker: kept
+        broker.confirm()
+        await asyncio.sleep(0)
+        changelog_before = len(broker.on("cl"))
+        third = loop_trace(1, run_id="third").events
+        await feed(proc, records(third, start=len(looping) + 2))
+        assert b"looping" not in proc._runs
+        # written again with its outbox emptied, so parsing it later brings back no verdict
+        assert len(broker.on("cl")) == changelog_before + 2  # "third", and "looping" again
+        again = processor(broker, data)  # a new owner reads everything again
+        again.cursors.start(0, 0)
+        await feed(again, records(looping))
+        assert len(broker.on("v")) == unconfirmed  # nothing re-published: all were confirmed
+
+    asyncio.run(go())
