@@ -141,6 +141,25 @@ class LocalState(MutableMapping[bytes, bytes]):
             if key not in replaced:
                 yield key, value
 
+    def partition_items(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) of one partition: its database, with this worker's writes not on
+        disk yet (take it whole before the next write)."""
+        values = self._values
+        deleted = self._deleted
+        store = self.store
+        done: set[bytes] = set()
+        for key, value in store._visible_items(store._db_for_partition(partition)):
+            if key in deleted:
+                continue
+            done.add(key)
+            yield key, values.get(key, value)
+        pending: dict[bytes, bytes | None] = {}
+        for key, value, _ in self._sent.get(partition, ()):
+            pending[key] = value  # the newest write of each key, in send order
+        for key, value in pending.items():
+            if key not in done and value is not None and key not in deleted:
+                yield key, values.get(key, value)
+
     # -- changelog records and the disk ----------------------------------------------------------
 
     def sent(self, key: bytes | None, value: bytes | None, partition: int | None, future: Any) -> None:

@@ -57,6 +57,7 @@ from loopwatch.streams.kafka.dead_letter import dead_letter
 from loopwatch.streams.kafka.fact_sender import FactSender
 from loopwatch.streams.kafka.input_cursors import InputCursors, apply_admitted
 from loopwatch.streams.kafka.redis_cache import DecisionCache
+from loopwatch.streams.kafka.run_inventory import RunInventory
 from loopwatch.streams.kafka.run_table import (
     LIVE,
     NO_OFFSET,
@@ -167,11 +168,9 @@ class RunProcessor:
         self._parsed_runs_max = parsed_runs_max
         self._dirty: dict[bytes, _Run] = {}
         self._flush_before_write = False
-        #: An owned run's last activity here (wall clock): the expiry scan's clock.
-        self.last_seen: dict[bytes, float] = {}
-        #: Runs the expiry scan found in the table before any event of theirs came here
-        #: (recovered, or taken over), with their partition: forgotten with it on a revocation.
-        self._adopted: dict[bytes, int] = {}
+        #: Per owned partition: live runs' last activity, tombstones, gauges (the expiry timer's
+        #: and ``/metrics``' source: neither reads the table)
+        self.inventory = RunInventory()
 
     # -- batches -------------------------------------------------------------------------------
 
@@ -263,10 +262,13 @@ class RunProcessor:
         if self._flush_before_write:
             await self._flush()
             self._flush_before_write = False
+        inventory = self.inventory
         for key, run in self._dirty.items():
             if run.gone:
                 self._runs.pop(key, None)
-                if data.pop(key, None) is not None:
+                old = data.pop(key, None)
+                inventory.written(run.partition, key, old, None)
+                if old is not None:
                     await send(self._changelog, key, None, run.partition)
                 continue
             if run.ended is not None:
@@ -275,6 +277,7 @@ class RunProcessor:
                 assert run.state is not None
                 blob = pack_live(run.position, self._state_bytes(key, run))
             run.stored_outbox = run.state is not None and bool(run.state.outbox)
+            inventory.written(run.partition, key, data.get(key), blob, run.ended_ms)
             data[key] = blob
             run.blob = blob
             await send(self._changelog, key, blob, run.partition)
@@ -299,19 +302,11 @@ class RunProcessor:
             return run.state.to_bytes()
 
     def forget_partitions(self, partitions: set[int]) -> None:
-        """Drop the parsed states and activity times of partitions this worker no longer owns
+        """Drop the parsed states and the inventory of partitions this worker no longer owns
         (a stale time would expire a run that was active elsewhere, should it come back)."""
         for key in [k for k, run in self._runs.items() if run.partition in partitions]:
             del self._runs[key]
-            self.last_seen.pop(key, None)
-        for key in [k for k, partition in self._adopted.items() if partition in partitions]:
-            del self._adopted[key]
-            self.last_seen.pop(key, None)
-
-    def adopt(self, key: bytes, partition: int, now: float) -> None:
-        """A run of an owned partition first seen by the expiry scan: idle from ``now`` on."""
-        self.last_seen[key] = now
-        self._adopted[key] = partition
+        self.inventory.forget(partitions)
 
     # -- records -------------------------------------------------------------------------------
 
@@ -395,15 +390,13 @@ class RunProcessor:
         stepped = step_admitted(run, scope, event, config, ts, record.offset, self.facts)
         run.gone = stepped.kind == "expired"
         if stepped.kind != "applied":  # the run ended, or expired
-            self.last_seen.pop(key, None)
-            self._adopted.pop(key, None)
             self._flush_before_write = self._flush_before_write or unconfirmed
             if stepped.kind == "ended":
                 run.ended_ms = record.timestamp or 0
             if self.cache is not None:
                 await self.cache.forget(scope)
             return
-        self.last_seen[key] = time.time()
+        self.inventory.touched(run.partition, key, time.time())
         self.metrics.chain(event, fresh)
         state = run.state
         assert state is not None
@@ -518,5 +511,4 @@ class RunProcessor:
         for key, (partition, blob) in due.items():
             if data.get(key) == blob:
                 self._dirty[key] = _Run(partition, gone=True)
-                self._adopted.pop(key, None)
         await self._write_dirty()

@@ -30,6 +30,7 @@ __all__ = [
     "LIVE",
     "NO_OFFSET",
     "TableValue",
+    "ended_ms_of",
     "id_hash",
     "pack_ended",
     "pack_ended_hashes",
@@ -64,6 +65,14 @@ def pack_ended(offset: int, ended_ms: int, event_ids: Iterable[str] = ()) -> byt
 def pack_ended_hashes(offset: int, ended_ms: int, hashes: Iterable[int]) -> bytes:
     ordered = sorted(hashes)
     return _ENDED.pack(ENDED, offset, ended_ms) + struct.pack(f">{len(ordered)}Q", *ordered)
+
+
+def ended_ms_of(blob: bytes) -> int:
+    """A tombstone's end time (ms), read without its hashes; ``ValueError`` if not one."""
+    if len(blob) < _ENDED.size or blob[0] != ENDED:
+        raise ValueError("not a tombstone")
+    ended_ms: int = _ENDED.unpack_from(blob)[2]
+    return ended_ms
 
 
 def unpack(blob: bytes) -> TableValue:

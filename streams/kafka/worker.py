@@ -62,7 +62,6 @@ from loopwatch.streams.kafka.fleet_processor import FleetProcessor
 from loopwatch.streams.kafka.local_state import LocalState
 from loopwatch.streams.kafka.redis_cache import DecisionCache
 from loopwatch.streams.kafka.run_processor import RunProcessor
-from loopwatch.streams.kafka.run_table import ENDED, unpack
 from loopwatch.streams.kafka.topic_followers import follow_alerts, follow_config, follow_fleet
 from loopwatch.streams.otlp_verdicts import verdict_exporter_from_env
 
@@ -306,6 +305,10 @@ class LoopwatchWorker:
 
     async def on_ready(self, offsets: dict[Any, int]) -> None:
         """The tables are recovered for these partitions; apply from ``offsets``."""
+        ready = {tp.partition for tp in offsets if tp.topic == self.topic}
+        if ready:
+            async with self.processor.lock:  # before the partitions' cursors start
+                self._take_inventory(ready)
         for topic, processor in self._processors():
             async with processor.lock:
                 for tp, offset in offsets.items():
@@ -438,9 +441,7 @@ class LoopwatchWorker:
 
     def metrics_text(self) -> str:
         """The Prometheus exposition of this worker."""
-        blobs = [blob for blob in list(self.runs_data.values()) if blob]
-        ended = sum(1 for blob in blobs if blob[0] == ENDED)
-        size = sum(len(blob) for blob in blobs)
+        live, ended, size = self.processor.inventory.totals()
         lag: dict[int, int] = {}
         for partition, position in self.processor.cursors.positions().items():
             try:
@@ -452,60 +453,71 @@ class LoopwatchWorker:
         now_ms = int(time.time() * 1000)
         self.metrics.fleet_fact_records = self.fleet_processor.applied
         self.metrics.fleet_states_unstorable = self.fleet_processor.unstorable
-        return self.metrics.render(len(blobs) - ended, ended, size, lag, self.alerts, now_ms)
+        return self.metrics.render(live, ended, size, lag, self.alerts, now_ms)
 
     # -- expiry ----------------------------------------------------------------------------------
 
-    def _owned_partition(self, key: bytes) -> int | None:
-        partition = (murmur2(key) & 0x7FFFFFFF) % self.settings.partitions
-        return partition if partition in self.processor.cursors.ready() else None
+    def _take_inventory(self, partitions: set[int]) -> None:
+        """Read the runs table's values of newly owned partitions once (streams.kafka.run_inventory)."""
+        started = time.perf_counter()
+        now = time.time()
+        inventory = self.processor.inventory
+        data = self.runs_data
+        if isinstance(data, LocalState):  # one database per partition
+            for partition in partitions:
+                inventory.take(partition, data.partition_items(partition), now)
+        else:  # the memory store: every partition's keys in one mapping
+            count = self.settings.partitions
+            items: dict[int, list[tuple[bytes, bytes]]] = {partition: [] for partition in partitions}
+            for key, blob in list(data.items()):
+                mine = items.get((murmur2(key) & 0x7FFFFFFF) % count)
+                if mine is not None:
+                    mine.append((key, blob))
+            for partition, found in items.items():
+                inventory.take(partition, found, now)
+        live, ended, _ = inventory.totals()
+        _log.info(
+            "runs table inventory",
+            partitions=sorted(partitions),
+            live_runs=live,
+            ended_runs=ended,
+            seconds=round(time.perf_counter() - started, 3),
+        )
 
     async def _expire_idle_runs(self) -> None:
-        """``run_end`` for owned runs idle past the state TTL; tombstones past their grace dropped."""
+        """``run_end`` for owned runs idle past the state TTL; tombstones past their grace dropped.
+
+        From the inventory, not the table: only runs that are due cost anything.
+        """
         now = time.time()
-        last_seen = self.processor.last_seen
-        ended: dict[bytes, tuple[int, bytes]] = {}  # tombstone → its partition and bytes
-        # A key's partition (murmur2, ~3 µs) is computed only for a run that is due, or seen
-        # here for the first time, and before anything is done to it: a scan of 1M runs took
-        # 3.4 s with it computed for every key first, 0.4 s this way (tests/bench/scale_bench.py).
-        for key, blob in list(self.runs_data.items()):
-            if not blob:
-                continue
-            if blob[0] == ENDED:  # only tombstones are unpacked: a state's bytes are not copied
-                try:
-                    value = unpack(blob)
-                except ValueError:
-                    continue
-                if now - value.ended_ms / 1000 <= self.settings.ended_run_grace_s:
-                    continue
-                partition = self._owned_partition(key)
-                if partition is not None:
-                    ended[key] = (partition, blob)
-                continue
-            last = last_seen.get(key)
-            if last is None:  # first seen here (recovered, or taken over): idle from now on
-                partition = self._owned_partition(key)
-                if partition is not None:
-                    self.processor.adopt(key, partition, now)
-                continue
-            if now - last <= self.settings.state_ttl_s:
-                continue
-            partition = self._owned_partition(key)
-            if partition is None:
-                continue
-            scope = key.decode()
-            session = scope.removeprefix("session:") if scope.startswith("session:") else None
-            end = RunEnd(
-                event_id=f"{EXPIRY_EVENT_PREFIX}{scope}:{int(last)}",
-                run_id=None if session is not None else scope,
-                session_id=session,
-            )
-            await self._send(self.topic, key, encode_event(end), partition)
-            last_seen[key] = now
-            _log.info("idle run expired", run_id=scope, idle_s=round(now - last))
-        if ended:
+        inventory = self.processor.inventory
+        ready = self.processor.cursors.ready()
+        due_ended: dict[bytes, tuple[int, bytes]] = {}  # tombstone → its partition and bytes
+        grace_ms = self.settings.ended_run_grace_s * 1000
+        ttl = self.settings.state_ttl_s
+        for partition in sorted(ready):
+            for key, ended_ms in list(inventory.ended.get(partition, {}).items()):
+                if now * 1000 - ended_ms > grace_ms:
+                    blob = self.runs_data.get(key)
+                    if blob:
+                        due_ended[key] = (partition, blob)
+            seen = inventory.seen.get(partition, {})
+            for key, last in [(key, last) for key, last in seen.items() if now - last > ttl]:
+                if partition not in self.processor.cursors.ready():
+                    break  # revoked while this pass waited for a send
+                scope = key.decode()
+                session = scope.removeprefix("session:") if scope.startswith("session:") else None
+                end = RunEnd(
+                    event_id=f"{EXPIRY_EVENT_PREFIX}{scope}:{int(last)}",
+                    run_id=None if session is not None else scope,
+                    session_id=session,
+                )
+                await self._send(self.topic, key, encode_event(end), partition)
+                inventory.touched(partition, key, now)  # not sent again before its run_end is applied
+                _log.info("idle run expired", run_id=scope, idle_s=round(now - last))
+        if due_ended:
             async with self.processor.lock:
-                await self.processor.drop_ended(ended)
+                await self.processor.drop_ended(due_ended)
         async with self.fleet_processor.lock:  # delegation chains past their chainTtlS (F6)
             await self.fleet_processor.drop_expired_chains(self._owned_fact_partition)
 

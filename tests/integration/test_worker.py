@@ -51,8 +51,9 @@ def start_worker(
     if config is not None:
         config_file = tmp_path / f"{label}.json5"
         config_file.write_text(config)
+    env.setdefault("LOOPWATCH_DATA_DIR", str(tmp_path / label))
     worker = WorkerProcess(
-        names.env(bootstrap, LOOPWATCH_WEB_PORT=port, LOOPWATCH_DATA_DIR=str(tmp_path / label), **env),
+        names.env(bootstrap, LOOPWATCH_WEB_PORT=port, **env),
         tmp_path / f"{label}.log",
         config_file,
     )

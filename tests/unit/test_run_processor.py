@@ -276,19 +276,68 @@ def test_a_tombstone_replaced_by_a_new_run_after_the_expiry_scan_is_not_dropped(
     asyncio.run(go())
 
 
-def test_a_revocation_forgets_the_activity_times_of_adopted_runs() -> None:
-    """A run the expiry scan adopted (recovered, never touched here) must not keep its time
-    when its partition leaves: should the partition come back, that stale time would expire
-    a run that was active on another worker."""
-    broker = Broker()
-    proc = processor(broker)
-    proc.adopt(b"run-a", 3, 100.0)
-    proc.adopt(b"run-b", 4, 100.0)
+def _scanned(data: dict[bytes, bytes]) -> tuple[int, int, int]:
+    """What a full read of the table gives: (live runs, tombstones, bytes)."""
+    ended = sum(1 for blob in data.values() if blob[0] == ENDED)
+    return len(data) - ended, ended, sum(len(blob) for blob in data.values())
+
+
+def test_the_inventory_matches_a_full_read_of_the_table_after_every_batch() -> None:
+    async def go() -> None:
+        broker = Broker()
+        data: dict[bytes, bytes] = {}
+        proc = processor(broker, data, parsed_runs_max=3)
+        proc.cursors.start(0, 0)
+        proc.inventory.take(0, [], 0.0)
+        traces = [loop_trace(6, run_id=f"run-{i}") for i in range(6)]
+        for trace in traces[:3]:
+            trace.end()  # three runs end: tombstones
+        events = [e for t in traces for e in t.events]
+        events.append(msgspec.structs.replace(loop_trace(1, "run-0").events[0], event_id="again"))
+        batch = records(events)
+        for start in range(0, len(batch), 7):
+            await feed(proc, batch[start : start + 7])
+            assert proc.inventory.totals() == _scanned(data)
+        assert set(proc.inventory.ended[0]) == {b"run-1", b"run-2"}  # run-0 began again
+        assert set(proc.inventory.seen[0]) == {b"run-0", b"run-3", b"run-4", b"run-5"}
+        tombstone = data[b"run-1"]
+        async with proc.lock:
+            await proc.drop_ended({b"run-1": (0, tombstone)})
+        assert proc.inventory.totals() == _scanned(data)
+        assert set(proc.inventory.ended[0]) == {b"run-2"}
+
+    asyncio.run(go())
+
+
+def test_an_inventory_taken_from_the_table_gives_the_same_figures_and_times() -> None:
+    async def go() -> None:
+        broker = Broker()
+        data: dict[bytes, bytes] = {}
+        proc = processor(broker, data)
+        proc.cursors.start(0, 0)
+        ended = loop_trace(2, run_id="ended")
+        ended.end()
+        await feed(proc, records(loop_trace(3).events + ended.events))
+        taken = processor(Broker(), data)  # a new owner of the partition
+        taken.inventory.take(0, list(data.items()), 500.0)
+        assert taken.inventory.totals() == _scanned(data)
+        assert taken.inventory.seen[0] == {b"run-1": 500.0}  # active from the take on
+        assert taken.inventory.ended[0] == {b"ended": unpack(data[b"ended"]).ended_ms}
+
+    asyncio.run(go())
+
+
+def test_a_revocation_forgets_the_partition_s_inventory() -> None:
+    """Should the partition come back, a stale activity time would expire a run that was
+    active on another worker meanwhile."""
+    proc = processor(Broker())
+    proc.inventory.take(3, [], 0.0)
+    proc.inventory.touched(3, b"run-a", 100.0)
+    proc.inventory.touched(4, b"run-b", 100.0)
     proc.forget_partitions({3})
-    assert b"run-a" not in proc.last_seen
-    assert proc.last_seen[b"run-b"] == 100.0
-    proc.forget_partitions({4})
-    assert proc.last_seen == {}
+    assert 3 not in proc.inventory.seen
+    assert 3 not in proc.inventory.tallies
+    assert proc.inventory.seen[4] == {b"run-b": 100.0}
 
 
 def interleaved(runs: int, calls: int) -> list[Event]:
