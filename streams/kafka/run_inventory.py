@@ -19,6 +19,7 @@ survives to expire a run that was active on another worker meanwhile.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import suppress
 
 from loopwatch.streams.kafka.run_table import ENDED, ended_ms_of
 
@@ -51,23 +52,26 @@ class RunInventory:
 
     def take(self, partition: int, items: Iterable[tuple[bytes, bytes]], now: float) -> None:
         """The partition became this worker's: its table values, read once."""
-        seen: dict[bytes, float] = {}
-        ended: dict[bytes, int] = {}
-        tally = Tally()
+        self.start(partition)
         for key, blob in items:
-            if not blob:
-                continue
-            tally.add(blob, 1)
-            if blob[0] == ENDED:
-                try:
-                    ended[key] = ended_ms_of(blob)
-                except ValueError:
-                    continue  # not written by this version: replaced on the run's next event
-            else:
-                seen[key] = now
-        self.seen[partition] = seen
-        self.ended[partition] = ended
-        self.tallies[partition] = tally
+            self.found(partition, key, blob, now)
+
+    def start(self, partition: int) -> None:
+        """Begin the partition's inventory afresh (then :meth:`found` for each of its values)."""
+        self.seen[partition] = {}
+        self.ended[partition] = {}
+        self.tallies[partition] = Tally()
+
+    def found(self, partition: int, key: bytes, blob: bytes, now: float) -> None:
+        """One table value of a partition whose inventory is being taken."""
+        if not blob:
+            return
+        self.tallies[partition].add(blob, 1)
+        if blob[0] == ENDED:
+            with suppress(ValueError):  # not written by this version: replaced on its next event
+                self.ended[partition][key] = ended_ms_of(blob)
+        else:
+            self.seen[partition][key] = now
 
     def forget(self, partitions: Iterable[int]) -> None:
         for partition in partitions:

@@ -38,6 +38,7 @@ import importlib.util
 import os
 import time
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -77,6 +78,8 @@ MAX_POLL_RECORDS: Final = 1000
 #: A linger (5 ms before) only delayed every verdict, more where partitions' batches lingered
 #: out of step: at half load it was 2-3 ms of the median event-to-verdict latency.
 PRODUCER_LINGER_S: Final = 0.0
+#: The runs table's inventory gives the event loop a turn after this many values.
+INVENTORY_SLICE: Final = 10_000
 #: A testing aid: processing an event whose id is listed here (comma-separated) raises.
 FAULT_ENV: Final = "LOOPWATCH_FAULT_EVENT_IDS"
 
@@ -308,7 +311,7 @@ class LoopwatchWorker:
         ready = {tp.partition for tp in offsets if tp.topic == self.topic}
         if ready:
             async with self.processor.lock:  # before the partitions' cursors start
-                self._take_inventory(ready)
+                await self._take_inventory(ready)
         for topic, processor in self._processors():
             async with processor.lock:
                 for tp, offset in offsets.items():
@@ -457,24 +460,33 @@ class LoopwatchWorker:
 
     # -- expiry ----------------------------------------------------------------------------------
 
-    def _take_inventory(self, partitions: set[int]) -> None:
-        """Read the runs table's values of newly owned partitions once (streams.kafka.run_inventory)."""
+    async def _take_inventory(self, partitions: set[int]) -> None:
+        """Read the runs table's values of newly owned partitions once (streams.kafka.run_inventory),
+        giving the event loop a turn every :data:`INVENTORY_SLICE` values (the web server,
+        the other tables' processing); their cursors start only afterwards."""
         started = time.perf_counter()
         now = time.time()
         inventory = self.processor.inventory
         data = self.runs_data
+        for partition in partitions:
+            inventory.start(partition)
         if isinstance(data, LocalState):  # one database per partition
-            for partition in partitions:
-                inventory.take(partition, data.partition_items(partition), now)
+            items: Iterable[tuple[int, bytes, bytes]] = (
+                (partition, key, blob)
+                for partition in partitions
+                for key, blob in data.partition_items(partition)
+            )
         else:  # the memory store: every partition's keys in one mapping
             count = self.settings.partitions
-            items: dict[int, list[tuple[bytes, bytes]]] = {partition: [] for partition in partitions}
-            for key, blob in list(data.items()):
-                mine = items.get((murmur2(key) & 0x7FFFFFFF) % count)
-                if mine is not None:
-                    mine.append((key, blob))
-            for partition, found in items.items():
-                inventory.take(partition, found, now)
+            items = (
+                (partition, key, blob)
+                for key, blob in list(data.items())
+                if (partition := (murmur2(key) & 0x7FFFFFFF) % count) in partitions
+            )
+        for index, (partition, key, blob) in enumerate(items, 1):
+            inventory.found(partition, key, blob, now)
+            if index % INVENTORY_SLICE == 0:
+                await asyncio.sleep(0)
         live, ended, _ = inventory.totals()
         _log.info(
             "runs table inventory",
