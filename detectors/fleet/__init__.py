@@ -5,6 +5,7 @@ fleet's events.
   subject (tool, agent or delegation chain) that aggregates it.
 * :mod:`detectors.fleet.tool_outage` — F1, per tool: outage, recovery and fail-fast blocks.
 * :mod:`detectors.fleet.systemic_loop` — F2, per agent: the same loop in many runs.
+  Its counts past its caps are HyperLogLog sketches (:mod:`detectors.fleet.cardinality`).
 * :mod:`detectors.fleet.chains` — F6, per delegation chain (keyed by its root): its state and
   expiry; :mod:`detectors.fleet.chain_runaway` (F6b, a chain that keeps starting runs) and
   :mod:`detectors.fleet.chain_repeat` (F6c, its runs repeating each other's work);
