@@ -186,9 +186,9 @@ class RunProcessor:
             await self._write_dirty()
             for partition, offset in advanced.items():
                 self.cursors.advance(partition, offset)
-            for key in evicted:
-                del self._runs[key]
-            self.metrics.parsed_evictions += len(evicted)
+            for key in evicted:  # (a run that expired in the batch is gone already)
+                if self._runs.pop(key, None) is not None:
+                    self.metrics.parsed_evictions += 1
 
     def _evictions(self) -> list[bytes]:
         """The least recently active runs beyond ``parsed_runs_max``, whose parsed states go

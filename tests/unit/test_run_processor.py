@@ -11,7 +11,7 @@ import msgspec
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.engine import Engine
-from loopwatch.detectors.events import Event, encode_event, encode_output, run_scope
+from loopwatch.detectors.events import EXPIRY_EVENT_PREFIX, Event, RunEnd, encode_event, encode_output, run_scope
 from loopwatch.streams.fleet_view.metrics import WorkerMetrics
 from loopwatch.streams.kafka.run_processor import RunProcessor
 from loopwatch.streams.kafka.run_table import ENDED, LIVE, unpack
@@ -388,5 +388,28 @@ def test_a_run_awaiting_confirmations_stays_parsed_and_is_stored_again_before_it
         again.cursors.start(0, 0)
         await feed(again, records(looping))
         assert len(broker.on("v")) == unconfirmed  # nothing re-published: all were confirmed
+
+    asyncio.run(go())
+
+
+def test_a_batch_of_more_runs_than_the_limit_with_expiries_and_ends_goes_through() -> None:
+    """The runs evicted after a batch may include runs the batch ended or expired."""
+
+    async def go() -> None:
+        broker = Broker()
+        data: dict[bytes, bytes] = {}
+        proc = processor(broker, data, parsed_runs_max=1)
+        proc.cursors.start(0, 0)
+        events: list[Event] = []
+        for index in range(6):
+            trace = loop_trace(2, run_id=f"run-{index}")
+            events += trace.events
+        for index in range(6):
+            expiry = f"{EXPIRY_EVENT_PREFIX}run-{index}:1" if index % 2 else f"end-{index}"
+            events.append(RunEnd(event_id=expiry, run_id=f"run-{index}"))
+        await feed(proc, records(events))
+        assert proc.metrics.invalid == 0
+        assert sorted(data) == [b"run-0", b"run-2", b"run-4"]  # tombstones; the expired are gone
+        assert all(unpack(blob).kind == ENDED for blob in data.values())
 
     asyncio.run(go())
