@@ -11,7 +11,14 @@ import msgspec
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.engine import Engine
-from loopwatch.detectors.events import EXPIRY_EVENT_PREFIX, Event, RunEnd, encode_event, encode_output, run_scope
+from loopwatch.detectors.events import (
+    EXPIRY_EVENT_PREFIX,
+    Event,
+    RunEnd,
+    encode_event,
+    encode_output,
+    run_scope,
+)
 from loopwatch.streams.fleet_view.metrics import WorkerMetrics
 from loopwatch.streams.kafka.run_processor import RunProcessor
 from loopwatch.streams.kafka.run_table import ENDED, LIVE, unpack
