@@ -207,7 +207,7 @@ async def check_session_timeout(settings: StreamSettings) -> None:
             for broker in cluster["brokers"]
         ]
         responses = await admin.describe_configs(resources)
-    except KafkaError as exc:
+    except (KafkaError, OSError, TimeoutError) as exc:  # the join itself will say more
         _log.warning("broker session timeout limits not checked", error=f"{type(exc).__name__}: {exc}")
         return
     finally:
@@ -218,7 +218,11 @@ async def check_session_timeout(settings: StreamSettings) -> None:
             if error_code:
                 _log.warning("broker session timeout limits not checked", broker=name, error=error_message)
                 continue
-            limits[name] = {entry[0]: int(entry[1]) for entry in entries if entry[0] in _SESSION_LIMITS}
+            limits[name] = {
+                entry[0]: int(entry[1])
+                for entry in entries
+                if entry[0] in _SESSION_LIMITS and str(entry[1]).lstrip("-").isdigit()
+            }
     problems = session_timeout_problems(settings.kafka_session_timeout_s, limits)
     if problems:
         raise SessionTimeoutRefused(

@@ -508,7 +508,8 @@ class RunProcessor:
         changed since the scan (a batch started a new run under the ended run's id while the
         scan waited for the lock) is left alone."""
         data = self.data
+        owned = self.cursors.ready()
         for key, (partition, blob) in due.items():
-            if data.get(key) == blob:
+            if partition in owned and data.get(key) == blob:  # still ours, still that tombstone
                 self._dirty[key] = _Run(partition, gone=True)
         await self._write_dirty()

@@ -267,6 +267,7 @@ class LoopwatchWorker:
         self.processor.send_reply = self._send_reply
         self._reply_producer: AIOKafkaProducer | None = None
         self._committed: dict[Any, int] = {}  # topic-partition -> committed offset
+        self._revocations = 0  # revocations begun: on_ready starts no cursor of an older assignment
         self._commit_lock = asyncio.Lock()
         app.bulk_sink = self
         app.topics.add(events_topic)  # subscribed by faust's conductor; read by the bulk consumer
@@ -308,12 +309,15 @@ class LoopwatchWorker:
 
     async def on_ready(self, offsets: dict[Any, int]) -> None:
         """The tables are recovered for these partitions; apply from ``offsets``."""
+        generation = self._revocations
         ready = {tp.partition for tp in offsets if tp.topic == self.topic}
-        if ready:
-            async with self.processor.lock:  # before the partitions' cursors start
-                await self._take_inventory(ready)
         for topic, processor in self._processors():
             async with processor.lock:
+                if topic == self.topic and ready:
+                    await self._take_inventory(ready)  # before the partitions' cursors start
+                if self._revocations != generation:  # revoked meanwhile: a new assignment follows
+                    _log.info("partitions revoked before they were ready", topic=topic)
+                    return
                 for tp, offset in offsets.items():
                     if tp.topic == topic:
                         processor.cursors.start(tp.partition, offset)
@@ -345,6 +349,7 @@ class LoopwatchWorker:
     async def _on_revoked(self, app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         """Finish the batch in progress, then commit everything applied (faust's signal)."""
         revoked: set[Any] = args[0] if args else kwargs.get("revoked", set())
+        self._revocations += 1  # before any wait: an on_ready in progress starts no cursor
         stopped: dict[Any, int] = {}
         for topic, processor in self._processors():
             partitions = {tp.partition for tp in revoked if tp.topic == topic}
@@ -513,10 +518,20 @@ class LoopwatchWorker:
                     blob = self.runs_data.get(key)
                     if blob:
                         due_ended[key] = (partition, blob)
-            seen = inventory.seen.get(partition, {})
-            for key, last in [(key, last) for key, last in seen.items() if now - last > ttl]:
-                if partition not in self.processor.cursors.ready():
-                    break  # revoked while this pass waited for a send
+            seen = inventory.seen.get(partition)
+            if seen is None:
+                continue
+            for key in [key for key, last in seen.items() if now - last > ttl]:
+                # read again at each run: a send may wait (a full batch), and batches applied
+                # meanwhile make runs active again; a revocation replaces or drops the times
+                if (
+                    inventory.seen.get(partition) is not seen
+                    or partition not in self.processor.cursors.ready()
+                ):
+                    break
+                last = seen.get(key)
+                if last is None or now - last <= ttl:
+                    continue
                 scope = key.decode()
                 session = scope.removeprefix("session:") if scope.startswith("session:") else None
                 end = RunEnd(
@@ -525,7 +540,8 @@ class LoopwatchWorker:
                     session_id=session,
                 )
                 await self._send(self.topic, key, encode_event(end), partition)
-                inventory.touched(partition, key, now)  # not sent again before its run_end is applied
+                if key in seen:  # not sent again before its run_end is applied
+                    seen[key] = max(seen[key], now)
                 _log.info("idle run expired", run_id=scope, idle_s=round(now - last))
         if due_ended:
             async with self.processor.lock:

@@ -420,3 +420,77 @@ def test_a_batch_of_more_runs_than_the_limit_with_expiries_and_ends_goes_through
         assert all(unpack(blob).kind == ENDED for blob in data.values())
 
     asyncio.run(go())
+
+
+def _expiry_worker(inventory: Any, cursors: Any, send: Any) -> Any:
+    """What ``LoopwatchWorker._expire_idle_runs`` reads of its worker, without Kafka."""
+    from types import SimpleNamespace
+
+    async def nothing(*_: Any) -> None:
+        return None
+
+    return SimpleNamespace(
+        processor=SimpleNamespace(
+            inventory=inventory, cursors=cursors, lock=asyncio.Lock(), drop_ended=nothing
+        ),
+        settings=SimpleNamespace(ended_run_grace_s=3600, state_ttl_s=3600),
+        runs_data={},
+        _send=send,
+        topic="events",
+        fleet_processor=SimpleNamespace(lock=asyncio.Lock(), drop_expired_chains=nothing),
+        _owned_fact_partition=lambda key: None,
+    )
+
+
+def test_the_expiry_timer_spares_a_run_that_became_active_while_it_waited_on_a_send() -> None:
+    """A send may wait (the producer's batch is full) while a batch applies an event of a
+    run the pass found idle: its state must not be ended."""
+    import time
+
+    from loopwatch.streams.kafka.input_cursors import InputCursors
+    from loopwatch.streams.kafka.run_inventory import RunInventory
+    from loopwatch.streams.kafka.worker import LoopwatchWorker
+
+    async def go() -> None:
+        inventory = RunInventory()
+        inventory.start(0)
+        idle = time.time() - 10_000
+        inventory.seen[0].update({b"run-a": idle, b"run-b": idle, b"run-c": idle})
+        cursors = InputCursors()
+        cursors.start(0, 0)
+        sent: list[bytes] = []
+
+        async def send(topic: str, key: bytes, value: bytes, partition: int) -> None:
+            sent.append(key)
+            if key == b"run-a":
+                await asyncio.sleep(0)
+                inventory.touched(0, b"run-b", time.time())  # a batch applied meanwhile
+
+        await LoopwatchWorker._expire_idle_runs(_expiry_worker(inventory, cursors, send))
+        assert sent == [b"run-a", b"run-c"]
+        sent.clear()
+        await LoopwatchWorker._expire_idle_runs(_expiry_worker(inventory, cursors, send))
+        assert sent == []  # not sent again before their run_end is applied
+
+    asyncio.run(go())
+
+
+def test_partitions_revoked_while_their_inventory_is_taken_get_no_cursor() -> None:
+    from types import SimpleNamespace
+
+    from loopwatch.streams.kafka.worker import LoopwatchWorker
+
+    async def go() -> None:
+        proc = processor(Broker())
+        worker: Any = SimpleNamespace(topic="in", processor=proc, _revocations=0, _committed={})
+        worker._processors = lambda: [("in", proc)]
+
+        async def inventory(partitions: set[int]) -> None:
+            worker._revocations += 1  # the group rebalanced meanwhile: a revocation began
+
+        worker._take_inventory = inventory
+        await LoopwatchWorker.on_ready(worker, {TP("in", 0): 5, TP("in", 1): 7})
+        assert proc.cursors.ready() == set()
+        assert worker._committed == {}
+
+    asyncio.run(go())
