@@ -81,6 +81,8 @@ class LocalState(MutableMapping[bytes, bytes]):
         self._sent: dict[int, list[tuple[bytes, bytes | None, Any]]] = {}  # partition -> in send order
         #: changelog records written to the local database so far
         self.persisted = 0
+        #: keys whose cached value goes once their writes are on disk (:meth:`uncache`)
+        self._uncache: set[bytes] = set()
 
     # -- the mapping -----------------------------------------------------------------------------
 
@@ -192,19 +194,38 @@ class LocalState(MutableMapping[bytes, bytes]):
         if changes:
             changes.sort(key=lambda change: (change.message.partition, change.message.offset))
             self.store.apply_changelog_batch(changes, _same, _same)
+            waiting = self._waiting() if deletions or self._uncache else set()
             if deletions:  # the store no longer has them, unless written again since
-                waiting = {key for records in self._sent.values() for key, _, _ in records}
                 self._deleted.difference_update(key for key in deletions if key not in waiting)
+            if self._uncache:
+                for key in [key for key in self._uncache if key not in waiting]:
+                    self._uncache.discard(key)
+                    self._values.pop(key, None)
             self.persisted += len(changes)
         return len(changes)
+
+    def uncache(self, keys: list[bytes]) -> None:
+        """Runs no longer parsed (``LOOPWATCH_PARSED_RUNS_MAX``): their values leave the cache,
+        at once or, for one whose write is not on disk yet, once it is (:meth:`persist`). Read
+        again, a value comes from the disk: the cache holds only what the parsed runs need."""
+        waiting = self._waiting() if self._sent else set()
+        for key in keys:
+            if key in waiting:
+                self._uncache.add(key)
+            else:
+                self._values.pop(key, None)
+
+    def _waiting(self) -> set[bytes]:
+        return {key for records in self._sent.values() for key, _, _ in records}
 
     def forget(self, partitions: set[int]) -> None:
         """After a revocation (the worker's commit done): drop what was not persisted for
         ``partitions``, and the cache (the next owner may change those runs)."""
         for partition in partitions:
             self._sent.pop(partition, None)
-        waiting = {key for records in self._sent.values() for key, _, _ in records}
+        waiting = self._waiting()
         self._values = {key: value for key, value in self._values.items() if key in waiting}
+        self._uncache &= waiting
         self._deleted &= waiting
 
     def close(self) -> None:

@@ -166,6 +166,7 @@ class RunProcessor:
         #: history), so this, not the table, sets how many runs a worker holds per GiB.
         self._runs: OrderedDict[bytes, _Run] = OrderedDict()
         self._parsed_runs_max = parsed_runs_max
+        self._uncache: Callable[[list[bytes]], None] | None = getattr(data, "uncache", None)
         self._dirty: dict[bytes, _Run] = {}
         self._flush_before_write = False
         #: Per owned partition: live runs' last activity, tombstones, gauges (the expiry timer's
@@ -189,6 +190,8 @@ class RunProcessor:
             for key in evicted:  # (a run that expired in the batch is gone already)
                 if self._runs.pop(key, None) is not None:
                     self.metrics.parsed_evictions += 1
+            if evicted and self._uncache is not None:
+                self._uncache(evicted)  # the rocksdb store's cached bytes go with the parsed state
 
     def _evictions(self) -> list[bytes]:
         """The least recently active runs beyond ``parsed_runs_max``, whose parsed states go

@@ -46,14 +46,24 @@ def test_fault_scenario_changes_no_verdict(
     assert result.passed, "\n".join([result.line(), *result.details])
 
 
-@pytest.mark.parametrize("scenario", ["kill-9", "sigterm-one-of-two", "redelivery-after-run-end"])
+@pytest.mark.parametrize(
+    ("scenario", "store"),
+    [
+        ("kill-9", "memory"),
+        ("sigterm-one-of-two", "memory"),
+        ("redelivery-after-run-end", "memory"),
+        ("kill-9", "rocksdb"),
+        ("sigterm-one-of-two", "rocksdb"),
+    ],
+)
 def test_workers_keeping_few_parsed_runs_change_no_verdict(
-    scenario: str, kafka_bootstrap: str, tmp_path: Path
+    scenario: str, store: str, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """150 runs taking turns, at most 10 of them parsed: nearly every event parses its run
-    again from the table (LOOPWATCH_PARSED_RUNS_MAX), through crashes and redeliveries."""
+    again from the table (LOOPWATCH_PARSED_RUNS_MAX; on rocksdb, read again from the disk),
+    through crashes and redeliveries."""
     env = {"LOOPWATCH_PARSED_RUNS_MAX": "10"}
-    result = asyncio.run(run_scenario(scenario, 21, kafka_bootstrap, tmp_path, worker_env=env))
+    result = asyncio.run(run_scenario(scenario, 21, kafka_bootstrap, tmp_path, store=store, worker_env=env))
     assert result.matched == 150
     assert result.passed, "\n".join([result.line(), *result.details])
 

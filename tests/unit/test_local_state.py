@@ -266,3 +266,22 @@ def test_the_cache_goes_at_a_revocation_and_reads_come_from_the_disk(
     assert sorted(state.items()) == [(b"run-a", b"a1"), (b"run-b", b"b2")]
     assert sorted(state) == [b"run-a", b"run-b"]
     assert len(state) == 2
+
+
+def test_uncached_values_leave_the_cache_once_on_disk_and_are_read_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any]
+) -> None:
+    store = rocksdb_store(tmp_path, monkeypatch)
+    stores.append(store)
+    state = LocalState(store)
+    write(state, b"run-a", b"a1", 0).confirm(0)
+    state.persist()
+    pending = write(state, b"run-b", b"b1", 1)  # not confirmed yet
+    state.uncache([b"run-a", b"run-b"])
+    assert b"run-a" not in state._values  # on disk: gone from the cache at once
+    assert state[b"run-a"] == b"a1"  # read from the disk (and cached again)
+    assert state._values[b"run-b"] == b"b1"  # its write is not on disk: kept
+    pending.confirm(0)
+    state.persist()
+    assert b"run-b" not in state._values
+    assert state[b"run-b"] == b"b1"
