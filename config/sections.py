@@ -83,7 +83,8 @@ class SystemicLoopRule(msgspec.Struct, frozen=True, rename="camel", forbid_unkno
 
     enabled: bool = True
     bucket_s: Positive = msgspec.field(default=300, name="bucketSeconds")
-    window_buckets: Positive = 12
+    #: at most 48: an agent's state grows ~4 KB a bucket past its 64 KB at 12 (fleet-rules.md)
+    window_buckets: Annotated[int, Meta(ge=1, le=48)] = 12
     min_runs: Positive = 10
     min_share: Annotated[float, Meta(gt=0, le=1)] = 0.2
 

@@ -107,7 +107,7 @@ def test_every_problem_of_a_bad_loopwatch_block_is_listed_with_its_path() -> Non
                         "editUndo": {"criticalThreshold": True},
                         "loopBudget": {"usd": 0},
                         "toolOutage": {"bucketSeconds": 0, "block": "sometimes"},
-                        "systemicLoop": {"minShare": 1.5},
+                        "systemicLoop": {"minShare": 1.5, "windowBuckets": 49},
                         "vibes": {},
                     },
                 }
@@ -121,6 +121,7 @@ def test_every_problem_of_a_bad_loopwatch_block_is_listed_with_its_path() -> Non
         ("loopwatch.detectors.toolOutage.bucketSeconds", "must be a positive integer"),
         ("loopwatch.detectors.toolOutage.block", "must be a boolean"),
         ("loopwatch.detectors.systemicLoop.minShare", "must be a number above 0 and at most 1"),
+        ("loopwatch.detectors.systemicLoop.windowBuckets", "must be a positive integer of at most 48"),
         (
             "loopwatch.detectors.vibes",
             "unknown rule (known: runNoProgress, editUndo, loopBudget, toolOutage, systemicLoop, delegation)",
