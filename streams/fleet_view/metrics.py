@@ -52,6 +52,7 @@ class WorkerMetrics:
         self.ended_run_events = 0  # records of runs that had ended (tombstone)
         self.reseeks = 0  # fetches that started past the last applied record: sought back
         self.parsed_evictions = 0  # parsed run states forgotten (LOOPWATCH_PARSED_RUNS_MAX)
+        self.stale_expiries = 0  # expiry run_ends applied after the run went on: ignored
         self.gaps = 0  # input offsets the broker no longer had (accepted after a re-seek)
         self.fleet_fact_records = 0  # records of the fleet facts topic applied
         self.fleet_states_unstorable = 0  # fleet subject states too large to store (started afresh)
@@ -147,6 +148,11 @@ class _Snapshot(Collector):
             "loopwatch_parsed_run_evictions",
             "Parsed run states forgotten past LOOPWATCH_PARSED_RUNS_MAX (parsed again when the run goes on).",
             m.parsed_evictions,
+        )
+        yield _counter(
+            "loopwatch_stale_expiries",
+            "Idle-run expiries that arrived after the run went on (ignored).",
+            m.stale_expiries,
         )
         yield _counter(
             "loopwatch_input_gap_records", "Input offsets missing on the broker (skipped).", m.gaps

@@ -37,9 +37,11 @@ import structlog
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import (
+    EXPIRY_EVENT_PREFIX,
     Abort,
     Event,
     InvalidEvent,
+    RunEnd,
     ToolCall,
     ToolResult,
     Verdict,
@@ -67,7 +69,7 @@ from loopwatch.streams.kafka.run_table import (
 )
 from loopwatch.streams.logs import verdict_log_fields
 
-__all__ = ["OUTBOX_FLUSH_AT", "REPLY_HEADER", "RunProcessor"]
+__all__ = ["EXPIRY_AT", "OUTBOX_FLUSH_AT", "REPLY_HEADER", "RunProcessor", "expiry_position"]
 
 #: A run holding the unconfirmed outputs of this many events makes the batch wait for the
 #: broker's confirmations (which empty the outbox) before it goes on: the outbox stays bounded.
@@ -81,6 +83,22 @@ _OUTPUT: Any = msgspec.json.Decoder(Verdict | Abort)
 #: ``{"event_id": ..., "outputs": [...]}`` keyed by event id, also when there are none (the
 #: HTTP gateway's ``/v1/decide`` on Kafka answers "allow" without waiting out its timeout).
 REPLY_HEADER: Final = "loopwatch-reply"
+
+
+#: An expiry ``run_end``'s id ends with this and the run's last applied offset when the
+#: expiry timer decided (``loopwatch-expiry:{scope}:{idle since}@{offset}``).
+EXPIRY_AT: Final = "@"
+
+
+def expiry_position(event_id: str) -> int | None:
+    """The offset an expiry ``run_end`` was decided at (None: not one, or written before the
+    offset was part of its id: then it applies as it did)."""
+    if not event_id.startswith(EXPIRY_EVENT_PREFIX):
+        return None
+    _, at, offset = event_id.rpartition(EXPIRY_AT)
+    if not at or not offset.lstrip("-").isdigit():
+        return None
+    return int(offset)
 
 
 def _wants_reply(record: Any) -> bool:
@@ -363,6 +381,11 @@ class RunProcessor:
         self._answer_key = key
         run = self._load(key, record.partition)
         self.facts.source = (record.partition, record.offset)
+        if type(event) is RunEnd:
+            decided_at = expiry_position(event.event_id)
+            if decided_at is not None and decided_at != run.position:
+                self.metrics.stale_expiries += 1  # the run went on after the timer decided
+                return kind
         refused = admit(run, event, record.offset)
         if refused == "late":
             self.metrics.ended_run_events += 1  # redelivered or republished

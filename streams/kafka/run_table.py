@@ -32,6 +32,7 @@ __all__ = [
     "TableValue",
     "ended_ms_of",
     "id_hash",
+    "live_offset_of",
     "pack_ended",
     "pack_ended_hashes",
     "pack_live",
@@ -73,6 +74,15 @@ def ended_ms_of(blob: bytes) -> int:
         raise ValueError("not a tombstone")
     ended_ms: int = _ENDED.unpack_from(blob)[2]
     return ended_ms
+
+
+def live_offset_of(blob: bytes) -> int:
+    """The input offset a live run's value was written at (read without its state);
+    :data:`NO_OFFSET` for any other value."""
+    if len(blob) >= _HEADER.size and blob[0] == LIVE:
+        offset: int = _HEADER.unpack_from(blob)[1]
+        return offset
+    return NO_OFFSET
 
 
 def unpack(blob: bytes) -> TableValue:

@@ -62,7 +62,8 @@ from loopwatch.streams.kafka.connect import aiokafka_auth, faust_credentials, re
 from loopwatch.streams.kafka.fleet_processor import FleetProcessor
 from loopwatch.streams.kafka.local_state import LocalState
 from loopwatch.streams.kafka.redis_cache import DecisionCache
-from loopwatch.streams.kafka.run_processor import RunProcessor
+from loopwatch.streams.kafka.run_processor import EXPIRY_AT, RunProcessor
+from loopwatch.streams.kafka.run_table import live_offset_of
 from loopwatch.streams.kafka.topic_followers import follow_alerts, follow_config, follow_fleet
 from loopwatch.streams.otlp_verdicts import verdict_exporter_from_env
 
@@ -534,8 +535,11 @@ class LoopwatchWorker:
                     continue
                 scope = key.decode()
                 session = scope.removeprefix("session:") if scope.startswith("session:") else None
+                # the run's last applied offset: applied after a later event of the run, this
+                # run_end is stale and changes nothing (the run was active again meanwhile)
+                position = live_offset_of(self.runs_data.get(key) or b"")
                 end = RunEnd(
-                    event_id=f"{EXPIRY_EVENT_PREFIX}{scope}:{int(last)}",
+                    event_id=f"{EXPIRY_EVENT_PREFIX}{scope}:{int(last)}{EXPIRY_AT}{position}",
                     run_id=None if session is not None else scope,
                     session_id=session,
                 )

@@ -494,3 +494,32 @@ def test_partitions_revoked_while_their_inventory_is_taken_get_no_cursor() -> No
         assert worker._committed == {}
 
     asyncio.run(go())
+
+
+def test_an_expiry_decided_before_the_run_went_on_changes_nothing() -> None:
+    """The timer decides at the run's last offset; a run_end that arrives after another
+    event of the run is stale: applied, it would end a run that is active."""
+    from loopwatch.streams.kafka.run_processor import expiry_position
+
+    assert expiry_position(f"{EXPIRY_EVENT_PREFIX}run-1:1700000000@41") == 41
+    assert expiry_position(f"{EXPIRY_EVENT_PREFIX}session:a@b:1700000000") is None  # before offsets
+    assert expiry_position("run-end-7@3") is None  # not an expiry
+
+    async def go() -> None:
+        broker = Broker()
+        data: dict[bytes, bytes] = {}
+        proc = processor(broker, data)
+        proc.cursors.start(0, 0)
+        events = loop_trace(3).events  # offsets 0-5
+        await feed(proc, records(events))
+        decided = RunEnd(event_id=f"{EXPIRY_EVENT_PREFIX}run-1:1@5", run_id="run-1")
+        went_on = msgspec.structs.replace(loop_trace(1).events[0], event_id="later")
+        await feed(proc, records([went_on, decided], start=6))
+        assert proc.metrics.stale_expiries == 1
+        assert unpack(data[b"run-1"]).kind == LIVE  # still there, with its history
+        assert unpack(data[b"run-1"]).offset == 6
+        current = RunEnd(event_id=f"{EXPIRY_EVENT_PREFIX}run-1:2@6", run_id="run-1")
+        await feed(proc, records([current], start=8))
+        assert b"run-1" not in data  # decided at the run's last offset: expired
+
+    asyncio.run(go())
