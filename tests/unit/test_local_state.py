@@ -150,12 +150,17 @@ def stores() -> Iterator[list[Any]]:
         LocalState(store).close()
 
 
-def reopened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any], state: LocalState) -> Any:
-    """The same database opened again, as a restarted worker opens it."""
-    state.close()
+def opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any]) -> Any:
+    """The database in ``tmp_path`` opened as a worker opens it (closed at the test's end)."""
     store = rocksdb_store(tmp_path, monkeypatch)
     stores.append(store)
     return store
+
+
+def reopened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any], state: LocalState) -> Any:
+    """The same database opened again, as a restarted worker opens it."""
+    state.close()
+    return opened(tmp_path, monkeypatch, stores)
 
 
 def write(state: LocalState, key: bytes, value: bytes | None, partition: int) -> Sent:
@@ -172,9 +177,7 @@ def write(state: LocalState, key: bytes, value: bytes | None, partition: int) ->
 def test_only_confirmed_values_reach_the_disk_with_their_offset(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any]
 ) -> None:
-    store = rocksdb_store(tmp_path, monkeypatch)
-    stores.append(store)
-    state = LocalState(store)
+    state = LocalState(opened(tmp_path, monkeypatch, stores))
     first = write(state, b"run-a", b"a1", 0)
     second = write(state, b"run-a", b"a2", 0)
     other = write(state, b"run-b", b"b1", 1)
@@ -201,9 +204,7 @@ def test_only_confirmed_values_reach_the_disk_with_their_offset(
 def test_a_refused_record_never_reaches_the_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any]
 ) -> None:
-    store = rocksdb_store(tmp_path, monkeypatch)
-    stores.append(store)
-    state = LocalState(store)
+    state = LocalState(opened(tmp_path, monkeypatch, stores))
     write(state, b"run-a", b"a1", 2).confirm(0)
     state.persist()
     write(state, b"run-a", b"a2", 2).refuse()
@@ -220,8 +221,7 @@ def test_a_refused_record_never_reaches_the_disk(
 def test_deletions_and_writes_again_keep_the_latest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any]
 ) -> None:
-    store = rocksdb_store(tmp_path, monkeypatch)
-    stores.append(store)
+    store = opened(tmp_path, monkeypatch, stores)
     state = LocalState(store)
     write(state, b"gone", b"g1", 0).confirm(0)
     write(state, b"back", b"k1", 0).confirm(1)
@@ -250,9 +250,7 @@ def test_deletions_and_writes_again_keep_the_latest(
 def test_the_cache_goes_at_a_revocation_and_reads_come_from_the_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any]
 ) -> None:
-    store = rocksdb_store(tmp_path, monkeypatch)
-    stores.append(store)
-    state = LocalState(store)
+    state = LocalState(opened(tmp_path, monkeypatch, stores))
     write(state, b"run-a", b"a1", 0).confirm(0)
     write(state, b"run-b", b"b1", 1).confirm(0)
     state.persist()
@@ -271,9 +269,7 @@ def test_the_cache_goes_at_a_revocation_and_reads_come_from_the_disk(
 def test_uncached_values_leave_the_cache_once_on_disk_and_are_read_from_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any]
 ) -> None:
-    store = rocksdb_store(tmp_path, monkeypatch)
-    stores.append(store)
-    state = LocalState(store)
+    state = LocalState(opened(tmp_path, monkeypatch, stores))
     write(state, b"run-a", b"a1", 0).confirm(0)
     state.persist()
     pending = write(state, b"run-b", b"b1", 1)  # not confirmed yet
