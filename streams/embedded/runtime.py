@@ -27,8 +27,6 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any
 
-from aiokafka.partitioner import murmur2
-
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.fleet_rules import fleet_rules
 from loopwatch.detectors.batch_admission import BatchOutcome, batch_problem
@@ -42,6 +40,7 @@ from loopwatch.detectors.hashing import digester_for
 from loopwatch.detectors.step import Prepared
 from loopwatch.streams.embedded.batch_steps import batch_fleet_alerts, step_batch_done
 from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.partitions import key_partition
 
 __all__ = ["EmbeddedRuntime", "partition_for"]
 
@@ -86,7 +85,7 @@ class _Done:
 
 def partition_for(scope: str, partitions: int) -> int:
     """The partition Kafka's default partitioner gives the key ``scope``."""
-    return int(murmur2(scope.encode("utf-8", "surrogatepass")) & 0x7FFFFFFF) % partitions
+    return key_partition(scope.encode("utf-8", "surrogatepass"), partitions)
 
 
 class EmbeddedRuntime:

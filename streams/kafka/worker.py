@@ -45,7 +45,6 @@ from typing import Any, Final
 import faust
 import structlog
 from aiokafka import AIOKafkaProducer
-from aiokafka.partitioner import murmur2
 
 from loopwatch.config.errors import LoopwatchError
 from loopwatch.config.fleet import FleetConfig
@@ -66,6 +65,7 @@ from loopwatch.streams.kafka.run_processor import EXPIRY_AT, RunProcessor
 from loopwatch.streams.kafka.run_table import live_offset_of
 from loopwatch.streams.kafka.topic_followers import follow_alerts, follow_config, follow_fleet
 from loopwatch.streams.otlp_verdicts import verdict_exporter_from_env
+from loopwatch.streams.partitions import key_partition
 
 __all__ = ["FAULT_ENV", "LoopwatchWorker", "apply_config_record", "read_config_overrides"]
 
@@ -487,7 +487,7 @@ class LoopwatchWorker:
             items = (
                 (partition, key, blob)
                 for key, blob in list(data.items())
-                if (partition := (murmur2(key) & 0x7FFFFFFF) % count) in partitions
+                if (partition := key_partition(key, count)) in partitions
             )
         for index, (partition, key, blob) in enumerate(items, 1):
             inventory.found(partition, key, blob, now)
@@ -554,7 +554,7 @@ class LoopwatchWorker:
             await self.fleet_processor.drop_expired_chains(self._owned_fact_partition)
 
     def _owned_fact_partition(self, key: bytes) -> int | None:
-        partition = (murmur2(key) & 0x7FFFFFFF) % self.settings.partitions
+        partition = key_partition(key, self.settings.partitions)
         return partition if partition in self.fleet_processor.cursors.ready() else None
 
     # -- followers (streams.kafka.topic_followers) ----------------------------------------------------

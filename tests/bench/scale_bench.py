@@ -45,12 +45,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.partitioner import murmur2
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import run_scope
+from loopwatch.streams.partitions import key_partition
 from tests.bench.workloads import Workload, generate, to_wire
 from tests.integration.harness import Names, WorkerProcess
 
@@ -74,7 +74,7 @@ RESULT = (
 
 def partition_for(key: bytes, partitions: int = PARTITIONS) -> int:
     """The key's partition: aiokafka's default partitioner, and the worker's own (expiry)."""
-    return int((murmur2(key) & 0x7FFFFFFF) % partitions)
+    return key_partition(key, partitions)
 
 
 # -- processes --------------------------------------------------------------------------------
