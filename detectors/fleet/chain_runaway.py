@@ -31,10 +31,10 @@ import msgspec
 
 from loopwatch.config.sections import Delegation
 from loopwatch.detectors.fleet.alerts import FleetAlert, alert_id
-from loopwatch.detectors.fleet.chain_sketch import SAMPLES, bloom_add, id_hash, new_bloom, sampled
+from loopwatch.detectors.fleet.chain_sketch import bloom_add, id_hash, new_bloom, sampled
 from loopwatch.detectors.fleet.facts import ChainRunFact
 
-__all__ = ["EXACT_RUNS", "KIND", "MAX_AGENTS", "Runaway", "message", "on_run", "root_first"]
+__all__ = ["EXACT_RUNS", "KIND", "MAX_AGENTS", "Runaway", "message", "on_run"]
 
 KIND: Final = "chain_runaway"
 #: Runs counted exactly per chain (by their ids' hashes); ``maxRuns`` may not exceed it.
@@ -54,13 +54,6 @@ class Runaway(msgspec.Struct, array_like=True):
     since_ts: int = 0  # the earliest event time of a counted run
     top_ts: int = 0  # the latest first event time of a counted run
     alerted: int = 0  # the threshold of the chain's latest alert (0: none yet)
-
-
-def root_first(root: str, first: dict[str, int]) -> list[str]:
-    """Up to five runs: the root first, then the earliest (event time, then id); the same
-    whatever order the facts arrived in."""
-    ordered = sorted((run != root, ts, run) for run, ts in first.items())
-    return [run for _, _, run in ordered[:SAMPLES]]
 
 
 def message(root: str, runs: int, agents: int) -> str:

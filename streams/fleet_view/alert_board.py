@@ -20,6 +20,7 @@ import msgspec
 
 from loopwatch.detectors.fleet.alerts import FleetAlert
 from loopwatch.detectors.fleet.chain_repeat import args_h12
+from loopwatch.detectors.fleet.chains import ACTIVE_KIND, EXPIRED_KIND
 
 __all__ = ["CHAIN_KINDS", "AlertBoard", "chain_alert_dict", "chain_root"]
 
@@ -28,7 +29,7 @@ CHAINS_KEPT: Final = 1_000
 #: The alert kinds about a delegation chain (spec F6b, F6c).
 CHAIN_KINDS: Final = frozenset({"chain_runaway", "chain_repeat"})
 _CHAIN_PREFIX: Final = "chain:"
-_BOOKKEEPING: Final = frozenset({"chain_active", "chain_expired"})
+_BOOKKEEPING: Final = frozenset({ACTIVE_KIND, EXPIRED_KIND})
 
 
 def chain_root(alert: FleetAlert) -> str | None:
