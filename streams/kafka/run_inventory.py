@@ -10,9 +10,9 @@ event loop: 3.6 s per scrape and per expiry pass at 1M runs on the RocksDB store
 * ``ended``: each tombstone's end time (the ``run_end``'s event time, ms);
 * a :class:`Tally` of live runs, tombstones and their stored bytes.
 
-It is filled once per partition, when the partition becomes ready (:meth:`RunInventory.take`,
-the table's values of that partition read once), and kept current by every table write
-(:meth:`RunInventory.written`). A revocation forgets the partition whole, so no stale time
+It is filled once per partition, when the partition becomes ready (:meth:`RunInventory.start`,
+then :meth:`RunInventory.found` for each of that partition's table values, read once), and
+kept current by every table write (:meth:`RunInventory.written`). A revocation forgets the partition whole, so no stale time
 survives to expire a run that was active on another worker meanwhile.
 """
 
@@ -49,12 +49,6 @@ class RunInventory:
         self.seen: dict[int, dict[bytes, float]] = {}
         self.ended: dict[int, dict[bytes, int]] = {}
         self.tallies: dict[int, Tally] = {}
-
-    def take(self, partition: int, items: Iterable[tuple[bytes, bytes]], now: float) -> None:
-        """The partition became this worker's: its table values, read once."""
-        self.start(partition)
-        for key, blob in items:
-            self.found(partition, key, blob, now)
 
     def start(self, partition: int) -> None:
         """Begin the partition's inventory afresh (then :meth:`found` for each of its values)."""

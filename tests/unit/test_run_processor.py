@@ -295,7 +295,7 @@ def test_the_inventory_matches_a_full_read_of_the_table_after_every_batch() -> N
         data: dict[bytes, bytes] = {}
         proc = processor(broker, data, parsed_runs_max=3)
         proc.cursors.start(0, 0)
-        proc.inventory.take(0, [], 0.0)
+        proc.inventory.start(0)
         traces = [loop_trace(6, run_id=f"run-{i}") for i in range(6)]
         for trace in traces[:3]:
             trace.end()  # three runs end: tombstones
@@ -326,7 +326,9 @@ def test_an_inventory_taken_from_the_table_gives_the_same_figures_and_times() ->
         ended.end()
         await feed(proc, records(loop_trace(3).events + ended.events))
         taken = processor(Broker(), data)  # a new owner of the partition
-        taken.inventory.take(0, list(data.items()), 500.0)
+        taken.inventory.start(0)
+        for key, blob in list(data.items()):
+            taken.inventory.found(0, key, blob, 500.0)
         assert taken.inventory.totals() == _scanned(data)
         assert taken.inventory.seen[0] == {b"run-1": 500.0}  # active from the take on
         assert taken.inventory.ended[0] == {b"ended": unpack(data[b"ended"]).ended_ms}
@@ -338,7 +340,7 @@ def test_a_revocation_forgets_the_partition_s_inventory() -> None:
     """Should the partition come back, a stale activity time would expire a run that was
     active on another worker meanwhile."""
     proc = processor(Broker())
-    proc.inventory.take(3, [], 0.0)
+    proc.inventory.start(3)
     proc.inventory.touched(3, b"run-a", 100.0)
     proc.inventory.touched(4, b"run-b", 100.0)
     proc.forget_partitions({3})
