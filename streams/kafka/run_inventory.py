@@ -12,8 +12,9 @@ event loop: 3.6 s per scrape and per expiry pass at 1M runs on the RocksDB store
 
 It is filled once per partition, when the partition becomes ready (:meth:`RunInventory.start`,
 then :meth:`RunInventory.found` for each of that partition's table values, read once), and
-kept current by every table write (:meth:`RunInventory.written`). A revocation forgets the partition whole, so no stale time
-survives to expire a run that was active on another worker meanwhile.
+kept current by every table write (:meth:`RunInventory.written`). A revocation forgets the
+partition whole, so no stale time survives to expire a run that was active on another worker
+meanwhile.
 """
 
 from __future__ import annotations
