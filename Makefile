@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 # The detector core is compiled with mypyc (setup.py); rebuilt when one of its sources changes.
-CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py)
+CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py) $(wildcard detectors/*.c)
 BUILT  := $(VENV)/.compiled-stamp
 
 .DEFAULT_GOAL := help

@@ -4,7 +4,8 @@ The modules below are plain, type-checked Python; mypyc turns them into extensio
 that run the step about 1.3x faster (``make bench`` times both side by side). Set
 ``LOOPWATCH_PURE_PYTHON=1`` (or build where mypyc or a C compiler is missing) to install the
 same code uncompiled: behaviour is identical, only slower. Modules that define msgspec
-Structs or ``str`` subclasses stay interpreted.
+Structs or ``str`` subclasses stay interpreted. The few hand-written C modules (``NATIVE``)
+are built with them; each has a Python twin that takes its place where it was not built.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import shutil
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 COMPILED = [
     "config/fleet.py",
@@ -52,6 +53,11 @@ COMPILED = [
     "detectors/warning_buckets.py",
 ]
 
+#: Hand-written C modules (each has a pure-Python twin that is used where it was not built).
+NATIVE = [
+    ("detectors._json_scan", "detectors/_json_scan.c"),
+]
+
 
 def extensions() -> list[object]:
     if os.environ.get("LOOPWATCH_PURE_PYTHON"):
@@ -65,7 +71,8 @@ def extensions() -> list[object]:
         print("loopwatch: mypyc not available; installing the pure-Python core", file=sys.stderr)
         return []
     # compiled under their import names (loopwatch.detectors.engine): through the links in loopwatch/
-    return list(mypycify([f"loopwatch/{path}" for path in COMPILED], opt_level="3"))
+    compiled = list(mypycify([f"loopwatch/{path}" for path in COMPILED], opt_level="3"))
+    return [*compiled, *(Extension(f"loopwatch.{name}", [f"loopwatch/{source}"]) for name, source in NATIVE)]
 
 
 setup(ext_modules=extensions())

@@ -20,6 +20,7 @@ from loopwatch.detectors.input_limits import (
     int64_problem,
     nesting_exceeds,
 )
+from loopwatch.detectors.json_scan import opening_brackets
 from loopwatch.detectors.stable_json import _float_hook
 
 __all__ = ["decode_event", "validate_event"]
@@ -27,13 +28,15 @@ __all__ = ["decode_event", "validate_event"]
 _DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
 
 
-def validate_event(event: Event, deep: bool = True) -> None:
+def validate_event(event: Event, deep: bool = True, json_size: int | None = None) -> None:
     """Checks msgspec's types cannot express, and the input limits
     (:mod:`detectors.input_limits`); raises :class:`InvalidEvent`.
 
     ``deep=False`` skips the nesting walk (the caller knows the JSON holds too few brackets).
+    ``json_size``: the size of the JSON msgspec decoded the event from, if it did; its strings
+    then hold no lone surrogate and at most that many bytes, so only longer ones are measured.
     """
-    _check_limits(event, deep)
+    _check_limits(event, deep, json_size)
     if not event.event_id:
         raise InvalidEvent("event_id: must be a non-empty string")
     run_id, session_id = event.run_id, event.session_id
@@ -67,21 +70,35 @@ _IDENTITIES: Final = {
 }
 
 
-def _check_limits(event: Event, deep: bool) -> None:
-    values = astuple(event)  # one C call for every field: cheaper than a getattr per field
-    for position in _IDENTITIES[type(event)]:
-        value = values[position]
-        # an ASCII string within the limit is fine: one length test and one flag read
-        if type(value) is str and (len(value) > MAX_ID_BYTES or not value.isascii()):
-            problem = identity_problem(value)
-            if problem is not None:
-                raise InvalidEvent(f"{type(event).__struct_fields__[position]}: {problem}")
+#: A string of at most this many code points holds at most :data:`MAX_ID_BYTES` UTF-8 bytes.
+_SURELY_SHORT: Final = MAX_ID_BYTES // 4
+
+
+def _check_limits(event: Event, deep: bool, json_size: int | None) -> None:
+    if json_size is None or json_size > MAX_ID_BYTES:
+        _check_identities(event, json_size is not None)
     if event.ts is not None and (problem := int64_problem(event.ts)) is not None:
         raise InvalidEvent(f"ts: {problem}")
     if deep and type(event) in (ToolCall, ToolResult):
         for name in ("params", "result", "error"):
             if nesting_exceeds(getattr(event, name, None), MAX_NESTING):
                 raise InvalidEvent(f"{name}: nests more than {MAX_NESTING} arrays and objects")
+
+
+def _check_identities(event: Event, surrogate_free: bool) -> None:
+    values = astuple(event)  # one C call for every field: cheaper than a getattr per field
+    for position in _IDENTITIES[type(event)]:
+        value = values[position]
+        if type(value) is not str:
+            continue
+        if surrogate_free:  # msgspec decoded it: only its size can be wrong
+            if len(value) <= _SURELY_SHORT:
+                continue
+        elif len(value) <= MAX_ID_BYTES and value.isascii():  # one length test and one flag read
+            continue
+        problem = identity_problem(value)
+        if problem is not None:
+            raise InvalidEvent(f"{type(event).__struct_fields__[position]}: {problem}")
 
 
 def _validate_digested_outcome(event: ToolResult) -> None:
@@ -108,15 +125,18 @@ def decode_event(data: bytes | str) -> Event:
     """Decode and validate one JSON event; raises :class:`InvalidEvent` with the reason.
 
     Never raises anything else for any input (deep nesting included)."""
+    # msgspec's strings hold no lone surrogate and no more bytes than the JSON they came from
+    json_size = len(data) if isinstance(data, bytes) else None
     try:
         event: Event = _DECODER.decode(data)
     except msgspec.ValidationError as exc:
         raise InvalidEvent(f"invalid event: {exc}") from exc
     except msgspec.DecodeError as exc:
         event = _decode_fallback(data, exc)
+        json_size = None
     except RecursionError as exc:
         raise InvalidEvent(f"the event {_TOO_DEEP}") from exc
-    validate_event(event, _brackets(data) > MAX_NESTING)
+    validate_event(event, _brackets(data) > MAX_NESTING, json_size)
     return event
 
 
@@ -124,11 +144,7 @@ def _brackets(data: bytes | str) -> int:
     """An upper bound of the JSON's nesting depth (brackets inside strings counted too)."""
     if isinstance(data, str):
         return data.count("[") + data.count("{")
-    # one C pass (two ``count`` calls walk the bytes twice, a byte at a time)
-    return len(data) - len(data.translate(None, _OPENERS))
-
-
-_OPENERS: Final = b"[{"
+    return opening_brackets(data)
 
 
 def _decode_fallback(data: bytes | str, error: msgspec.DecodeError) -> Event:

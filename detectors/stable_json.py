@@ -20,6 +20,8 @@ from typing import Any, Final, cast
 
 import msgspec
 
+from loopwatch.detectors.json_scan import javascript_safe
+
 __all__ = [
     "UNDEFINED",
     "WIRE_DECODER",
@@ -222,12 +224,6 @@ def wire_enc_hook(value: Any) -> Any:
 #: Decodes JSON so that numbers already carry their JavaScript value (see module docstring).
 WIRE_DECODER: Final = msgspec.json.Decoder(float_hook=_float_hook)
 _SORTED: Final = msgspec.json.Encoder(order="sorted", enc_hook=_enc_hook)
-# Integers beyond 2**53 have 16+ digits: digits map to "0", everything else to " ", and a run
-# of sixteen "0" is searched (two C calls; a regex is ten times slower on this path). UTF-8
-# lead bytes >= 0xEE start code points >= U+E000, whose UTF-8 order can differ from UTF-16
-# order when they appear in keys.
-_DIGIT_MAP: Final = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
-_SIXTEEN_DIGITS: Final = b"0" * 16
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -236,7 +232,7 @@ def canonical_bytes(value: Any) -> bytes:
         out = _SORTED.encode(value)
     except (NotImplementedError, TypeError, UnicodeEncodeError, OverflowError, ValueError):
         return stable_stringify(value).encode()
-    if (out.isascii() or max(out) < 0xEE) and _SIXTEEN_DIGITS not in out.translate(_DIGIT_MAP):
+    if javascript_safe(out):  # no integer beyond 2**53, no key whose UTF-8 and UTF-16 orders differ
         return out
     return stable_stringify(value).encode()
 

@@ -1,0 +1,101 @@
+/* Two scans of JSON bytes on the path of every event, in C (detectors/json_scan.py holds the
+ * same functions in Python, used where this module was not built).
+ *
+ * opening_brackets(data): how many '[' and '{' bytes ``data`` holds (strings included): an
+ *     upper bound of its nesting depth. memchr finds them many bytes at a time.
+ * javascript_safe(out): whether sorted JSON from msgspec is byte-identical to JavaScript's
+ *     stableStringify: no run of 16 digits (an integer beyond 2**53 may be one) and no byte
+ *     >= 0xEE (a code point >= U+E000, whose UTF-8 order can differ from UTF-16 order).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static Py_ssize_t count_byte(const char *start, const char *end, int byte) {
+    Py_ssize_t count = 0;
+    const char *at = start;
+    while (at < end && (at = memchr(at, byte, (size_t)(end - at))) != NULL) {
+        count++;
+        at++;
+    }
+    return count;
+}
+
+static PyObject *opening_brackets(PyObject *module, PyObject *data) {
+    if (!PyBytes_Check(data)) {
+        PyErr_Format(PyExc_TypeError, "opening_brackets() takes bytes, not %.100s", Py_TYPE(data)->tp_name);
+        return NULL;
+    }
+    const char *start = PyBytes_AS_STRING(data);
+    const char *end = start + PyBytes_GET_SIZE(data);
+    return PyLong_FromSsize_t(count_byte(start, end, '[') + count_byte(start, end, '{'));
+}
+
+/* Whether none of the 8 bytes of ``word`` is >= 0x80 or an ASCII digit (most words of JSON
+ * text): bytes below 0x80 plus 0x50 or 0x46 carry into no neighbour, and their high bits tell
+ * which are >= '0' and which are >= ':'. */
+static int plain_word(uint64_t word) {
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    if (word & highs) {
+        return 0;
+    }
+    uint64_t from_zero = (word + ones * (0x80 - '0')) & highs;
+    uint64_t past_nine = (word + ones * (0x80 - ':')) & highs;
+    return (from_zero & ~past_nine) == 0;
+}
+
+/* Advances the digit run over ``count`` bytes; 0 when the bytes break the rule. */
+static int safe_bytes(const unsigned char *bytes, Py_ssize_t count, int *digits) {
+    for (Py_ssize_t index = 0; index < count; index++) {
+        unsigned int byte = bytes[index];
+        if (byte >= 0xEE) {
+            return 0;
+        }
+        if (byte - '0' < 10u) {
+            if (++*digits >= 16) {
+                return 0;
+            }
+        } else {
+            *digits = 0;
+        }
+    }
+    return 1;
+}
+
+static PyObject *javascript_safe(PyObject *module, PyObject *out) {
+    if (!PyBytes_Check(out)) {
+        PyErr_Format(PyExc_TypeError, "javascript_safe() takes bytes, not %.100s", Py_TYPE(out)->tp_name);
+        return NULL;
+    }
+    const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(out);
+    Py_ssize_t size = PyBytes_GET_SIZE(out), index = 0;
+    int digits = 0;
+    for (; index + 8 <= size; index += 8) {
+        uint64_t word;
+        memcpy(&word, bytes + index, sizeof word);
+        if (plain_word(word)) {
+            digits = 0;
+        } else if (!safe_bytes(bytes + index, 8, &digits)) {
+            Py_RETURN_FALSE;
+        }
+    }
+    if (!safe_bytes(bytes + index, size - index, &digits)) {
+        Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyMethodDef methods[] = {
+    {"opening_brackets", opening_brackets, METH_O, "How many '[' and '{' bytes data holds."},
+    {"javascript_safe", javascript_safe, METH_O,
+     "Whether msgspec's sorted JSON is stableStringify's: no 16-digit run, no byte >= 0xEE."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "loopwatch.detectors._json_scan", "Scans of JSON bytes (see json_scan.py).", 0,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__json_scan(void) { return PyModule_Create(&module_def); }
