@@ -23,6 +23,7 @@ static Py_ssize_t count_byte(const char *start, const char *end, int byte) {
 }
 
 static PyObject *opening_brackets(PyObject *module, PyObject *data) {
+    (void)module;
     if (!PyBytes_Check(data)) {
         PyErr_Format(PyExc_TypeError, "opening_brackets() takes bytes, not %.100s", Py_TYPE(data)->tp_name);
         return NULL;
@@ -64,6 +65,7 @@ static int safe_bytes(const unsigned char *bytes, Py_ssize_t count, int *digits)
 }
 
 static PyObject *javascript_safe(PyObject *module, PyObject *out) {
+    (void)module;
     if (!PyBytes_Check(out)) {
         PyErr_Format(PyExc_TypeError, "javascript_safe() takes bytes, not %.100s", Py_TYPE(out)->tp_name);
         return NULL;
@@ -94,8 +96,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "loopwatch.detectors._json_scan", "Scans of JSON bytes (see json_scan.py).", 0,
-    methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "loopwatch.detectors._json_scan",
+    .m_doc = "Scans of JSON bytes (see json_scan.py).",
+    .m_size = 0,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__json_scan(void) { return PyModule_Create(&module_def); }

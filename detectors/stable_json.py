@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any, Final, cast
 
 import msgspec
@@ -226,8 +227,33 @@ WIRE_DECODER: Final = msgspec.json.Decoder(float_hook=_float_hook)
 _SORTED: Final = msgspec.json.Encoder(order="sorted", enc_hook=_enc_hook)
 
 
+def _number_json(number: JSNumber) -> str:
+    """The JSON text of a JavaScript number (non-finite ones as stableStringify quotes them)."""
+    text = js_number_text(number.value)
+    return text if math.isfinite(number.value) else f'"{text}"'
+
+
+_NATIVE: Callable[[Any], bytes | None] | None
+try:  # stableStringify in C, where it was built (_stable_bytes.c)
+    from loopwatch.detectors._stable_bytes import bind as _bind_native
+    from loopwatch.detectors._stable_bytes import stable_bytes as _native_stable_bytes
+
+    _bind_native(JSNumber, _number_json, UNDEFINED)
+    _NATIVE = _native_stable_bytes
+except ImportError:  # built without a compiler, or imported from sources only
+    _NATIVE = None
+
+
 def canonical_bytes(value: Any) -> bytes:
-    """UTF-8 bytes of ``stable_stringify(value)`` for wire-decoded values, fast."""
+    """UTF-8 bytes of ``stable_stringify(value)`` for wire-decoded values, fast.
+
+    The C encoder answers where it is sure (see ``_stable_bytes.c``); msgspec's sorted
+    encoding otherwise, checked by :func:`~detectors.json_scan.javascript_safe` and redone by
+    the reference where it could differ from JavaScript."""
+    if _NATIVE is not None:
+        native = _NATIVE(value)
+        if native is not None:
+            return native
     try:
         out = _SORTED.encode(value)
     except (NotImplementedError, TypeError, UnicodeEncodeError, OverflowError, ValueError):

@@ -1,8 +1,13 @@
-"""The C scans of JSON bytes (``detectors/_json_scan.c``) answer as their Python twins do.
+"""The hand-written C modules answer as the Python they stand in for.
 
-The C module is loaded from its built file, even in the sources-only session
-(``LOOPWATCH_PURE_PYTHON=1``), where the core otherwise runs the Python twins: ``make setup``
-builds it, so its absence fails here instead of leaving the fast path untested.
+* ``detectors/_json_scan.c``: the two byte scans, as their Python twins in ``json_scan.py``;
+* ``detectors/_stable_bytes.c``: stableStringify, as the reference
+  :func:`~detectors.stable_json.stable_stringify` (byte for byte wherever it answers, and it
+  answers for every value of the kinds it claims).
+
+The C modules are loaded from their built files, even in the sources-only session
+(``LOOPWATCH_PURE_PYTHON=1``), where the core otherwise runs the Python: ``make setup`` builds
+them, so their absence fails here instead of leaving the fast path untested.
 """
 
 from __future__ import annotations
@@ -10,19 +15,28 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 from types import ModuleType
+from typing import Any
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from loopwatch.detectors.json_scan import python_javascript_safe, python_opening_brackets
+from loopwatch.detectors.stable_json import (
+    UNDEFINED,
+    JSNumber,
+    _number_json,
+    from_python,
+    stable_stringify,
+)
 from tests.helpers import ROOT
+from tests.property.strategies import json_values
 
 
-def _built_module() -> ModuleType:
-    name = "loopwatch.detectors._json_scan"
+def _built_module(stem: str) -> ModuleType:
+    name = f"loopwatch.detectors.{stem}"
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = ROOT / "detectors" / f"_json_scan{suffix}"
+        path = ROOT / "detectors" / f"{stem}{suffix}"
         if path.exists():
             spec = importlib.util.spec_from_file_location(name, path)
             assert spec is not None
@@ -30,10 +44,12 @@ def _built_module() -> ModuleType:
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             return module
-    raise AssertionError("detectors/_json_scan.c is not built: run `make setup`")
+    raise AssertionError(f"detectors/{stem}.c is not built: run `make setup`")
 
 
-NATIVE = _built_module()
+NATIVE = _built_module("_json_scan")
+ENCODER = _built_module("_stable_bytes")
+ENCODER.bind(JSNumber, _number_json, UNDEFINED)
 
 # bytes the scans care about (digits, brackets, the UTF-8 lead bytes around 0xEE) and some others
 _INTERESTING = st.sampled_from(b'0123456789[{]}":, aZ\x00\x7f\x80\xed\xee\xef\xff')
@@ -66,3 +82,63 @@ def test_opening_brackets_matches_python(data: bytes) -> None:
 def test_the_scans_refuse_what_is_not_bytes(scan: str) -> None:
     with pytest.raises(TypeError, match="takes bytes, not str"):
         getattr(NATIVE, scan)("[{")
+
+
+def _claimed(value: Any) -> bool:
+    """Whether the C encoder must answer for ``value`` (see ``_stable_bytes.c``)."""
+    if value is None or type(value) in (bool, JSNumber) or value is UNDEFINED:
+        return True
+    if type(value) is int:
+        return abs(value) <= 2**53
+    if type(value) is str:
+        return not any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+    if type(value) is list:
+        return all(_claimed(item) for item in value)
+    if type(value) is dict:
+        keys_ok = all(type(k) is str and _claimed(k) and all(ord(c) < 0x10000 for c in k) for k in value)
+        return keys_ok and all(_claimed(item) for item in value.values())
+    return False
+
+
+_KEYS = st.text(alphabet=st.sampled_from('ab"\\\n\x01\x7f\u00e9\u0100\ue000\uffff\U0001f600'), max_size=3)
+_STRINGS = st.text() | st.sampled_from(["\ud800", "a\udc00b", "\U0001f600", "\u2028", "\x1f\b\f\t\r"])
+_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**54), max_value=2**54)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | _STRINGS,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(_KEYS, children, max_size=5),
+    max_leaves=20,
+)
+
+
+@given(st.one_of(json_values, _VALUES).map(from_python))
+@example({"b": 1, "a": [1, {"\u00e9": 2, "e": 3, "\uffff": 4}]})
+@example([UNDEFINED, JSNumber(float("inf")), JSNumber(-1e21), 2**53, -(2**53), 2**53 + 1])
+@example({str(n): n for n in range(40)})  # more keys than the encoder's small array
+@example({"\U0001f600": 1, "\ue000": 2})  # astral keys: UTF-16 order differs from code point order
+def test_stable_bytes_is_stable_stringify(value: Any) -> None:
+    native = ENCODER.stable_bytes(value)
+    if native is not None:
+        assert native == stable_stringify(value).encode()
+    assert (native is not None) is _claimed(value)
+
+
+def test_stable_bytes_leaves_what_it_cannot_be_sure_of() -> None:
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    for value in (cyclic, (1, 2), {1: "a"}, 2**60, 1.5, b"x", "\udfff", {"\U0001f600": 1}):
+        assert ENCODER.stable_bytes(value) is None, value
+
+
+@given(st.text(alphabet=st.sampled_from('ab "\\\x00\x1f\x7f~'), min_size=0, max_size=200))
+@example("a" * 7 + '"' + "a" * 16)
+@example("a" * 15 + "\\")
+@example("a" * 8 + "\x1f" + "a" * 8 + "\x00")
+def test_stable_bytes_escapes_long_ascii_strings(text: str) -> None:
+    # the encoder looks at 8 bytes at a time: an escape must be found at every offset
+    assert ENCODER.stable_bytes(text) == stable_stringify(text).encode()
+    for offset in range(17):
+        shifted = "x" * offset + text
+        assert ENCODER.stable_bytes(shifted) == stable_stringify(shifted).encode()

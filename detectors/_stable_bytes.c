@@ -1,0 +1,347 @@
+/* stableStringify in C, for the values the wire decoder gives (detectors/stable_json.py).
+ *
+ * stable_bytes(value) -> bytes | None: the UTF-8 bytes of OpenClaw's stableStringify(value)
+ * (spec section 3.1), or None where this encoder cannot be sure of them; the caller then takes
+ * the general path (msgspec and the Python reference, canonical_bytes in stable_json.py).
+ *
+ * Exactly these are encoded here: None, True, False; int within +-2**53; str without surrogate
+ * code points (JSON.stringify's escapes: \" \\ \b \f \n \r \t, \u00xx for other controls,
+ * everything else as UTF-8); exact list; exact dict with str keys of the Basic Multilingual
+ * Plane only (where code point order is UTF-16 code unit order: the order of JavaScript's
+ * sort); and the two objects bound by bind(): the JavaScript number (its text from the bound
+ * function) and undefined. Anything else, or nesting deeper than MAX_DEPTH (a cycle), gives
+ * None.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DEPTH 256
+#define MAX_SAFE_INTEGER 9007199254740992LL /* 2**53 */
+#define SMALL_DICT 16
+
+static PyObject *number_type = NULL;   /* JSNumber */
+static PyObject *number_text = NULL;   /* JSNumber -> its JSON text (str) */
+static PyObject *undefined = NULL;     /* UNDEFINED */
+
+typedef struct {
+    PyObject *bytes; /* the output, grown by _PyBytes_Resize */
+    char *data;
+    Py_ssize_t size, capacity;
+} Out;
+
+/* 0: done; 1: not this encoder's (None); -1: a Python error is set */
+enum { DONE = 0, UNSURE = 1, FAILED = -1 };
+
+static int reserve(Out *out, Py_ssize_t more) {
+    if (out->size + more <= out->capacity) {
+        return DONE;
+    }
+    Py_ssize_t capacity = out->capacity * 2;
+    while (capacity < out->size + more) {
+        capacity *= 2;
+    }
+    if (_PyBytes_Resize(&out->bytes, capacity) < 0) {
+        return FAILED;
+    }
+    out->data = PyBytes_AS_STRING(out->bytes);
+    out->capacity = capacity;
+    return DONE;
+}
+
+static int put(Out *out, const char *text, Py_ssize_t size) {
+    if (reserve(out, size) != DONE) {
+        return FAILED;
+    }
+    memcpy(out->data + out->size, text, (size_t)size);
+    out->size += size;
+    return DONE;
+}
+
+/* What JSON.stringify writes for a code point below 0x80 that needs an escape (0: none). */
+static const char SHORT_ESCAPE[128] = {
+    ['\b'] = 'b', ['\t'] = 't', ['\n'] = 'n', ['\f'] = 'f', ['\r'] = 'r', ['"'] = '"', ['\\'] = '\\',
+};
+
+static int needs_escape(Py_UCS4 c) { return c < 0x20 || c == '"' || c == '\\'; }
+
+static int put_escape(Out *out, Py_UCS4 c) {
+    static const char hex[] = "0123456789abcdef";
+    char text[6] = {'\\', SHORT_ESCAPE[c], 0, 0, 0, 0};
+    if (text[1]) {
+        return put(out, text, 2);
+    }
+    text[1] = 'u';
+    text[2] = '0';
+    text[3] = '0';
+    text[4] = hex[c >> 4];
+    text[5] = hex[c & 15];
+    return put(out, text, 6);
+}
+
+/* Whether one of the 8 bytes of ``word`` needs an escape: below 0x20, '"' or '\\' (the
+ * "has less" and "has zero" word tests: exact for the word as a whole). */
+static int word_needs_escape(uint64_t word) {
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    uint64_t quote = word ^ (ones * '"'), backslash = word ^ (ones * '\\');
+    uint64_t control = (word - ones * 0x20) & ~word & highs;
+    uint64_t quotes = (quote - ones) & ~quote & highs;
+    uint64_t backslashes = (backslash - ones) & ~backslash & highs;
+    return (control | quotes | backslashes) != 0;
+}
+
+/* An ASCII string: runs without escapes found 8 bytes at a time and copied at once. */
+static int put_ascii(Out *out, const unsigned char *chars, Py_ssize_t length) {
+    Py_ssize_t start = 0, index = 0;
+    while (index < length) {
+        if (index + 8 <= length) {
+            uint64_t word;
+            memcpy(&word, chars + index, sizeof word);
+            if (!word_needs_escape(word)) {
+                index += 8;
+                continue;
+            }
+        }
+        if (needs_escape(chars[index])) {
+            if (put(out, (const char *)chars + start, index - start) != DONE || put_escape(out, chars[index]) != DONE) {
+                return FAILED;
+            }
+            start = index + 1;
+        }
+        index++;
+    }
+    return put(out, (const char *)chars + start, length - start);
+}
+
+static int put_string(Out *out, PyObject *text) {
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+    if (put(out, "\"", 1) != DONE) {
+        return FAILED;
+    }
+    if (PyUnicode_IS_ASCII(text)) {
+        if (put_ascii(out, PyUnicode_1BYTE_DATA(text), length) != DONE) {
+            return FAILED;
+        }
+        return put(out, "\"", 1);
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    if (reserve(out, length * 4 + 1) != DONE) { /* UTF-8: at most 4 bytes a code point */
+        return FAILED;
+    }
+    for (Py_ssize_t index = 0; index < length; index++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, index);
+        if (c < 0x80) {
+            if (needs_escape(c)) {
+                if (put_escape(out, c) != DONE || reserve(out, (length - index) * 4 + 1) != DONE) {
+                    return FAILED;
+                }
+            } else {
+                out->data[out->size++] = (char)c;
+            }
+        } else if (c < 0x800) {
+            out->data[out->size++] = (char)(0xC0 | (c >> 6));
+            out->data[out->size++] = (char)(0x80 | (c & 0x3F));
+        } else if (c < 0x10000) {
+            if (c >= 0xD800 && c <= 0xDFFF) {
+                return UNSURE; /* a surrogate: OpenClaw sanitises it first (the Python path) */
+            }
+            out->data[out->size++] = (char)(0xE0 | (c >> 12));
+            out->data[out->size++] = (char)(0x80 | ((c >> 6) & 0x3F));
+            out->data[out->size++] = (char)(0x80 | (c & 0x3F));
+        } else {
+            out->data[out->size++] = (char)(0xF0 | (c >> 18));
+            out->data[out->size++] = (char)(0x80 | ((c >> 12) & 0x3F));
+            out->data[out->size++] = (char)(0x80 | ((c >> 6) & 0x3F));
+            out->data[out->size++] = (char)(0x80 | (c & 0x3F));
+        }
+    }
+    return put(out, "\"", 1);
+}
+
+static int put_value(Out *out, PyObject *value, int depth);
+
+/* Keys in UTF-16 code unit order; 1: a key this encoder cannot order (astral, or not a str). */
+static int key_order_unsure(PyObject *key) {
+    return !PyUnicode_CheckExact(key) || PyUnicode_KIND(key) == PyUnicode_4BYTE_KIND;
+}
+
+static int key_less(PyObject *a, PyObject *b) {
+    if (PyUnicode_KIND(a) == PyUnicode_1BYTE_KIND && PyUnicode_KIND(b) == PyUnicode_1BYTE_KIND) {
+        Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
+        int order = memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b), (size_t)(la < lb ? la : lb));
+        return order < 0 || (order == 0 && la < lb);
+    }
+    return PyUnicode_Compare(a, b) < 0; /* code points: both keys are BMP here */
+}
+
+static int put_dict(Out *out, PyObject *dict, int depth) {
+    Py_ssize_t count = PyDict_GET_SIZE(dict), position = 0, index = 0;
+    PyObject *small_keys[SMALL_DICT], *small_values[SMALL_DICT];
+    PyObject **keys = small_keys, **values = small_values;
+    PyObject *key, *item;
+    int status = DONE;
+    if (count > SMALL_DICT) {
+        keys = PyMem_Malloc(sizeof(PyObject *) * (size_t)count * 2);
+        if (keys == NULL) {
+            PyErr_NoMemory();
+            return FAILED;
+        }
+        values = keys + count;
+    }
+    while (PyDict_Next(dict, &position, &key, &item)) {
+        if (key_order_unsure(key)) {
+            status = UNSURE;
+            goto done;
+        }
+        /* insertion sort: the dicts of tool calls hold a handful of keys */
+        Py_ssize_t at = index++;
+        while (at > 0 && key_less(key, keys[at - 1])) {
+            keys[at] = keys[at - 1];
+            values[at] = values[at - 1];
+            at--;
+        }
+        keys[at] = key;
+        values[at] = item;
+    }
+    if ((status = put(out, "{", 1)) != DONE) {
+        goto done;
+    }
+    for (index = 0; index < count; index++) {
+        if ((index && (status = put(out, ",", 1)) != DONE) || (status = put_string(out, keys[index])) != DONE ||
+            (status = put(out, ":", 1)) != DONE || (status = put_value(out, values[index], depth + 1)) != DONE) {
+            goto done;
+        }
+    }
+    status = put(out, "}", 1);
+done:
+    if (keys != small_keys) {
+        PyMem_Free(keys);
+    }
+    return status;
+}
+
+static int put_number(Out *out, PyObject *value) {
+    PyObject *text = PyObject_CallOneArg(number_text, value);
+    if (text == NULL) {
+        return FAILED;
+    }
+    int status = UNSURE;
+    if (PyUnicode_CheckExact(text) && PyUnicode_IS_ASCII(text)) {
+        status = put(out, (const char *)PyUnicode_1BYTE_DATA(text), PyUnicode_GET_LENGTH(text));
+    }
+    Py_DECREF(text);
+    return status;
+}
+
+static int put_value(Out *out, PyObject *value, int depth) {
+    if (depth > MAX_DEPTH) {
+        return UNSURE;
+    }
+    if (value == Py_None) {
+        return put(out, "null", 4);
+    }
+    if (value == Py_True) {
+        return put(out, "true", 4);
+    }
+    if (value == Py_False) {
+        return put(out, "false", 5);
+    }
+    PyTypeObject *type = Py_TYPE(value);
+    if (type == &PyUnicode_Type) {
+        return put_string(out, value);
+    }
+    if (type == &PyLong_Type) {
+        int overflow = 0;
+        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (number == -1 && PyErr_Occurred()) {
+            return FAILED;
+        }
+        if (overflow || number > MAX_SAFE_INTEGER || number < -MAX_SAFE_INTEGER) {
+            return UNSURE; /* JavaScript rounds it to a double: the Python path writes that */
+        }
+        char text[24];
+        int size = snprintf(text, sizeof text, "%lld", number);
+        return put(out, text, size);
+    }
+    if (type == &PyDict_Type) {
+        return put_dict(out, value, depth);
+    }
+    if (type == &PyList_Type) {
+        Py_ssize_t count = PyList_GET_SIZE(value);
+        int status = put(out, "[", 1);
+        for (Py_ssize_t index = 0; status == DONE && index < count; index++) {
+            if (index) {
+                status = put(out, ",", 1);
+            }
+            if (status == DONE) {
+                status = put_value(out, PyList_GET_ITEM(value, index), depth + 1);
+            }
+        }
+        return status == DONE ? put(out, "]", 1) : status;
+    }
+    if (number_type != NULL && (PyObject *)type == number_type) {
+        return put_number(out, value);
+    }
+    if (value == undefined) {
+        return put(out, "undefined", 9);
+    }
+    return UNSURE;
+}
+
+static PyObject *stable_bytes(PyObject *module, PyObject *value) {
+    (void)module;
+    Out out = {PyBytes_FromStringAndSize(NULL, 256), NULL, 0, 256};
+    if (out.bytes == NULL) {
+        return NULL;
+    }
+    out.data = PyBytes_AS_STRING(out.bytes);
+    int status = put_value(&out, value, 0);
+    if (status != DONE) {
+        Py_XDECREF(out.bytes);
+        if (status == FAILED) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    if (_PyBytes_Resize(&out.bytes, out.size) < 0) {
+        return NULL;
+    }
+    return out.bytes;
+}
+
+static PyObject *bind(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *type, *text, *undefined_value;
+    if (!PyArg_ParseTuple(args, "OOO:bind", &type, &text, &undefined_value)) {
+        return NULL;
+    }
+    if (!PyType_Check(type) || !PyCallable_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "bind(number_type, number_text, undefined): a type and a callable");
+        return NULL;
+    }
+    Py_INCREF(type);
+    Py_INCREF(text);
+    Py_INCREF(undefined_value);
+    Py_XSETREF(number_type, type);
+    Py_XSETREF(number_text, text);
+    Py_XSETREF(undefined, undefined_value);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"stable_bytes", stable_bytes, METH_O, "stableStringify(value) as UTF-8 bytes, or None where unsure."},
+    {"bind", bind, METH_VARARGS, "bind(number_type, number_text, undefined): JavaScript's number and undefined."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "loopwatch.detectors._stable_bytes",
+    .m_doc = "stableStringify in C (see stable_json.py).",
+    .m_size = 0,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__stable_bytes(void) { return PyModule_Create(&module_def); }
