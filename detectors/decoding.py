@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 from msgspec import UNSET
@@ -28,6 +28,31 @@ __all__ = ["decode_event", "validate_event"]
 _DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
 
 
+def _at(kind: type[Event], name: str) -> int:
+    """The position of field ``name`` of ``kind`` in ``astuple`` order."""
+    return kind.__struct_fields__.index(name)
+
+
+# Field positions in ``astuple`` order (one C call reads every field: cheaper than a getattr
+# each); msgspec puts the required fields first, so the common ones move with the type.
+_COMMON: Final = {
+    kind: (_at(kind, "event_id"), _at(kind, "run_id"), _at(kind, "session_id"), _at(kind, "ts"))
+    for kind in (ToolCall, ToolResult, CompactionRetry, RunEnd)
+}
+_CALL_TOOL: Final = _at(ToolCall, "tool")
+_CALL_PARAMS: Final = _at(ToolCall, "params")
+_CALL_ARGS_DIGEST: Final = _at(ToolCall, "args_digest")
+_TOOL: Final = _at(ToolResult, "tool")
+_PARAMS: Final = _at(ToolResult, "params")
+_ARGS_DIGEST: Final = _at(ToolResult, "args_digest")
+_RESULT: Final = _at(ToolResult, "result")
+_ERROR: Final = _at(ToolResult, "error")
+_RESULT_DIGEST: Final = _at(ToolResult, "result_digest")
+_OUTCOME_KIND: Final = _at(ToolResult, "outcome_kind")
+_NO_PROGRESS: Final = _at(ToolResult, "no_progress")
+_FAILURE_DIGEST: Final = _at(ToolResult, "failure_digest")
+
+
 def validate_event(event: Event, deep: bool = True, json_size: int | None = None) -> None:
     """Checks msgspec's types cannot express, and the input limits
     (:mod:`detectors.input_limits`); raises :class:`InvalidEvent`.
@@ -36,28 +61,46 @@ def validate_event(event: Event, deep: bool = True, json_size: int | None = None
     ``json_size``: the size of the JSON msgspec decoded the event from, if it did; its strings
     then hold no lone surrogate and at most that many bytes, so only longer ones are measured.
     """
-    _check_limits(event, deep, json_size)
-    if not event.event_id:
+    values = astuple(event)
+    kind = type(event)
+    event_at, run_at, session_at, ts_at = _COMMON[kind]
+    if json_size is None or json_size > MAX_ID_BYTES:
+        _check_identities(kind, values, json_size is not None)
+    ts = values[ts_at]
+    if ts is not None and (problem := int64_problem(ts)) is not None:
+        raise InvalidEvent(f"ts: {problem}")
+    if deep and (kind is ToolCall or kind is ToolResult):
+        for name in ("params", "result", "error"):
+            if nesting_exceeds(getattr(event, name, None), MAX_NESTING):
+                raise InvalidEvent(f"{name}: nests more than {MAX_NESTING} arrays and objects")
+    if not values[event_at]:
         raise InvalidEvent("event_id: must be a non-empty string")
-    run_id, session_id = event.run_id, event.session_id
+    run_id, session_id = values[run_at], values[session_at]
     if not (run_id and not run_id.isspace()) and not (session_id and not session_id.isspace()):
         raise InvalidEvent("run_id or session_id: one of them is required")
-    kind = type(event)
-    if kind is ToolCall or kind is ToolResult:
-        if not event.tool:  # type: ignore[union-attr]
-            raise InvalidEvent("tool: must be a non-empty string")
-        if (event.params is UNSET) is (event.args_digest is UNSET):  # type: ignore[union-attr]
-            raise InvalidEvent("params / args_digest: exactly one of them is required")
-    if kind is ToolResult:
-        error = event.error  # type: ignore[union-attr]
+    if kind is ToolCall:
+        _check_call_fields(values[_CALL_TOOL], values[_CALL_PARAMS], values[_CALL_ARGS_DIGEST])
+    elif kind is ToolResult:
+        _check_call_fields(values[_TOOL], values[_PARAMS], values[_ARGS_DIGEST])
+        error = values[_ERROR]
+        result_digest = values[_RESULT_DIGEST]
         given = (
-            (event.result is not UNSET)  # type: ignore[union-attr]
+            (values[_RESULT] is not UNSET)
             + (error is not UNSET and error is not None)
-            + (event.result_digest is not UNSET)  # type: ignore[union-attr]
+            + (result_digest is not UNSET)
         )
         if given != 1:
             raise InvalidEvent("result / error / result_digest: exactly one of them is required")
-        _validate_digested_outcome(event)  # type: ignore[arg-type]
+        _check_digested_outcome(
+            result_digest, values[_OUTCOME_KIND], values[_NO_PROGRESS], values[_FAILURE_DIGEST]
+        )
+
+
+def _check_call_fields(tool: str, params: Any, args_digest: Any) -> None:
+    if not tool:
+        raise InvalidEvent("tool: must be a non-empty string")
+    if (params is UNSET) is (args_digest is UNSET):
+        raise InvalidEvent("params / args_digest: exactly one of them is required")
 
 
 #: Per event type, the positions (in ``astuple`` order) of the identity fields it has
@@ -74,20 +117,8 @@ _IDENTITIES: Final = {
 _SURELY_SHORT: Final = MAX_ID_BYTES // 4
 
 
-def _check_limits(event: Event, deep: bool, json_size: int | None) -> None:
-    if json_size is None or json_size > MAX_ID_BYTES:
-        _check_identities(event, json_size is not None)
-    if event.ts is not None and (problem := int64_problem(event.ts)) is not None:
-        raise InvalidEvent(f"ts: {problem}")
-    if deep and type(event) in (ToolCall, ToolResult):
-        for name in ("params", "result", "error"):
-            if nesting_exceeds(getattr(event, name, None), MAX_NESTING):
-                raise InvalidEvent(f"{name}: nests more than {MAX_NESTING} arrays and objects")
-
-
-def _check_identities(event: Event, surrogate_free: bool) -> None:
-    values = astuple(event)  # one C call for every field: cheaper than a getattr per field
-    for position in _IDENTITIES[type(event)]:
+def _check_identities(kind: type[Event], values: tuple[Any, ...], surrogate_free: bool) -> None:
+    for position in _IDENTITIES[kind]:
         value = values[position]
         if type(value) is not str:
             continue
@@ -98,23 +129,24 @@ def _check_identities(event: Event, surrogate_free: bool) -> None:
             continue
         problem = identity_problem(value)
         if problem is not None:
-            raise InvalidEvent(f"{type(event).__struct_fields__[position]}: {problem}")
+            raise InvalidEvent(f"{kind.__struct_fields__[position]}: {problem}")
 
 
-def _validate_digested_outcome(event: ToolResult) -> None:
+def _check_digested_outcome(
+    result_digest: Any, kind: str | None, no_progress: bool, failure: str | None
+) -> None:
     """The 2026-08 classification fields come only with ``result_digest`` and agree with it."""
-    kind = event.outcome_kind
-    if event.result_digest is UNSET:
-        if kind is not None or event.no_progress or event.failure_digest is not None:
+    if result_digest is UNSET:
+        if kind is not None or no_progress or failure is not None:
             raise InvalidEvent(
                 "outcome_kind / no_progress / failure_digest: only with result_digest (digest-only mode)"
             )
         return
-    if kind == "tool-loop-veto" and event.result_digest is not None:
+    if kind == "tool-loop-veto" and result_digest is not None:
         raise InvalidEvent("result_digest: must be null for outcome_kind tool-loop-veto")
-    if kind == "terminal-exec-failure" and event.result_digest is None:
+    if kind == "terminal-exec-failure" and result_digest is None:
         raise InvalidEvent("result_digest: required with outcome_kind terminal-exec-failure")
-    if (kind == "terminal-exec-failure") != (event.failure_digest is not None):
+    if (kind == "terminal-exec-failure") != (failure is not None):
         raise InvalidEvent("failure_digest: required with outcome_kind terminal-exec-failure, and only then")
 
 
