@@ -3,7 +3,8 @@
 * ``detectors/_json_scan.c``: the two byte scans, as their Python twins in ``json_scan.py``;
 * ``detectors/_stable_bytes.c``: stableStringify, as the reference
   :func:`~detectors.stable_json.stable_stringify` (byte for byte wherever it answers, and it
-  answers for every value of the kinds it claims).
+  answers for every value of the kinds it claims); as built, and built without SIMD (the
+  8-byte scan an ARM machine runs), compiled here.
 
 The C modules are loaded from their built files, even in the sources-only session
 (``LOOPWATCH_PURE_PYTHON=1``), where the core otherwise runs the Python: ``make setup`` builds
@@ -14,6 +15,12 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -47,9 +54,29 @@ def _built_module(stem: str) -> ModuleType:
     raise AssertionError(f"detectors/{stem}.c is not built: run `make setup`")
 
 
+def _portable_encoder(directory: Path) -> ModuleType:
+    """``_stable_bytes.c`` built without SIMD (what an ARM machine runs), with the C compiler."""
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    assert compiler is not None, "no C compiler: make setup needs one too"
+    target = directory / f"_stable_bytes{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    include = sysconfig.get_paths()["include"]
+    source = ROOT / "detectors" / "_stable_bytes.c"
+    command = [compiler, "-O2", "-shared", "-fPIC", "-DLOOPWATCH_PORTABLE", f"-I{include}", str(source), "-o"]
+    subprocess.run([*command, str(target)], check=True, capture_output=True)
+    spec = importlib.util.spec_from_file_location("loopwatch.detectors._stable_bytes", target)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 NATIVE = _built_module("_json_scan")
 ENCODER = _built_module("_stable_bytes")
 ENCODER.bind(JSNumber, _number_json, UNDEFINED)
+PORTABLE = _portable_encoder(Path(tempfile.mkdtemp(prefix="loopwatch-portable-")))
+PORTABLE.bind(JSNumber, _number_json, UNDEFINED)
+ENCODERS = (ENCODER, PORTABLE)
 
 # bytes the scans care about (digits, brackets, the UTF-8 lead bytes around 0xEE) and some others
 _INTERESTING = st.sampled_from(b'0123456789[{]}":, aZ\x00\x7f\x80\xed\xee\xef\xff')
@@ -119,17 +146,19 @@ _VALUES = st.recursive(
 @example({str(n): n for n in range(40)})  # more keys than the encoder's small array
 @example({"\U0001f600": 1, "\ue000": 2})  # astral keys: UTF-16 order differs from code point order
 def test_stable_bytes_is_stable_stringify(value: Any) -> None:
-    native = ENCODER.stable_bytes(value)
-    if native is not None:
-        assert native == stable_stringify(value).encode()
-    assert (native is not None) is _claimed(value)
+    for encoder in ENCODERS:
+        native = encoder.stable_bytes(value)
+        if native is not None:
+            assert native == stable_stringify(value).encode()
+        assert (native is not None) is _claimed(value)
 
 
 def test_stable_bytes_leaves_what_it_cannot_be_sure_of() -> None:
     cyclic: list[Any] = []
     cyclic.append(cyclic)
     for value in (cyclic, (1, 2), {1: "a"}, 2**60, 1.5, b"x", "\udfff", {"\U0001f600": 1}):
-        assert ENCODER.stable_bytes(value) is None, value
+        for encoder in ENCODERS:
+            assert encoder.stable_bytes(value) is None, value
 
 
 @given(st.text(alphabet=st.sampled_from('ab "\\\x00\x1f\x7f~'), min_size=0, max_size=200))
@@ -138,7 +167,8 @@ def test_stable_bytes_leaves_what_it_cannot_be_sure_of() -> None:
 @example("a" * 8 + "\x1f" + "a" * 8 + "\x00")
 def test_stable_bytes_escapes_long_ascii_strings(text: str) -> None:
     # the encoder looks at 8 bytes at a time: an escape must be found at every offset
-    assert ENCODER.stable_bytes(text) == stable_stringify(text).encode()
-    for offset in range(17):
-        shifted = "x" * offset + text
-        assert ENCODER.stable_bytes(shifted) == stable_stringify(shifted).encode()
+    for encoder in ENCODERS:
+        assert encoder.stable_bytes(text) == stable_stringify(text).encode()
+        for offset in range(17):
+            shifted = "x" * offset + text
+            assert encoder.stable_bytes(shifted) == stable_stringify(shifted).encode()
