@@ -80,75 +80,103 @@ static int put_escape(Out *out, Py_UCS4 c) {
     return put(out, text, 6);
 }
 
-/* An ASCII string, copied as it is scanned: 16 bytes at a time with SSE2 (every x86-64 has
- * it), 8 at a time elsewhere (and where built with -DLOOPWATCH_PORTABLE, as a test does); a
- * block with a byte to escape is copied up to that byte, which is escaped, and the scan goes
- * on after it. Invariant: the output has room for what is left of the string. */
-#if defined(__SSE2__) && defined(__GNUC__) && !defined(LOOPWATCH_PORTABLE)
-#include <emmintrin.h>
-#define BLOCK 16
-
-/* A bit per byte of the block that needs an escape: below 0x20 (as a signed byte: ASCII is
- * never negative), '"' or '\\'. */
-static unsigned int escape_mask(const unsigned char *chars) {
-    __m128i block = _mm_loadu_si128((const __m128i *)chars);
-    __m128i special = _mm_or_si128(_mm_cmpeq_epi8(block, _mm_set1_epi8('"')), _mm_cmpeq_epi8(block, _mm_set1_epi8('\\')));
-    special = _mm_or_si128(special, _mm_cmplt_epi8(block, _mm_set1_epi8(0x20)));
-    return (unsigned int)_mm_movemask_epi8(special);
-}
-#else
-#define BLOCK 8
+/* An ASCII string is copied as it is scanned, a block at a time: copy_clean copies the
+ * longest prefix of whole blocks with nothing to escape and stops at the first byte to escape
+ * (copied up to it) or before a tail shorter than a block. AVX2 takes 32 bytes at a time where
+ * the CPU has it, SSE2 (every x86-64) 16; elsewhere, and where built with -DLOOPWATCH_PORTABLE
+ * (as a test does), a word test takes 8. A byte needs an escape below 0x20 (as a signed byte:
+ * ASCII is never negative), or as '"' or '\\'. */
+typedef Py_ssize_t (*CopyClean)(const unsigned char *chars, Py_ssize_t length, char *dest);
 
 /* Nonzero when one of the 8 bytes needs an escape (the "has less" and "has zero" word tests,
- * exact for the word as a whole); the position is then found byte by byte. */
-static unsigned int escape_mask(const unsigned char *chars) {
+ * exact for the word as a whole). */
+static int word_needs_escape(const unsigned char *chars) {
     const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
     uint64_t word;
     memcpy(&word, chars, sizeof word);
     uint64_t quote = word ^ (ones * '"'), backslash = word ^ (ones * '\\');
-    uint64_t found = ((word - ones * 0x20) & ~word & highs) | ((quote - ones) & ~quote & highs) |
-                     ((backslash - ones) & ~backslash & highs);
-    if (!found) {
-        return 0;
+    return (((word - ones * 0x20) & ~word & highs) | ((quote - ones) & ~quote & highs) |
+            ((backslash - ones) & ~backslash & highs)) != 0;
+}
+
+static Py_ssize_t copy_clean_words(const unsigned char *chars, Py_ssize_t length, char *dest) {
+    Py_ssize_t index = 0;
+    while (index + 8 <= length && !word_needs_escape(chars + index)) {
+        index += 8;
     }
-    unsigned int mask = 0;
-    for (int index = 0; index < 8; index++) {
-        mask |= (unsigned int)needs_escape(chars[index]) << index;
+    if (index + 8 <= length) { /* the word holding a byte to escape: up to that byte */
+        while (!needs_escape(chars[index])) {
+            index++;
+        }
     }
-    return mask;
+    memcpy(dest, chars, (size_t)index);
+    return index;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(LOOPWATCH_PORTABLE)
+#include <immintrin.h>
+#define SIMD 1
+
+static Py_ssize_t copy_clean_sse2(const unsigned char *chars, Py_ssize_t length, char *dest) {
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    Py_ssize_t index = 0;
+    for (; index + 16 <= length; index += 16) {
+        __m128i block = _mm_loadu_si128((const __m128i *)(chars + index));
+        __m128i special = _mm_or_si128(_mm_cmpeq_epi8(block, quote), _mm_cmpeq_epi8(block, backslash));
+        unsigned int mask = (unsigned int)_mm_movemask_epi8(_mm_or_si128(special, _mm_cmplt_epi8(block, space)));
+        if (mask) {
+            int clean = __builtin_ctz(mask);
+            memcpy(dest + index, chars + index, (size_t)clean);
+            return index + clean;
+        }
+        _mm_storeu_si128((__m128i *)(dest + index), block);
+    }
+    return index;
+}
+
+__attribute__((target("avx2"))) static Py_ssize_t copy_clean_avx2(const unsigned char *chars, Py_ssize_t length,
+                                                                   char *dest) {
+    const __m256i quote = _mm256_set1_epi8('"'), backslash = _mm256_set1_epi8('\\'), space = _mm256_set1_epi8(0x20);
+    Py_ssize_t index = 0;
+    for (; index + 32 <= length; index += 32) {
+        __m256i block = _mm256_loadu_si256((const __m256i *)(chars + index));
+        __m256i special = _mm256_or_si256(_mm256_cmpeq_epi8(block, quote), _mm256_cmpeq_epi8(block, backslash));
+        special = _mm256_or_si256(special, _mm256_cmpgt_epi8(space, block));
+        unsigned int mask = (unsigned int)_mm256_movemask_epi8(special);
+        if (mask) {
+            int clean = __builtin_ctz(mask);
+            memcpy(dest + index, chars + index, (size_t)clean);
+            return index + clean;
+        }
+        _mm256_storeu_si256((__m256i *)(dest + index), block);
+    }
+    return index;
 }
 #endif
+
+static CopyClean copy_clean = copy_clean_words; /* chosen when the module is loaded */
+static const char *copy_clean_name = "words";
 
 static int put_ascii(Out *out, const unsigned char *chars, Py_ssize_t length) {
     Py_ssize_t index = 0;
     if (reserve(out, length) != DONE) {
         return FAILED;
     }
-    while (index + BLOCK <= length) {
-        unsigned int mask = escape_mask(chars + index);
-        if (mask == 0) {
-            memcpy(out->data + out->size, chars + index, BLOCK);
-            out->size += BLOCK;
-            index += BLOCK;
-            continue;
-        }
-        int clean = __builtin_ctz(mask);
-        memcpy(out->data + out->size, chars + index, (size_t)clean);
+    while (index < length) {
+        Py_ssize_t clean = copy_clean(chars + index, length - index, out->data + out->size);
         out->size += clean;
         index += clean;
-        if (put_escape(out, chars[index]) != DONE || reserve(out, length - index - 1) != DONE) {
-            return FAILED;
+        if (index == length) {
+            break;
         }
-        index++;
-    }
-    for (; index < length; index++) {
-        if (needs_escape(chars[index])) {
+        if (needs_escape(chars[index])) { /* else: the tail shorter than a block */
             if (put_escape(out, chars[index]) != DONE || reserve(out, length - index - 1) != DONE) {
                 return FAILED;
             }
         } else {
             out->data[out->size++] = (char)chars[index];
         }
+        index++;
     }
     return DONE;
 }
@@ -369,8 +397,38 @@ static PyObject *bind(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* block_scan(name=None) -> str: the block scan in use; with a name ("avx2", "sse2", "words"),
+ * use that one from now on (the tests check each), ValueError where this CPU lacks it. */
+static PyObject *block_scan(PyObject *module, PyObject *args) {
+    (void)module;
+    const char *name = NULL;
+    if (!PyArg_ParseTuple(args, "|s:block_scan", &name)) {
+        return NULL;
+    }
+    if (name == NULL) {
+        return PyUnicode_FromString(copy_clean_name);
+    }
+    if (strcmp(name, "words") == 0) {
+        copy_clean = copy_clean_words;
+        copy_clean_name = "words";
+#ifdef SIMD
+    } else if (strcmp(name, "sse2") == 0) {
+        copy_clean = copy_clean_sse2;
+        copy_clean_name = "sse2";
+    } else if (strcmp(name, "avx2") == 0 && __builtin_cpu_supports("avx2")) {
+        copy_clean = copy_clean_avx2;
+        copy_clean_name = "avx2";
+#endif
+    } else {
+        PyErr_Format(PyExc_ValueError, "block_scan: %s is not available here", name);
+        return NULL;
+    }
+    return PyUnicode_FromString(copy_clean_name);
+}
+
 static PyMethodDef methods[] = {
     {"stable_bytes", stable_bytes, METH_O, "stableStringify(value) as UTF-8 bytes, or None where unsure."},
+    {"block_scan", block_scan, METH_VARARGS, "block_scan(name=None): the ASCII block scan in use, or use another."},
     {"bind", bind, METH_VARARGS, "bind(number_type, number_text, undefined): JavaScript's number and undefined."},
     {NULL, NULL, 0, NULL},
 };
@@ -383,4 +441,12 @@ static struct PyModuleDef module_def = {
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__stable_bytes(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__stable_bytes(void) {
+#ifdef SIMD
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2");
+    copy_clean = avx2 ? copy_clean_avx2 : copy_clean_sse2;
+    copy_clean_name = avx2 ? "avx2" : "sse2";
+#endif
+    return PyModule_Create(&module_def);
+}

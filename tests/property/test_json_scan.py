@@ -16,10 +16,12 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import os
+import platform
 import shutil
 import subprocess
 import sysconfig
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -76,7 +78,45 @@ ENCODER = _built_module("_stable_bytes")
 ENCODER.bind(JSNumber, _number_json, UNDEFINED)
 PORTABLE = _portable_encoder(Path(tempfile.mkdtemp(prefix="loopwatch-portable-")))
 PORTABLE.bind(JSNumber, _number_json, UNDEFINED)
-ENCODERS = (ENCODER, PORTABLE)
+DEFAULT_SCAN = ENCODER.block_scan()
+
+
+def _scans(encoder: ModuleType) -> list[str]:
+    """The ASCII block scans ``encoder`` can use on this CPU."""
+    usable = []
+    for name in ("avx2", "sse2", "words"):
+        try:
+            encoder.block_scan(name)
+        except ValueError:
+            continue
+        usable.append(name)
+    encoder.block_scan(DEFAULT_SCAN if encoder is ENCODER else "words")
+    return usable
+
+
+SCANS = [(ENCODER, name) for name in _scans(ENCODER)] + [(PORTABLE, "words")]
+
+
+def _every_scan(check: Callable[[ModuleType], None]) -> None:
+    """``check`` on the built encoder with each of its block scans, and on the portable one
+    (the built module is the core's too: its scan is put back whatever happens)."""
+    try:
+        for encoder, name in SCANS:
+            encoder.block_scan(name)
+            check(encoder)
+    finally:
+        ENCODER.block_scan(DEFAULT_SCAN)
+
+
+def test_the_fastest_block_scan_is_the_default() -> None:
+    if platform.machine() in ("x86_64", "AMD64"):
+        fastest = "avx2" if "avx2" in _scans(ENCODER) else "sse2"
+        assert fastest == DEFAULT_SCAN
+        assert {"sse2", "words"} <= set(_scans(ENCODER))
+    assert PORTABLE.block_scan() == "words"
+    with pytest.raises(ValueError, match="sse2 is not available here"):
+        PORTABLE.block_scan("sse2")
+
 
 # bytes the scans care about (digits, brackets, the UTF-8 lead bytes around 0xEE) and some others
 _INTERESTING = st.sampled_from(b'0123456789[{]}":, aZ\x00\x7f\x80\xed\xee\xef\xff')
@@ -146,29 +186,34 @@ _VALUES = st.recursive(
 @example({str(n): n for n in range(40)})  # more keys than the encoder's small array
 @example({"\U0001f600": 1, "\ue000": 2})  # astral keys: UTF-16 order differs from code point order
 def test_stable_bytes_is_stable_stringify(value: Any) -> None:
-    for encoder in ENCODERS:
+    def check(encoder: ModuleType) -> None:
         native = encoder.stable_bytes(value)
         if native is not None:
             assert native == stable_stringify(value).encode()
         assert (native is not None) is _claimed(value)
+
+    _every_scan(check)
 
 
 def test_stable_bytes_leaves_what_it_cannot_be_sure_of() -> None:
     cyclic: list[Any] = []
     cyclic.append(cyclic)
     for value in (cyclic, (1, 2), {1: "a"}, 2**60, 1.5, b"x", "\udfff", {"\U0001f600": 1}):
-        for encoder in ENCODERS:
+        for encoder in (ENCODER, PORTABLE):
             assert encoder.stable_bytes(value) is None, value
 
 
 @given(st.text(alphabet=st.sampled_from('ab "\\\x00\x1f\x7f~'), min_size=0, max_size=200))
+@example("a" * 31 + '"' + "a" * 40)
 @example("a" * 7 + '"' + "a" * 16)
 @example("a" * 15 + "\\")
 @example("a" * 8 + "\x1f" + "a" * 8 + "\x00")
 def test_stable_bytes_escapes_long_ascii_strings(text: str) -> None:
     # the encoder looks at 8 bytes at a time: an escape must be found at every offset
-    for encoder in ENCODERS:
+    def check(encoder: ModuleType) -> None:
         assert encoder.stable_bytes(text) == stable_stringify(text).encode()
-        for offset in range(17):
+        for offset in range(33):
             shifted = "x" * offset + text
             assert encoder.stable_bytes(shifted) == stable_stringify(shifted).encode()
+
+    _every_scan(check)
