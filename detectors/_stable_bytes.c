@@ -25,24 +25,32 @@ static PyObject *number_type = NULL;   /* JSNumber */
 static PyObject *number_text = NULL;   /* JSNumber -> its JSON text (str) */
 static PyObject *undefined = NULL;     /* UNDEFINED */
 
+#define STACK_BYTES 1024
+
+/* The output: on the stack while it fits (most values), then in a bytes object grown by
+ * _PyBytes_Resize, which becomes the result without another copy. */
 typedef struct {
-    PyObject *bytes; /* the output, grown by _PyBytes_Resize */
+    PyObject *bytes; /* NULL while the output is in ``stack`` */
     char *data;
     Py_ssize_t size, capacity;
+    char stack[STACK_BYTES];
 } Out;
 
 /* 0: done; 1: not this encoder's (None); -1: a Python error is set */
 enum { DONE = 0, UNSURE = 1, FAILED = -1 };
 
-static int reserve(Out *out, Py_ssize_t more) {
-    if (out->size + more <= out->capacity) {
-        return DONE;
-    }
+static int grow(Out *out, Py_ssize_t more) {
     Py_ssize_t capacity = out->capacity * 2;
     while (capacity < out->size + more) {
         capacity *= 2;
     }
-    if (_PyBytes_Resize(&out->bytes, capacity) < 0) {
+    if (out->bytes == NULL) {
+        out->bytes = PyBytes_FromStringAndSize(NULL, capacity);
+        if (out->bytes == NULL) {
+            return FAILED;
+        }
+        memcpy(PyBytes_AS_STRING(out->bytes), out->stack, (size_t)out->size);
+    } else if (_PyBytes_Resize(&out->bytes, capacity) < 0) {
         return FAILED;
     }
     out->data = PyBytes_AS_STRING(out->bytes);
@@ -50,7 +58,11 @@ static int reserve(Out *out, Py_ssize_t more) {
     return DONE;
 }
 
-static int put(Out *out, const char *text, Py_ssize_t size) {
+static inline int reserve(Out *out, Py_ssize_t more) {
+    return out->size + more <= out->capacity ? DONE : grow(out, more);
+}
+
+static inline int put(Out *out, const char *text, Py_ssize_t size) {
     if (reserve(out, size) != DONE) {
         return FAILED;
     }
@@ -157,26 +169,40 @@ __attribute__((target("avx2"))) static Py_ssize_t copy_clean_avx2(const unsigned
 static CopyClean copy_clean = copy_clean_words; /* chosen when the module is loaded */
 static const char *copy_clean_name = "words";
 
-static int put_ascii(Out *out, const unsigned char *chars, Py_ssize_t length) {
-    Py_ssize_t index = 0;
-    if (reserve(out, length) != DONE) {
-        return FAILED;
-    }
-    while (index < length) {
-        Py_ssize_t clean = copy_clean(chars + index, length - index, out->data + out->size);
-        out->size += clean;
-        index += clean;
-        if (index == length) {
-            break;
-        }
-        if (needs_escape(chars[index])) { /* else: the tail shorter than a block */
+/* The bytes of an ASCII string one at a time (a short string, or the tail of a long one). */
+static int put_ascii_bytes(Out *out, const unsigned char *chars, Py_ssize_t length) {
+    for (Py_ssize_t index = 0; index < length; index++) {
+        if (needs_escape(chars[index])) {
             if (put_escape(out, chars[index]) != DONE || reserve(out, length - index - 1) != DONE) {
                 return FAILED;
             }
         } else {
             out->data[out->size++] = (char)chars[index];
         }
-        index++;
+    }
+    return DONE;
+}
+
+static int put_ascii(Out *out, const unsigned char *chars, Py_ssize_t length) {
+    Py_ssize_t index = 0;
+    if (reserve(out, length) != DONE) {
+        return FAILED;
+    }
+    if (length < 16) {
+        return put_ascii_bytes(out, chars, length);
+    }
+    while (index < length) {
+        Py_ssize_t clean = copy_clean(chars + index, length - index, out->data + out->size);
+        out->size += clean;
+        index += clean;
+        if (index < length && needs_escape(chars[index])) {
+            if (put_escape(out, chars[index]) != DONE || reserve(out, length - index - 1) != DONE) {
+                return FAILED;
+            }
+            index++;
+            continue;
+        }
+        return put_ascii_bytes(out, chars + index, length - index); /* the tail shorter than a block */
     }
     return DONE;
 }
@@ -329,8 +355,16 @@ static int put_value(Out *out, PyObject *value, int depth) {
             return UNSURE; /* JavaScript rounds it to a double: the Python path writes that */
         }
         char text[24];
-        int size = snprintf(text, sizeof text, "%lld", number);
-        return put(out, text, size);
+        char *end = text + sizeof text, *at = end;
+        unsigned long long magnitude = number < 0 ? 0ULL - (unsigned long long)number : (unsigned long long)number;
+        do {
+            *--at = (char)('0' + magnitude % 10);
+            magnitude /= 10;
+        } while (magnitude);
+        if (number < 0) {
+            *--at = '-';
+        }
+        return put(out, at, end - at);
     }
     if (type == &PyDict_Type) {
         return put_dict(out, value, depth);
@@ -359,11 +393,11 @@ static int put_value(Out *out, PyObject *value, int depth) {
 
 static PyObject *stable_bytes(PyObject *module, PyObject *value) {
     (void)module;
-    Out out = {PyBytes_FromStringAndSize(NULL, 256), NULL, 0, 256};
-    if (out.bytes == NULL) {
-        return NULL;
-    }
-    out.data = PyBytes_AS_STRING(out.bytes);
+    Out out;
+    out.bytes = NULL;
+    out.data = out.stack;
+    out.size = 0;
+    out.capacity = STACK_BYTES;
     int status = put_value(&out, value, 0);
     if (status != DONE) {
         Py_XDECREF(out.bytes);
@@ -371,6 +405,9 @@ static PyObject *stable_bytes(PyObject *module, PyObject *value) {
             return NULL;
         }
         Py_RETURN_NONE;
+    }
+    if (out.bytes == NULL) {
+        return PyBytes_FromStringAndSize(out.stack, out.size);
     }
     if (_PyBytes_Resize(&out.bytes, out.size) < 0) {
         return NULL;
