@@ -14,7 +14,12 @@ It is filled once per partition, when the partition becomes ready (:meth:`RunInv
 then :meth:`RunInventory.found` for each of that partition's table values, read once), and
 kept current by every table write (:meth:`RunInventory.written`). A revocation forgets the
 partition whole, so no stale time survives to expire a run that was active on another worker
-meanwhile.
+meanwhile, except where the same rebalance gives the partition straight back: its inventory is
+set aside at the revocation (:meth:`RunInventory.keep`, with the rebalance's number) and taken
+up again when the partition is ready (:meth:`RunInventory.resume`) if no other revocation came
+in between. Nobody else owned the partition then (a consumer group revokes every partition at
+each rebalance), so its runs keep their idle clocks: runs that never end still expire one TTL
+after their last event however often workers join and leave, and the table is not read again.
 """
 
 from __future__ import annotations
@@ -45,11 +50,15 @@ class Tally:
         self.size += sign * len(blob)
 
 
+_Kept = tuple[int, dict[bytes, float], dict[bytes, int], Tally]
+
+
 class RunInventory:
     def __init__(self) -> None:
         self.seen: dict[int, dict[bytes, float]] = {}
         self.ended: dict[int, dict[bytes, int]] = {}
         self.tallies: dict[int, Tally] = {}
+        self._kept: dict[int, _Kept] = {}  # partition -> (rebalance, seen, ended, tally)
 
     def start(self, partition: int) -> None:
         """Begin the partition's inventory afresh (then :meth:`found` for each of its values)."""
@@ -73,6 +82,27 @@ class RunInventory:
             self.seen.pop(partition, None)
             self.ended.pop(partition, None)
             self.tallies.pop(partition, None)
+            self._kept.pop(partition, None)
+
+    def keep(self, partitions: Iterable[int], rebalance: int) -> None:
+        """Set aside the complete inventories of partitions revoked by ``rebalance`` (what an
+        older rebalance set aside and did not give back is forgotten)."""
+        self._kept = {p: kept for p, kept in self._kept.items() if kept[0] == rebalance}
+        for partition in partitions:
+            seen = self.seen.pop(partition, None)
+            ended = self.ended.pop(partition, None)
+            tally = self.tallies.pop(partition, None)
+            if seen is not None and ended is not None and tally is not None:
+                self._kept[partition] = (rebalance, seen, ended, tally)
+
+    def resume(self, partition: int, rebalance: int) -> bool:
+        """Take up the inventory set aside for ``partition`` if ``rebalance`` revoked it (and no
+        revocation came since); otherwise forget it and say so (the table must be read)."""
+        kept = self._kept.pop(partition, None)
+        if kept is None or kept[0] != rebalance:
+            return False
+        _, self.seen[partition], self.ended[partition], self.tallies[partition] = kept
+        return True
 
     def touched(self, partition: int, key: bytes, now: float) -> None:
         """An event of a live run was applied."""

@@ -322,12 +322,18 @@ class RunProcessor:
             run.state.depth, run.state.root, run.state.first_ts = state.depth, state.root, state.first_ts
             return run.state.to_bytes()
 
-    def forget_partitions(self, partitions: set[int]) -> None:
+    def forget_partitions(
+        self, partitions: set[int], kept: set[int] | None = None, rebalance: int = 0
+    ) -> None:
         """Drop the parsed states and the inventory of partitions this worker no longer owns
-        (a stale time would expire a run that was active elsewhere, should it come back)."""
+        (a stale time would expire a run that was active elsewhere, should it come back);
+        the inventories of ``kept`` (complete: their cursors ran) are set aside for
+        ``rebalance``, in case it gives them straight back (streams.kafka.run_inventory)."""
         for key in [k for k, run in self._runs.items() if run.partition in partitions]:
             del self._runs[key]
-        self.inventory.forget(partitions)
+        kept = partitions & kept if kept is not None else set()
+        self.inventory.keep(kept, rebalance)
+        self.inventory.forget(partitions - kept)
 
     # -- records -------------------------------------------------------------------------------
 

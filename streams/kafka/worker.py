@@ -314,8 +314,10 @@ class LoopwatchWorker:
         ready = {tp.partition for tp in offsets if tp.topic == self.topic}
         for topic, processor in self._processors():
             async with processor.lock:
-                if topic == self.topic and ready:
-                    await self._take_inventory(ready)  # before the partitions' cursors start
+                if topic == self.topic and ready:  # before the partitions' cursors start
+                    await self._take_inventory(
+                        {p for p in ready if not self._resume_inventory(p, generation)}
+                    )
                 if self._revocations != generation:  # revoked meanwhile: a new assignment follows
                     _log.info("partitions revoked before they were ready", topic=topic)
                     return
@@ -355,9 +357,13 @@ class LoopwatchWorker:
         for topic, processor in self._processors():
             partitions = {tp.partition for tp in revoked if tp.topic == topic}
             async with processor.lock:
-                for partition, offset in processor.cursors.stop(partitions).items():
+                running = processor.cursors.stop(partitions)
+                for partition, offset in running.items():
                     stopped[faust.types.TP(topic, partition)] = offset
-                processor.forget_partitions(partitions)
+                if processor is self.processor:  # complete inventories kept for a quick return
+                    self.processor.forget_partitions(partitions, set(running), self._revocations)
+                else:
+                    processor.forget_partitions(partitions)
         await self._commit(stopped)
         for tp in revoked:
             self._committed.pop(faust.types.TP(tp.topic, tp.partition), None)
@@ -465,6 +471,13 @@ class LoopwatchWorker:
         return self.metrics.render(live, ended, size, lag, self.alerts, now_ms)
 
     # -- expiry ----------------------------------------------------------------------------------
+
+    def _resume_inventory(self, partition: int, rebalance: int) -> bool:
+        """Whether the runs partition came straight back from ``rebalance`` with its inventory."""
+        if not self.processor.inventory.resume(partition, rebalance):
+            return False
+        _log.info("runs table inventory kept", partition=partition)
+        return True
 
     async def _take_inventory(self, partitions: set[int]) -> None:
         """Read the runs table's values of newly owned partitions once (streams.kafka.run_inventory),

@@ -92,3 +92,32 @@ def test_idle_runs_and_old_tombstones_leave_and_the_gauges_follow(
     wait_for(again, (0, 0), timeout=60)
     assert time.monotonic() - ready >= TTL_S - 1
     assert again.log.read_text().count('"idle run expired"') == 6
+
+
+@pytest.mark.parametrize("store", ["memory", "rocksdb"])
+def test_runs_of_partitions_kept_through_a_rebalance_keep_their_idle_clocks(
+    store: str, kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    """A worker joining moves some partitions; those the first worker keeps come straight back
+    from the same rebalance, with their runs' idle clocks (runs that never end expire one TTL
+    after their last event however often workers join and leave: a clock restarted at each
+    rebalance would keep them for ever in a fleet that scales every hour)."""
+    ttl = 16
+    env = {**EXPIRY, "LOOPWATCH_STATE_TTL_S": str(ttl), "LOOPWATCH_STORE": store}
+    first = start_worker(names, kafka_bootstrap, tmp_path, workers, "w1", **env)
+    produced = time.monotonic()
+    run(produce(kafka_bootstrap, names.events, event_records(runs("kept", 24))))
+    wait_for(first, (24, 0), timeout=5)
+    time.sleep(max(0.0, produced + 6 - time.monotonic()))  # a restarted clock would run to +22 s
+    start_worker(names, kafka_bootstrap, tmp_path, workers, "w2", **env)  # the group rebalances
+    deadline = time.monotonic() + 30
+    while '"runs table inventory kept"' not in first.log.read_text():
+        assert time.monotonic() < deadline, f"no partition came straight back:\n{first.tail()}"
+        time.sleep(0.2)
+    kept = gauges(first)[0]
+    assert kept > 0, first.tail()
+    while gauges(first)[0] > 0:  # the kept runs: one TTL after their events, not after the rebalance
+        assert time.monotonic() - produced < ttl + 4, f"kept runs still live:\n{first.tail()}"
+        time.sleep(0.2)
+    assert time.monotonic() - produced >= ttl - 1  # not before their time
+    assert first.log.read_text().count('"idle run expired"') == kept

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +38,7 @@ class Record:
     value: bytes | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class TP:
     topic: str
     partition: int
@@ -349,6 +350,37 @@ def test_a_revocation_forgets_the_partition_s_inventory() -> None:
     assert proc.inventory.seen[4] == {b"run-b": 100.0}
 
 
+def test_a_partition_the_same_rebalance_gives_back_keeps_its_idle_clocks() -> None:
+    """Nobody else owned it meanwhile: its runs stay as idle as they were (runs that never end
+    still expire one TTL after their last event however often workers join and leave)."""
+    proc = processor(Broker())
+    for partition in (3, 4, 5):
+        proc.inventory.start(partition)
+        proc.inventory.touched(partition, f"run-{partition}".encode(), 100.0)
+    proc.inventory.written(3, b"run-3", None, b"\x01state", 0)
+    proc.forget_partitions({3, 4, 5}, kept={3, 4}, rebalance=7)  # 5's cursor never ran
+    assert proc.inventory.seen == {}
+    assert proc.inventory.totals() == (0, 0, 0)
+    assert proc.inventory.resume(3, 7)
+    assert proc.inventory.seen[3] == {b"run-3": 100.0}
+    assert proc.inventory.totals()[2] == len(b"\x01state")
+    assert not proc.inventory.resume(5, 7)  # incomplete: forgotten, its table is read again
+    assert not proc.inventory.resume(3, 7)  # taken up once
+
+
+def test_a_partition_back_after_another_rebalance_is_read_again() -> None:
+    """Another revocation came in between: another worker may have owned the partition."""
+    proc = processor(Broker())
+    proc.inventory.start(3)
+    proc.inventory.start(4)
+    proc.inventory.touched(3, b"run-3", 100.0)
+    proc.forget_partitions({3, 4}, kept={3, 4}, rebalance=7)
+    assert not proc.inventory.resume(3, 8)
+    proc.forget_partitions(set(), kept=set(), rebalance=8)  # the next revocation drops the rest
+    assert not proc.inventory.resume(4, 7)
+    assert 3 not in proc.inventory.seen
+
+
 def interleaved(runs: int, calls: int) -> list[Event]:
     """Looping runs taking turns, one call and its result at a time."""
     traces = [loop_trace(calls, run_id=f"run-{i}").events for i in range(runs)]
@@ -491,9 +523,55 @@ def test_partitions_revoked_while_their_inventory_is_taken_get_no_cursor() -> No
             worker._revocations += 1  # the group rebalanced meanwhile: a revocation began
 
         worker._take_inventory = inventory
+        worker._resume_inventory = lambda p, r: LoopwatchWorker._resume_inventory(worker, p, r)
         await LoopwatchWorker.on_ready(worker, {TP("in", 0): 5, TP("in", 1): 7})
         assert proc.cursors.ready() == set()
         assert worker._committed == {}
+
+    asyncio.run(go())
+
+
+def test_the_worker_reads_only_partitions_that_did_not_come_straight_back() -> None:
+    from types import SimpleNamespace
+
+    from loopwatch.streams.kafka.worker import LoopwatchWorker
+
+    async def go() -> None:
+        proc = processor(Broker())
+        worker: Any = SimpleNamespace(topic="in", processor=proc, _revocations=0, _committed={})
+        worker._processors = lambda: [("in", proc)]
+        worker._resume_inventory = lambda p, r: LoopwatchWorker._resume_inventory(worker, p, r)
+        read: list[set[int]] = []
+
+        async def inventory(partitions: set[int]) -> None:
+            read.append(partitions)
+            for partition in partitions:
+                proc.inventory.start(partition)
+
+        async def commit(stopped: dict[Any, int]) -> None:
+            return None
+
+        worker._take_inventory = inventory
+        worker._commit = commit
+        worker.bulk_topics = {"in"}
+        worker._local = {}
+        worker._replayed = Counter()
+        worker._standby_read = Counter()
+        worker.settings = SimpleNamespace(store="memory")
+        worker.app = SimpleNamespace(assignor=SimpleNamespace(assigned_standbys=set))
+        await LoopwatchWorker.on_ready(worker, {TP("in", 0): 0, TP("in", 1): 0})
+        assert read == [{0, 1}]
+        proc.inventory.touched(0, b"run-0", 100.0)
+        proc.inventory.touched(1, b"run-1", 100.0)
+        await LoopwatchWorker._on_revoked(worker, None, {TP("in", 0), TP("in", 1)}, signal=None)
+        await LoopwatchWorker.on_ready(worker, {TP("in", 0): 0, TP("in", 2): 0})  # the same rebalance
+        assert read[1] == {2}
+        assert proc.inventory.seen[0] == {b"run-0": 100.0}  # its clock goes on
+        await LoopwatchWorker._on_revoked(worker, None, {TP("in", 0), TP("in", 2)}, signal=None)
+        await LoopwatchWorker._on_revoked(worker, None, set(), signal=None)  # another rebalance
+        await LoopwatchWorker.on_ready(worker, {TP("in", 0): 0, TP("in", 1): 0})
+        assert read[2] == {0, 1}  # owned by somebody else meanwhile, maybe: read again
+        assert 1 not in proc.inventory.seen or b"run-1" not in proc.inventory.seen[1]
 
     asyncio.run(go())
 
