@@ -83,6 +83,9 @@ class LocalState(MutableMapping[bytes, bytes]):
         self.persisted = 0
         #: keys whose cached value goes once their writes are on disk (:meth:`uncache`)
         self._uncache: set[bytes] = set()
+        #: keys written or deleted whose changelog record is not registered yet (:meth:`sent`):
+        #: the producer's send is awaited in between, and a commit may persist meanwhile
+        self._unregistered: dict[bytes, int] = {}
 
     # -- the mapping -----------------------------------------------------------------------------
 
@@ -101,11 +104,15 @@ class LocalState(MutableMapping[bytes, bytes]):
     def __setitem__(self, key: bytes, value: bytes) -> None:
         self._values[key] = value
         self._deleted.discard(key)
+        self._uncache.discard(key)  # a run written again is parsed again: it stays cached
+        self._unregistered[key] = self._unregistered.get(key, 0) + 1
 
     def __delitem__(self, key: bytes) -> None:
         self[key]  # KeyError when absent
         self._values.pop(key, None)
         self._deleted.add(key)
+        self._uncache.discard(key)
+        self._unregistered[key] = self._unregistered.get(key, 0) + 1
 
     def __iter__(self) -> Iterator[bytes]:
         for key, _ in self.scan():
@@ -166,7 +173,12 @@ class LocalState(MutableMapping[bytes, bytes]):
 
     def sent(self, key: bytes | None, value: bytes | None, partition: int | None, future: Any) -> None:
         """A changelog record was sent for ``key`` (``value`` None: a deletion)."""
-        if key is None or partition is None:
+        if key is None:
+            return
+        count = self._unregistered.pop(key, 0) - 1
+        if count > 0:
+            self._unregistered[key] = count
+        if partition is None:
             return
         self._sent.setdefault(partition, []).append((key, value, future))
 
@@ -206,9 +218,10 @@ class LocalState(MutableMapping[bytes, bytes]):
 
     def uncache(self, keys: list[bytes]) -> None:
         """Runs no longer parsed (``LOOPWATCH_PARSED_RUNS_MAX``): their values leave the cache,
-        at once or, for one whose write is not on disk yet, once it is (:meth:`persist`). Read
-        again, a value comes from the disk: the cache holds only what the parsed runs need."""
-        waiting = self._waiting() if self._sent else set()
+        at once or, for one whose write is not on disk yet, once it is (:meth:`persist`), unless
+        written again before. Read again, a value comes from the disk: the cache holds only what
+        the parsed runs need. Called once every write of the batch has its record registered."""
+        waiting = self._waiting() if self._sent or self._unregistered else set()
         for key in keys:
             if key in waiting:
                 self._uncache.add(key)
@@ -216,7 +229,10 @@ class LocalState(MutableMapping[bytes, bytes]):
                 self._values.pop(key, None)
 
     def _waiting(self) -> set[bytes]:
-        return {key for records in self._sent.values() for key, _, _ in records}
+        """Keys with a write not on disk yet: its record sent, or not even registered."""
+        waiting = {key for records in self._sent.values() for key, _, _ in records}
+        waiting.update(self._unregistered)
+        return waiting
 
     def forget(self, partitions: set[int]) -> None:
         """After a revocation (the worker's commit done): drop what was not persisted for
