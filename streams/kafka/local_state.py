@@ -7,7 +7,8 @@ use instead of the faust store, and it keeps one rule: **the local database hold
 the changelog holds, up to the offset it records** (faust's persisted offset).
 
 * A value written is kept in memory, and read from there, until its changelog record is
-  confirmed by the broker. :meth:`LocalState.persist` (the worker calls it on every commit,
+  confirmed by the broker, counted as waiting from the moment it is written (its record is
+  registered only once the producer's send returns, and a commit may persist meanwhile). :meth:`LocalState.persist` (the worker calls it on every commit,
   after the producer's flush) writes the confirmed records of each partition, in offset order,
   to RocksDB in one write batch through the store's ``apply_changelog_batch``, which records
   the highest offset written. A record not confirmed yet waits for the next commit; one the
