@@ -47,23 +47,27 @@ def test_fault_scenario_changes_no_verdict(
 
 
 @pytest.mark.parametrize(
-    ("scenario", "store"),
+    ("scenario", "store", "seed"),
     [
-        ("kill-9", "memory"),
-        ("sigterm-one-of-two", "memory"),
-        ("redelivery-after-run-end", "memory"),
-        ("kill-9", "rocksdb"),
-        ("sigterm-one-of-two", "rocksdb"),
+        ("kill-9", "memory", 21),
+        ("sigterm-one-of-two", "memory", 21),
+        ("redelivery-after-run-end", "memory", 21),
+        ("kill-9", "rocksdb", 21),
+        # three tries: a lost update here (a commit persisting while a batch's send was
+        # awaited, docs/capacity.md) failed about one try in six
+        ("sigterm-one-of-two", "rocksdb", 21),
+        ("sigterm-one-of-two", "rocksdb", 22),
+        ("sigterm-one-of-two", "rocksdb", 23),
     ],
 )
 def test_workers_keeping_few_parsed_runs_change_no_verdict(
-    scenario: str, store: str, kafka_bootstrap: str, tmp_path: Path
+    scenario: str, store: str, seed: int, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """150 runs taking turns, at most 10 of them parsed: nearly every event parses its run
     again from the table (LOOPWATCH_PARSED_RUNS_MAX; on rocksdb, read again from the disk),
     through crashes and redeliveries."""
     env = {"LOOPWATCH_PARSED_RUNS_MAX": "10"}
-    result = asyncio.run(run_scenario(scenario, 21, kafka_bootstrap, tmp_path, store=store, worker_env=env))
+    result = asyncio.run(run_scenario(scenario, seed, kafka_bootstrap, tmp_path, store=store, worker_env=env))
     assert result.matched == 150
     assert result.passed, "\n".join([result.line(), *result.details])
 
