@@ -76,6 +76,10 @@ _DECODER: Final[Any] = msgspec.msgpack.Decoder(SubjectState)
 _FRESH_BYTES: Final = 64  # an empty state with the largest offset
 
 
+def _no_notice(active: bool) -> None:
+    """The memory store needs no notice of a batch being written."""
+
+
 class FleetProcessor:
     def __init__(
         self,
@@ -87,6 +91,8 @@ class FleetProcessor:
         on_alert: Callable[[FleetAlert], object] | None = None,
     ) -> None:
         self.data = data
+        #: the rocksdb store's notice that a batch is being written (LocalState.writing)
+        self._writing: Callable[[bool], None] = getattr(data, "writing", _no_notice)
         self._send = send
         self._seek = seek
         self._config = config
@@ -213,6 +219,13 @@ class FleetProcessor:
         partition if this worker applies it, else ``None``) whose every chain expired by the
         newest event time applied on that partition, and whose alerts are all confirmed; how
         many. Call with :attr:`lock` held."""
+        self._writing(True)
+        try:
+            return await self._drop_expired_chains(partition_of)
+        finally:
+            self._writing(False)
+
+    async def _drop_expired_chains(self, partition_of: Callable[[bytes], int | None]) -> int:
         rule = self._fleet_rules().delegation
         dropped = 0
         for key in [k for k in list(self.data) if k.startswith(b"chain:")]:
@@ -238,6 +251,13 @@ class FleetProcessor:
         return dropped
 
     async def _write_dirty(self) -> None:
+        self._writing(True)
+        try:
+            await self._write_states()
+        finally:
+            self._writing(False)
+
+    async def _write_states(self) -> None:
         for key, (partition, state) in self._dirty.items():
             counted = self.unstorable
             blob, stored = self._stored(key, state, MAX_VALUE_BYTES)

@@ -7,12 +7,14 @@ use instead of the faust store, and it keeps one rule: **the local database hold
 the changelog holds, up to the offset it records** (faust's persisted offset).
 
 * A value written is kept in memory, and read from there, until its changelog record is
-  confirmed by the broker, counted as waiting from the moment it is written (its record is
-  registered only once the producer's send returns, and a commit may persist meanwhile). :meth:`LocalState.persist` (the worker calls it on every commit,
-  after the producer's flush) writes the confirmed records of each partition, in offset order,
-  to RocksDB in one write batch through the store's ``apply_changelog_batch``, which records
-  the highest offset written. A record not confirmed yet waits for the next commit; one the
-  broker refused never reaches the disk (nor the changelog).
+  confirmed by the broker. A processor writing a batch says so (:meth:`LocalState.writing`):
+  its records are registered only as each send returns, so a commit persisting meanwhile
+  leaves the cache and the deletions for a commit after the batch. :meth:`LocalState.persist`
+  (the worker calls it on every commit, after the producer's flush) writes the confirmed
+  records of each partition, in offset order, to RocksDB in one write batch through the
+  store's ``apply_changelog_batch``, which records the highest offset written. A record not
+  confirmed yet waits for the next commit; one the broker refused never reaches the disk (nor
+  the changelog).
 * So whether a worker stops with SIGTERM or ``kill -9``, its database is the changelog's
   prefix up to the recorded offset: at the next start faust's recovery reads only the records
   past it (those confirmed after the last commit, and any written by another worker
@@ -84,9 +86,10 @@ class LocalState(MutableMapping[bytes, bytes]):
         self.persisted = 0
         #: keys whose cached value goes once their writes are on disk (:meth:`uncache`)
         self._uncache: set[bytes] = set()
-        #: keys written or deleted whose changelog record is not registered yet (:meth:`sent`):
-        #: the producer's send is awaited in between, and a commit may persist meanwhile
-        self._unregistered: dict[bytes, int] = {}
+        #: a processor is writing a batch (:meth:`writing`): its records are registered only as
+        #: each send returns, so which keys wait for the disk is not known until it is done
+        self._writing = False
+        self._on_disk: list[bytes] = []  # deletions on disk, still marked deleted here
 
     # -- the mapping -----------------------------------------------------------------------------
 
@@ -106,14 +109,12 @@ class LocalState(MutableMapping[bytes, bytes]):
         self._values[key] = value
         self._deleted.discard(key)
         self._uncache.discard(key)  # a run written again is parsed again: it stays cached
-        self._unregistered[key] = self._unregistered.get(key, 0) + 1
 
     def __delitem__(self, key: bytes) -> None:
         self[key]  # KeyError when absent
         self._values.pop(key, None)
         self._deleted.add(key)
         self._uncache.discard(key)
-        self._unregistered[key] = self._unregistered.get(key, 0) + 1
 
     def __iter__(self) -> Iterator[bytes]:
         for key, _ in self.scan():
@@ -174,14 +175,15 @@ class LocalState(MutableMapping[bytes, bytes]):
 
     def sent(self, key: bytes | None, value: bytes | None, partition: int | None, future: Any) -> None:
         """A changelog record was sent for ``key`` (``value`` None: a deletion)."""
-        if key is None:
-            return
-        count = self._unregistered.pop(key, 0) - 1
-        if count > 0:
-            self._unregistered[key] = count
-        if partition is None:
+        if key is None or partition is None:
             return
         self._sent.setdefault(partition, []).append((key, value, future))
+
+    def writing(self, active: bool) -> None:
+        """A processor starts (True) or ends (False) writing a batch. Meanwhile a commit may
+        persist (the producer's sends are awaited), but leaves the cache and the deletions as
+        they are: a key written or deleted whose record is not registered yet would look done."""
+        self._writing = active
 
     def pending(self) -> bool:
         return any(self._sent.values())
@@ -207,14 +209,17 @@ class LocalState(MutableMapping[bytes, bytes]):
         if changes:
             changes.sort(key=lambda change: (change.message.partition, change.message.offset))
             self.store.apply_changelog_batch(changes, _same, _same)
-            waiting = self._waiting() if deletions or self._uncache else set()
-            if deletions:  # the store no longer has them, unless written again since
-                self._deleted.difference_update(key for key in deletions if key not in waiting)
-            if self._uncache:
-                for key in [key for key in self._uncache if key not in waiting]:
-                    self._uncache.discard(key)
-                    self._values.pop(key, None)
             self.persisted += len(changes)
+        self._on_disk.extend(deletions)
+        if self._writing or not (self._on_disk or self._uncache):
+            return len(changes)  # cache and deletions settled at a commit after the batch
+        waiting = self._waiting()
+        # the store no longer has them, unless written again since
+        self._deleted.difference_update(key for key in self._on_disk if key not in waiting)
+        self._on_disk.clear()
+        for key in [key for key in self._uncache if key not in waiting]:
+            self._uncache.discard(key)
+            self._values.pop(key, None)
         return len(changes)
 
     def uncache(self, keys: list[bytes]) -> None:
@@ -222,7 +227,7 @@ class LocalState(MutableMapping[bytes, bytes]):
         at once or, for one whose write is not on disk yet, once it is (:meth:`persist`), unless
         written again before. Read again, a value comes from the disk: the cache holds only what
         the parsed runs need. Called once every write of the batch has its record registered."""
-        waiting = self._waiting() if self._sent or self._unregistered else set()
+        waiting = self._waiting() if self._sent else set()
         for key in keys:
             if key in waiting:
                 self._uncache.add(key)
@@ -230,10 +235,7 @@ class LocalState(MutableMapping[bytes, bytes]):
                 self._values.pop(key, None)
 
     def _waiting(self) -> set[bytes]:
-        """Keys with a write not on disk yet: its record sent, or not even registered."""
-        waiting = {key for records in self._sent.values() for key, _, _ in records}
-        waiting.update(self._unregistered)
-        return waiting
+        return {key for records in self._sent.values() for key, _, _ in records}
 
     def forget(self, partitions: set[int]) -> None:
         """After a revocation (the worker's commit done): drop what was not persisted for
@@ -244,6 +246,7 @@ class LocalState(MutableMapping[bytes, bytes]):
         self._values = {key: value for key, value in self._values.items() if key in waiting}
         self._uncache &= waiting
         self._deleted &= waiting
+        self._on_disk.clear()
 
     def close(self) -> None:
         """At shutdown, after the last :meth:`persist`: close the databases. (faust closes its

@@ -143,6 +143,10 @@ class _Run(RunSlot):
         self.stored_outbox = state is not None and bool(state.outbox)
 
 
+def _no_notice(active: bool) -> None:
+    """The memory store needs no notice of a batch being written."""
+
+
 class RunProcessor:
     def __init__(
         self,
@@ -185,6 +189,8 @@ class RunProcessor:
         self._runs: OrderedDict[bytes, _Run] = OrderedDict()
         self._parsed_runs_max = parsed_runs_max
         self._uncache: Callable[[list[bytes]], None] | None = getattr(data, "uncache", None)
+        #: the rocksdb store's notice that a batch is being written (LocalState.writing)
+        self._writing: Callable[[bool], None] = getattr(data, "writing", _no_notice)
         self._dirty: dict[bytes, _Run] = {}
         self._flush_before_write = False
         #: Per owned partition: live runs' last activity, tombstones, gauges (the expiry timer's
@@ -278,6 +284,13 @@ class RunProcessor:
 
     async def _write_dirty(self) -> None:
         """One table and changelog write per run changed in the batch."""
+        self._writing(True)
+        try:
+            await self._write_runs()
+        finally:
+            self._writing(False)
+
+    async def _write_runs(self) -> None:
         data = self.data
         send = self._send
         if self._flush_before_write:

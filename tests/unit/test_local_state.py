@@ -295,12 +295,14 @@ def test_a_value_written_while_its_record_is_being_sent_stays_until_it_is_on_dis
     older = write(state, b"run-a", b"a1", 0)
     state.uncache([b"run-a"])  # evicted while its record is unconfirmed: goes once on disk
     assert state[b"run-a"] == b"a1"  # parsed again on its next event ...
+    state.writing(True)
     state[b"run-a"] = b"a2"  # ... and written again; its record not registered yet
     older.confirm(0)
     state.persist()  # the commit, meanwhile: a1 reaches the disk
     assert state[b"run-a"] == b"a2"
     newer = Sent(0)
     state.sent(b"run-a", b"a2", 0, newer)
+    state.writing(False)
     newer.confirm(1)
     state.persist()
     assert state[b"run-a"] == b"a2"
@@ -320,6 +322,7 @@ def test_a_deletion_being_sent_is_not_undone_by_a_commit_persisting_an_older_one
     state.persist()
     first = write(state, b"run-a", None, 0)
     again = write(state, b"run-a", b"a2", 0)
+    state.writing(True)  # the processor writes a batch
     del state[b"run-a"]  # its record not registered yet
     first.confirm(1)
     again.confirm(2)
@@ -327,6 +330,11 @@ def test_a_deletion_being_sent_is_not_undone_by_a_commit_persisting_an_older_one
     assert b"run-a" not in state
     last = Sent(0)
     state.sent(b"run-a", None, 0, last)
+    state.writing(False)
+    assert b"run-a" not in state
+    state.persist()  # settles what the commit during the batch left
+    assert b"run-a" not in state
     last.confirm(3)
     state.persist()
     assert b"run-a" not in state
+    assert state._deleted == set()  # on disk now: no longer marked here
