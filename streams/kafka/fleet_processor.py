@@ -49,6 +49,7 @@ from loopwatch.detectors.fleet.chains import ChainState
 from loopwatch.detectors.fleet.facts import ChainRunFact, decode_facts
 from loopwatch.detectors.fleet.watch import apply_fact
 from loopwatch.streams.kafka.input_cursors import InputCursors, apply_admitted
+from loopwatch.streams.kafka.local_state import writing_notice
 
 __all__ = ["FleetProcessor", "SubjectState"]
 
@@ -76,10 +77,6 @@ _DECODER: Final[Any] = msgspec.msgpack.Decoder(SubjectState)
 _FRESH_BYTES: Final = 64  # an empty state with the largest offset
 
 
-def _no_notice(active: bool) -> None:
-    """The memory store needs no notice of a batch being written."""
-
-
 class FleetProcessor:
     def __init__(
         self,
@@ -91,8 +88,7 @@ class FleetProcessor:
         on_alert: Callable[[FleetAlert], object] | None = None,
     ) -> None:
         self.data = data
-        #: the rocksdb store's notice that a batch is being written (LocalState.writing)
-        self._writing: Callable[[bool], None] = getattr(data, "writing", _no_notice)
+        self._writing = writing_notice(data)  # the rocksdb store is told when a batch is written
         self._send = send
         self._seek = seek
         self._config = config

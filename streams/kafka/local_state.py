@@ -31,10 +31,10 @@ the changelog holds, up to the offset it records** (faust's persisted offset).
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, MutableMapping, ValuesView
+from collections.abc import Callable, ItemsView, Iterator, MutableMapping, ValuesView
 from typing import Any, NamedTuple
 
-__all__ = ["LocalState"]
+__all__ = ["LocalState", "writing_notice"]
 
 
 class _Message(NamedTuple):
@@ -255,3 +255,14 @@ class LocalState(MutableMapping[bytes, bytes]):
         for database in list(databases.values()):
             database.close()
         databases.clear()
+
+
+def _no_notice(active: bool) -> None:
+    """The memory store needs no notice of a batch being written."""
+
+
+def writing_notice(data: object) -> Callable[[bool], None]:
+    """What a processor calls as it starts (True) and ends (False) writing a batch to its
+    table ``data``: :meth:`LocalState.writing` on the RocksDB store, nothing on the memory one."""
+    notice: Callable[[bool], None] = getattr(data, "writing", _no_notice)
+    return notice

@@ -58,6 +58,7 @@ from loopwatch.streams.fleet_view.metrics import WorkerMetrics
 from loopwatch.streams.kafka.dead_letter import dead_letter
 from loopwatch.streams.kafka.fact_sender import FactSender
 from loopwatch.streams.kafka.input_cursors import InputCursors, apply_admitted
+from loopwatch.streams.kafka.local_state import writing_notice
 from loopwatch.streams.kafka.redis_cache import DecisionCache
 from loopwatch.streams.kafka.run_inventory import RunInventory
 from loopwatch.streams.kafka.run_table import (
@@ -143,10 +144,6 @@ class _Run(RunSlot):
         self.stored_outbox = state is not None and bool(state.outbox)
 
 
-def _no_notice(active: bool) -> None:
-    """The memory store needs no notice of a batch being written."""
-
-
 class RunProcessor:
     def __init__(
         self,
@@ -189,8 +186,7 @@ class RunProcessor:
         self._runs: OrderedDict[bytes, _Run] = OrderedDict()
         self._parsed_runs_max = parsed_runs_max
         self._uncache: Callable[[list[bytes]], None] | None = getattr(data, "uncache", None)
-        #: the rocksdb store's notice that a batch is being written (LocalState.writing)
-        self._writing: Callable[[bool], None] = getattr(data, "writing", _no_notice)
+        self._writing = writing_notice(data)  # the rocksdb store is told when a batch is written
         self._dirty: dict[bytes, _Run] = {}
         self._flush_before_write = False
         #: Per owned partition: live runs' last activity, tombstones, gauges (the expiry timer's

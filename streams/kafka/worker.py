@@ -315,9 +315,9 @@ class LoopwatchWorker:
         for topic, processor in self._processors():
             async with processor.lock:
                 if topic == self.topic and ready:  # before the partitions' cursors start
-                    await self._take_inventory(
-                        {p for p in ready if not self._resume_inventory(p, generation)}
-                    )
+                    fresh = {p for p in ready if not self._resume_inventory(p, generation)}
+                    if fresh:
+                        await self._take_inventory(fresh)
                 if self._revocations != generation:  # revoked meanwhile: a new assignment follows
                     _log.info("partitions revoked before they were ready", topic=topic)
                     return
