@@ -509,21 +509,29 @@ def test_the_expiry_timer_spares_a_run_that_became_active_while_it_waited_on_a_s
     asyncio.run(go())
 
 
-def test_partitions_revoked_while_their_inventory_is_taken_get_no_cursor() -> None:
+def _rebalancing_worker(proc: RunProcessor) -> Any:
+    """The parts of a LoopwatchWorker that on_ready and _on_revoked use, around ``proc``."""
     from types import SimpleNamespace
 
     from loopwatch.streams.kafka.worker import LoopwatchWorker
 
+    worker: Any = SimpleNamespace(topic="in", processor=proc, _revocations=0, _committed={})
+    worker._processors = lambda: [("in", proc)]
+    worker._resume_inventory = lambda p, r: LoopwatchWorker._resume_inventory(worker, p, r)
+    return worker
+
+
+def test_partitions_revoked_while_their_inventory_is_taken_get_no_cursor() -> None:
+    from loopwatch.streams.kafka.worker import LoopwatchWorker
+
     async def go() -> None:
         proc = processor(Broker())
-        worker: Any = SimpleNamespace(topic="in", processor=proc, _revocations=0, _committed={})
-        worker._processors = lambda: [("in", proc)]
+        worker = _rebalancing_worker(proc)
 
         async def inventory(partitions: set[int]) -> None:
             worker._revocations += 1  # the group rebalanced meanwhile: a revocation began
 
         worker._take_inventory = inventory
-        worker._resume_inventory = lambda p, r: LoopwatchWorker._resume_inventory(worker, p, r)
         await LoopwatchWorker.on_ready(worker, {TP("in", 0): 5, TP("in", 1): 7})
         assert proc.cursors.ready() == set()
         assert worker._committed == {}
@@ -538,9 +546,7 @@ def test_the_worker_reads_only_partitions_that_did_not_come_straight_back() -> N
 
     async def go() -> None:
         proc = processor(Broker())
-        worker: Any = SimpleNamespace(topic="in", processor=proc, _revocations=0, _committed={})
-        worker._processors = lambda: [("in", proc)]
-        worker._resume_inventory = lambda p, r: LoopwatchWorker._resume_inventory(worker, p, r)
+        worker = _rebalancing_worker(proc)
         read: list[set[int]] = []
 
         async def inventory(partitions: set[int]) -> None:
