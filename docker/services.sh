@@ -50,6 +50,17 @@ redis_up() {
   return 1
 }
 
+# disk_check: say so up front when the disk is nearly full. Kafka takes its log directory
+# offline when a write fails for space, and every test that needs the broker then errors.
+disk_check() {
+  local free_mib
+  free_mib="$(df -Pm "$REPO" | awk 'NR == 2 {print $4}')"
+  if [ -n "$free_mib" ] && [ "$free_mib" -lt "${LOOPWATCH_MIN_FREE_MIB:-2048}" ]; then
+    echo "services: only ${free_mib} MiB free on the disk of $REPO (want ${LOOPWATCH_MIN_FREE_MIB:-2048});" \
+      "the broker stops when its disk fills and the integration tests then fail" >&2
+  fi
+}
+
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 kafka_up() {
@@ -76,6 +87,7 @@ down() {
 case "${1:-}" in
   up)
     shift
+    disk_check
     for service in "${@:-redis chromium kafka}"; do
       for name in $service; do
         case "$name" in
