@@ -10,7 +10,6 @@ persisted, and :meth:`RunState.from_bytes` rebuilds the indexes from it.
 from __future__ import annotations
 
 from binascii import unhexlify
-from collections import deque
 from typing import Final
 
 from loopwatch.detectors.history import History
@@ -50,7 +49,6 @@ class RunState:
         "run_id",
         "scope",
         "seen",
-        "seen_set",
         "session_id",
         "spend_usd",
     )
@@ -69,9 +67,10 @@ class RunState:
         self.session_id = session_id
         self.history = History()
         self._seen_limit = seen_limit
-        # the event ids seen, as detectors.tombstone.seen_key keeps them (long ids hashed)
-        self.seen: deque[str | int] = deque()
-        self.seen_set: set[str | int] = set()
+        # the event ids seen, as detectors.tombstone.seen_key keeps them (long ids hashed), oldest
+        # first: a dict of strings and ints is not tracked by the garbage collector (a deque and
+        # a set would be two more objects of every run for each full collection to visit)
+        self.seen: dict[str | int, None] = {}
         self.buckets: dict[str, int] = {}
         self.criticals = 0
         self.recovery_aborted = False
@@ -105,15 +104,15 @@ class RunState:
 
     def has_seen(self, event_id: str) -> bool:
         """Whether the event id is among those the run remembers."""
-        return seen_key(event_id) in self.seen_set
+        return seen_key(event_id) in self.seen
 
     def _remember_key(self, key: str | int) -> bool:
-        if key in self.seen_set:
+        seen = self.seen
+        if key in seen:
             return False
-        self.seen.append(key)
-        self.seen_set.add(key)
-        if len(self.seen) > self._seen_limit:
-            self.seen_set.discard(self.seen.popleft())
+        seen[key] = None
+        if len(seen) > self._seen_limit:
+            del seen[next(iter(seen))]
         return True
 
     def hold(self, event_id: str, encoded: list[bytes]) -> None:

@@ -240,13 +240,13 @@ def _add_loop(state: AgentLoops, key: int, subject: Subject, bucket: int, run: s
     runs[run] = ts
     state.loop_bytes += _cost(run)
     if state.loop_bytes > LOOP_EXACT_BYTES:
-        _make_room(state, key, run, bucket)
+        return _make_room(state, key, run, bucket)
     return True
 
 
-def _make_room(state: AgentLoops, key: int, run: str, bucket: int) -> None:
+def _make_room(state: AgentLoops, key: int, run: str, bucket: int) -> bool:
     """Over the exact budget: the subjects with the most entries become sketches while a sketch
-    is free; else the entry just added is not kept."""
+    is free; else the entry just added is not kept. Whether it was kept (exactly or in a sketch)."""
     while state.loop_bytes > LOOP_EXACT_BYTES:
         if sum(1 for s in state.subjects.values() if s.sketch) >= MAX_SKETCHED:
             runs = state.subjects[key].exact.get(bucket)
@@ -256,9 +256,11 @@ def _make_room(state: AgentLoops, key: int, run: str, bucket: int) -> None:
                 if not runs:
                     del state.subjects[key].exact[bucket]
                     state.loop_bytes -= _BUCKET_BYTES
-            return
+                return False
+            return True
         costs = {k: _exact_cost(s) for k, s in state.subjects.items() if s.exact}
         _to_sketch(state, state.subjects[max(costs, key=lambda k: (costs[k], k))])
+    return True  # room made by sketching (the entry's subject may be among them)
 
 
 def _to_sketch(state: AgentLoops, subject: Subject) -> None:

@@ -363,3 +363,21 @@ def test_a_sketched_subject_s_counts_and_samples_follow_the_window() -> None:
         assert alert.active_runs is not None
         assert abs(alert.active_runs - true_active) <= 0.04 * true_active
         assert abs(alert.runs - true_loops) <= 0.04 * true_loops
+
+
+def test_an_entry_dropped_for_want_of_room_is_not_counted_as_a_new_loop_run() -> None:
+    """Both sketches taken and the exact budget full: a new subject's loop run is not kept, so the
+    subject has no loop run at all (no newest bucket, nothing exact) and no alert is weighed."""
+    agent = "coder"
+    state = systemic_loop.AgentLoops(agent)
+    systemic_loop.step(state, CallFact(agent, "run-1", T0), RULE)
+    for key in (1, 2):
+        state.subjects[key] = systemic_loop.Subject(
+            sketch={T0 // 300_000: bytearray(2**systemic_loop.LOOP_PRECISION)}
+        )
+    state.loop_bytes = systemic_loop.LOOP_EXACT_BYTES
+    assert systemic_loop.step(state, LoopFact(agent, "exec", "generic_repeat", "run-1", T0), RULE) == []
+    fresh = state.subjects[id_hash("exec\x1fgeneric_repeat")]
+    assert fresh.exact == {}
+    assert fresh.last_bucket == -1
+    assert state.loop_bytes == systemic_loop.LOOP_EXACT_BYTES

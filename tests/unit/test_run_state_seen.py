@@ -1,0 +1,44 @@
+"""A run's window of seen event ids (E4): the newest ``seenEventIds`` are kept, oldest forgotten
+first, through the state's byte form too, and out of the garbage collector's sight."""
+
+from __future__ import annotations
+
+import gc
+
+from loopwatch.detectors.state import RunState
+
+LIMIT = 256
+
+
+def filled(count: int) -> RunState:
+    state = RunState("run-1", seen_limit=LIMIT)
+    for n in range(count):
+        assert state.remember(f"event-{n}")
+    return state
+
+
+def test_the_newest_ids_are_kept_and_the_oldest_forgotten_first() -> None:
+    state = filled(LIMIT + 10)
+    assert not state.remember(f"event-{LIMIT + 9}")  # the newest: a redelivery
+    assert not state.remember("event-10")  # the oldest still kept
+    assert state.has_seen("event-10")
+    assert not state.has_seen("event-9")  # beyond the window: forgotten
+    assert state.remember("event-9")  # so it counts as new again, and pushes out event-10
+    assert not state.has_seen("event-10")
+    assert state.has_seen("event-11")
+
+
+def test_the_window_and_its_order_survive_the_byte_form() -> None:
+    state = filled(LIMIT + 3)
+    again = RunState.from_bytes(state.to_bytes(), LIMIT)
+    assert list(again.seen) == list(state.seen)
+    assert again.remember("event-0")  # forgotten before, forgotten after
+    assert not again.has_seen("event-3")  # and the oldest kept went first
+
+
+def test_the_seen_ids_are_not_tracked_by_the_garbage_collector() -> None:
+    """A full collection visits every tracked object: a window per parsed run would cost every
+    pause as many visits as the runs hold ids."""
+    state = filled(LIMIT + 1)
+    state.remember("x" * 5000)  # a long id is kept as its hash
+    assert not gc.is_tracked(state.seen)
