@@ -290,8 +290,9 @@ def admit_batch(
     if prepared is not None:
         outcome.prepared = list(prepared)
     batch: list[int] = []
+    seen_limit = config.settings.seen_event_ids
     for index, call in enumerate(calls):
-        if not state.remember(call.event_id):
+        if not state.remember(call.event_id, seen_limit):
             continue
         state.events += 1
         ts = call.ts

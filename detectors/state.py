@@ -98,8 +98,17 @@ class RunState:
         # that abort (a sticky decision; no new verdict is published for it)
         self.aborted: tuple[str, str] | None = None
 
-    def remember(self, event_id: str) -> bool:
-        """Record an event id; ``False`` if it was already seen (a redelivery)."""
+    def remember(self, event_id: str, limit: int | None = None) -> bool:
+        """Record an event id; ``False`` if it was already seen (a redelivery).
+
+        ``limit``: ``seenEventIds`` as the config gives it now. A changed limit applies here, as
+        it would to the state parsed again from its bytes: a worker that parses a run again
+        (after a restart, a rebalance, an eviction) and one that never did keep the same ids."""
+        if limit is not None and limit != self._seen_limit:
+            self._seen_limit = limit
+            seen = self.seen
+            while len(seen) > limit:
+                del seen[next(iter(seen))]
         return self._remember_key(seen_key(event_id))
 
     def has_seen(self, event_id: str) -> bool:

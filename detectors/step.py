@@ -201,7 +201,7 @@ def apply(
     """Apply one event of the state's run scope; the verdicts and aborts it gives, in order.
 
     ``prepared`` and ``resolved``: the event's hashes and its agent's config, when at hand."""
-    if not state.remember(event.event_id):
+    if not state.remember(event.event_id, config.settings.seen_event_ids):
         return []
     state.events += 1
     ts = event.ts

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+
 from loopwatch.detectors.state import RunState
 
 LIMIT = 256
@@ -42,3 +44,23 @@ def test_the_seen_ids_are_not_tracked_by_the_garbage_collector() -> None:
     state = filled(LIMIT + 1)
     state.remember("x" * 5000)  # a long id is kept as its hash
     assert not gc.is_tracked(state.seen)
+
+
+@pytest.mark.parametrize(
+    ("new_limit", "fresh"),
+    [
+        (LIMIT, [True, True, True, False, True]),  # the oldest 256 forgotten at once
+        (4 * LIMIT, [False, False, False, False, True]),  # nothing forgotten
+    ],
+)
+def test_a_changed_limit_keeps_the_ids_a_state_parsed_again_would(new_limit: int, fresh: list[bool]) -> None:
+    """``seenEventIds`` changed by a config reload: the state a worker kept in memory and the
+    one it parsed again from its bytes (restart, rebalance) refuse the same redeliveries."""
+    kept = RunState("run-1", seen_limit=2 * LIMIT)
+    for n in range(2 * LIMIT):
+        kept.remember(f"event-{n}")
+    parsed = RunState.from_bytes(kept.to_bytes(), new_limit)
+    probes = [f"event-{n}" for n in (0, LIMIT - 1, LIMIT, 2 * LIMIT - 1, 2 * LIMIT)]
+    assert [kept.remember(p, new_limit) for p in probes] == fresh
+    assert [parsed.remember(p, new_limit) for p in probes] == fresh
+    assert list(kept.seen) == list(parsed.seen)
