@@ -163,7 +163,7 @@ def decode_event(data: bytes | str) -> Event:
         event: Event = _DECODER.decode(data)
     except msgspec.ValidationError as exc:
         raise InvalidEvent(f"invalid event: {exc}") from exc
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeEncodeError) as exc:  # (a str holding a lone surrogate)
         event = _decode_fallback(data, exc)
         json_size = None
     except RecursionError as exc:
@@ -179,7 +179,7 @@ def _brackets(data: bytes | str) -> int:
     return opening_brackets(data)
 
 
-def _decode_fallback(data: bytes | str, error: msgspec.DecodeError) -> Event:
+def _decode_fallback(data: bytes | str, error: Exception) -> Event:
     # msgspec rejects lone UTF-16 surrogates ("\ud800"); JavaScript accepts them and OpenClaw
     # sanitises them before hashing, so such events stay valid through the stdlib parser.
     import json
@@ -187,16 +187,48 @@ def _decode_fallback(data: bytes | str, error: msgspec.DecodeError) -> Event:
     try:
         value = json.loads(data, parse_float=_float_hook, parse_int=int)
     except (ValueError, TypeError):
-        raise InvalidEvent(f"not valid JSON: {error}") from error
+        raise InvalidEvent(f"not valid JSON: {_printable(str(error))}") from error
     except RecursionError as exc:
         raise InvalidEvent(f"the event {_TOO_DEEP}") from exc
+    if type(value) is dict:  # a key with a lone surrogate names no field: ignored, as unknown keys are
+        value = {key: item for key, item in value.items() if _encodable(key)}
     try:
         converted: Event = msgspec.convert(value, Event, strict=True)
     except msgspec.ValidationError as exc:
         raise InvalidEvent(f"invalid event: {_printable(str(exc))}") from exc
+    except UnicodeEncodeError as exc:  # a lone surrogate where msgspec needs text it can encode
+        raise InvalidEvent(f"{_surrogate_at(value)}: a lone UTF-16 surrogate is not valid here") from exc
     except RecursionError as exc:
         raise InvalidEvent(f"the event {_TOO_DEEP}") from exc
     return converted
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+#: fields whose values are any JSON (their strings may hold lone surrogates)
+_ANY_VALUE: Final = frozenset({"params", "result", "error"})
+
+
+def _surrogate_at(value: Any) -> str:
+    """Where a typed field of a decoded event holds a lone surrogate (``$`` if not found)."""
+    if type(value) is not dict:
+        return "$"
+    for key, item in value.items():
+        if key in _ANY_VALUE:
+            continue
+        if type(item) is str and not _encodable(item):
+            return str(key)
+        if type(item) is dict:
+            for inner, inner_item in item.items():
+                if not _encodable(inner) or (type(inner_item) is str and not _encodable(inner_item)):
+                    return f"{key}.{_printable(inner)}"
+    return "$"
 
 
 def _printable(text: str) -> str:

@@ -45,6 +45,11 @@ POISON: dict[str, Callable[[str, int], bytes]] = {
     "surrogate agent_id": lambda run, i: _call(run, i, agent_id="\udfff"),
     "surrogate tool_call_id": lambda run, i: _call(run, i, tool_call_id="c\ud800"),
     "surrogate batch_id": lambda run, i: _call(run, i, batch_id="turn\udc00"),
+    "surrogate type": lambda run, i: _call(run, i, type="tool_\ud800call"),
+    "surrogate outcome_kind": lambda run, i: _call(
+        run, i, type="tool_result", result_digest="d", outcome_kind="veto\udc00"
+    ),
+    "surrogate usage key": lambda run, i: _call(run, i, usage={"input_tokens\ud800": 1}),
     "batch_id 600 bytes": lambda run, i: _call(run, i, batch_id="b" * 600),
     "batch_id a number": lambda run, i: _call(run, i, batch_id=7),
     "params 100 deep": lambda run, i: _call(run, i, params=_deep(100)),

@@ -92,6 +92,10 @@ def _observe(view: FleetView, is_verdict: bool, value: bytes | None, ts_ms: int,
             view.event(decode_event(value), ts_ms)
     except (InvalidEvent, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         pass  # invalid input is counted by the metrics and kept in the dead-letter topic
+    except Exception as exc:  # noqa: BLE001 - a bug of the view: it must not stop the worker
+        # (the follower would crash the worker, seek back to the record after the restart and
+        # crash it again; the view is monitoring, detection must go on without it)
+        _log.error("fleet view skipped a record it could not take", error=f"{type(exc).__name__}: {exc}")
 
 
 async def follow_alerts(

@@ -64,6 +64,26 @@ def test_the_limits_let_their_edges_through() -> None:
     assert decode_event(call(params={}, ts=2**63 - 1)).ts == 2**63 - 1
     # lone surrogates stay valid inside params (OpenClaw sanitises them before hashing)
     assert params_of(call(params={"q": "\ud800"})) == {"q": "\ud800"}
+    # a key with one names no field: ignored like any unknown key (JavaScript reads it)
+    assert params_of(call(params={"q": 1}, **{"x\ud800": 1})) == {"q": 1}
+
+
+def test_a_typed_field_holding_a_lone_surrogate_is_named() -> None:
+    """Text msgspec must encode (the type tag, a typed field, a key of ``usage``): refused with
+    the field's name, from bytes and from a str alike (``loopwatch run``'s lines are str)."""
+    for kind, field in (
+        ("surrogate type", "type"),
+        ("surrogate outcome_kind", "outcome_kind"),
+        ("surrogate usage key", "usage.input_tokens\\ud800"),
+    ):
+        data = POISON[kind]("run", 1)
+        for given in (data, data.decode()):
+            with pytest.raises(InvalidEvent) as refused:
+                decode_event(given)
+            assert str(refused.value) == f"{field}: a lone UTF-16 surrogate is not valid here"
+    raw = json.dumps({"type": "run_end", "event_id": "e", "run_id": "r\ud800"}, ensure_ascii=False)
+    with pytest.raises(InvalidEvent, match="run_id: must be valid Unicode"):
+        decode_event(raw)  # a str with the surrogate itself, not its escape
 
 
 # -- the worker's record path -----------------------------------------------------------------
@@ -398,3 +418,26 @@ def test_a_run_whose_next_event_waits_in_its_queue_is_not_expired() -> None:
             await future
 
     asyncio.run(go())
+
+
+def test_the_fleet_view_s_follower_survives_every_poison_record_and_a_bug_of_the_view(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The follower of the events topic feeds the monitoring view on every worker: a record it
+    cannot take is passed over (a crash would repeat at the same record after each restart)."""
+    from loopwatch.streams.kafka import topic_followers
+
+    view = FleetView("worker")
+    for maker in POISON.values():
+        topic_followers._observe(view, False, maker("run-1", 1), 0, 1 << 20)
+        topic_followers._observe(view, True, maker("run-1", 1), 0, 1 << 20)
+    valid = json.dumps({"type": "tool_call", "event_id": "e", "run_id": "r", "tool": "t", "params": {}})
+
+    def broken(event: Any, ts_ms: int) -> None:
+        raise KeyError("a bug of the view")
+
+    monkeypatch.setattr(view, "event", broken)
+    topic_followers._observe(view, False, valid.encode(), 0, 1 << 20)  # logged, not raised
+    monkeypatch.undo()
+    topic_followers._observe(view, False, valid.encode(), 0, 1 << 20)
+    assert view.events == 1
