@@ -33,6 +33,7 @@ from typing import Any, Final, Protocol
 
 import msgspec
 import structlog
+from aiokafka.errors import MessageSizeTooLargeError
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.decoding import decode_event
@@ -55,7 +56,7 @@ from loopwatch.detectors.step import prepare_for
 from loopwatch.detectors.tombstone import Tombstone
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.fleet_view.metrics import WorkerMetrics
-from loopwatch.streams.kafka.dead_letter import dead_letter
+from loopwatch.streams.kafka.dead_letter import dead_letter, letter_key
 from loopwatch.streams.kafka.fact_sender import FactSender
 from loopwatch.streams.kafka.input_cursors import InputCursors, apply_admitted
 from loopwatch.streams.kafka.local_state import writing_notice
@@ -539,7 +540,21 @@ class RunProcessor:
             record.timestamp,
             self._config().settings.max_event_bytes,
         )
-        await self._send(self._dead_letter, record.key, letter, None)
+        try:
+            await self._send(self._dead_letter, letter_key(record.key), letter, None)
+        except MessageSizeTooLargeError as exc:  # a producer set below the letter's bound
+            _log.error("dead letter too large: sent without the value", error=str(exc), offset=record.offset)
+            letter = dead_letter(
+                reason,
+                record.topic,
+                record.partition,
+                record.offset,
+                record.key,
+                record.value,
+                record.timestamp,
+                0,
+            )
+            await self._send(self._dead_letter, letter_key(record.key), letter, None)
 
     # -- housekeeping --------------------------------------------------------------------------
 

@@ -4,14 +4,17 @@ is lost — the worker's record path, the config topic, the gateway, the embedde
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import faust
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from aiokafka.errors import MessageSizeTooLargeError
 
 from loopwatch.config import FleetConfig
 from loopwatch.detectors.decoding import decode_event
@@ -116,6 +119,79 @@ def test_every_poison_record_is_dead_lettered_once_and_the_worker_goes_on() -> N
         )
         assert all(letter["reason"] for letter in letters)
         assert proc.cursors.positions() == {0: len(mixed)}
+
+    asyncio.run(go())
+
+
+class SizedBroker(Broker):
+    """A producer with faust's request limit: a record larger is refused as aiokafka refuses it."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    async def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None) -> Any:
+        size = len(key or b"") + len(value or b"") + 64  # aiokafka adds a record's framing
+        if size > self.limit:
+            raise MessageSizeTooLargeError(f"{topic}: {size} bytes")
+        return await super().send(topic, key, value, partition)
+
+
+def test_huge_invalid_records_are_dead_lettered_within_the_producer_s_limit() -> None:
+    """An invalid record near the input limit, one over it and one with a huge key: each letter
+    fits one producer request (base64 of the whole value would not), keeps what fits of the
+    value, says how large it was, and the worker goes on."""
+    limit = faust.App("doors").conf.producer_max_request_size
+    whole = b'{"type":"tool_call","x":"' + b"a" * 600_000 + b'"}'  # its base64 fits
+    near = b'{"type":"tool_call","x":"' + b"a" * 800_000 + b'"}'  # under max_event_bytes
+    over = b"b" * 1_200_000
+    valid = records(loop_trace(calls=4).events)
+    invalid = [
+        Record("in", 0, 0, 1, b"k", whole),
+        Record("in", 0, 0, 1, b"k", near),
+        Record("in", 0, 0, 1, b"k", over),
+        Record("in", 0, 0, 1, bytes(range(256)) * 1200, b"{"),
+    ]
+    mixed = [valid[0], *invalid, *valid[1:]]
+    for offset, record in enumerate(mixed):
+        record.offset = offset
+
+    async def go() -> None:
+        broker = SizedBroker(limit)
+        proc = processor(broker)
+        proc.cursors.start(0, 0)
+        await proc.process({TP("in", 0): mixed})
+        assert proc.cursors.positions() == {0: len(mixed)}
+        assert broker.on("v") == expected(loop_trace(calls=4).events)
+        sent = [(key, value) for topic, key, value, _ in broker.sent if topic == "dl"]
+        assert len(sent) == 4
+        for (key, value), record in zip(sent, invalid, strict=True):
+            assert len(key or b"") + len(value or b"") <= limit - 64
+            letter = json.loads(value or b"")
+            kept = base64.b64decode(letter["value_base64"])
+            assert letter["value_size"] == len(record.value or b"")
+            assert kept
+            assert (record.value or b"").startswith(kept)
+            assert letter["offset"] == record.offset
+        assert len(base64.b64decode(json.loads(sent[0][1] or b"")["value_base64"])) == len(whole)
+        assert sent[3][0] == (invalid[3].key or b"")[:1024]
+
+    asyncio.run(go())
+
+
+def test_a_producer_limit_below_the_letter_s_bound_gets_the_letter_without_the_value() -> None:
+    record = Record("in", 0, 0, 1, b"k", b'{"type":"tool_call","x":"' + b"a" * 200_000 + b'"}')
+
+    async def go() -> None:
+        broker = SizedBroker(100_000)
+        proc = processor(broker)
+        proc.cursors.start(0, 0)
+        await proc.process({TP("in", 0): [record]})
+        assert proc.cursors.positions() == {0: 1}
+        (letter,) = [json.loads(value) for value in broker.on("dl")]
+        assert letter["value_base64"] == ""
+        assert letter["value_size"] == len(record.value or b"")
+        assert letter["reason"] == "invalid event: Object missing required field `tool`"
 
     asyncio.run(go())
 
