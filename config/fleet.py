@@ -218,4 +218,6 @@ def parse_config_text(
         value: Any = json5.loads(text)
     except ValueError as exc:
         raise ConfigError([ConfigProblem("", f"not valid JSON5: {exc}")], source) from exc
+    except RecursionError as exc:  # the parser recurses per array and object
+        raise ConfigError([ConfigProblem("", "not valid JSON5: nested too deeply")], source) from exc
     return parse_config_value(value, source, settings)

@@ -98,7 +98,8 @@ def expiry_position(event_id: str) -> int | None:
     if not event_id.startswith(EXPIRY_EVENT_PREFIX):
         return None
     _, at, offset = event_id.rpartition(EXPIRY_AT)
-    if not at or not offset.lstrip("-").isdigit():
+    digits = offset[1:] if offset.startswith("-") else offset
+    if not at or not digits.isascii() or not digits.isdigit():  # ("²" is a digit int() refuses)
         return None
     return int(offset)
 

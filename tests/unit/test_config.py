@@ -138,6 +138,12 @@ def test_not_json5() -> None:
         parse_config_text("{tools: ", "x.json")
 
 
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a":' * 100_000])
+def test_a_config_nested_beyond_the_parser_s_depth_is_a_config_error(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"in x\.json .*\n  - not valid JSON5: nested too deeply"):
+        parse_config_text(text, "x.json")
+
+
 def test_agent_override_is_validated() -> None:
     base = FleetConfig.enabled_default()
     assert base.with_agent_block("a", {"warningThreshold": 3}).for_agent("a").warning_threshold == 3

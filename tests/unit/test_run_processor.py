@@ -590,6 +590,9 @@ def test_an_expiry_decided_before_the_run_went_on_changes_nothing() -> None:
     assert expiry_position(f"{EXPIRY_EVENT_PREFIX}run-1:1700000000@41") == 41
     assert expiry_position(f"{EXPIRY_EVENT_PREFIX}session:a@b:1700000000") is None  # before offsets
     assert expiry_position("run-end-7@3") is None  # not an expiry
+    for odd in ("--5", "²", "-", "", "1_000", " 7", "٣"):  # digits int() refuses, or not ASCII
+        assert expiry_position(f"{EXPIRY_EVENT_PREFIX}r:1@{odd}") is None, odd
+    assert expiry_position(f"{EXPIRY_EVENT_PREFIX}r:1@-1") == -1
 
     async def go() -> None:
         broker = Broker()
