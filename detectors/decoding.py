@@ -21,7 +21,7 @@ from loopwatch.detectors.input_limits import (
     nesting_exceeds,
 )
 from loopwatch.detectors.json_scan import opening_brackets
-from loopwatch.detectors.stable_json import _float_hook
+from loopwatch.detectors.stable_json import _float_hook, encodable, loads_with_surrogates
 
 __all__ = ["decode_event", "validate_event"]
 
@@ -182,16 +182,14 @@ def _brackets(data: bytes | str) -> int:
 def _decode_fallback(data: bytes | str, error: Exception) -> Event:
     # msgspec rejects lone UTF-16 surrogates ("\ud800"); JavaScript accepts them and OpenClaw
     # sanitises them before hashing, so such events stay valid through the stdlib parser.
-    import json
-
     try:
-        value = json.loads(data, parse_float=_float_hook, parse_int=int)
+        value = loads_with_surrogates(data)
     except (ValueError, TypeError):
         raise InvalidEvent(f"not valid JSON: {_printable(str(error))}") from error
     except RecursionError as exc:
         raise InvalidEvent(f"the event {_TOO_DEEP}") from exc
     if type(value) is dict:  # a key with a lone surrogate names no field: ignored, as unknown keys are
-        value = {key: item for key, item in value.items() if _encodable(key)}
+        value = {key: item for key, item in value.items() if encodable(key)}
     try:
         converted: Event = msgspec.convert(value, Event, strict=True)
     except msgspec.ValidationError as exc:
@@ -201,14 +199,6 @@ def _decode_fallback(data: bytes | str, error: Exception) -> Event:
     except RecursionError as exc:
         raise InvalidEvent(f"the event {_TOO_DEEP}") from exc
     return converted
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 #: fields whose values are any JSON (their strings may hold lone surrogates)
@@ -222,11 +212,11 @@ def _surrogate_at(value: Any) -> str:
     for key, item in value.items():
         if key in _ANY_VALUE:
             continue
-        if type(item) is str and not _encodable(item):
+        if type(item) is str and not encodable(item):
             return str(key)
         if type(item) is dict:
             for inner, inner_item in item.items():
-                if not _encodable(inner) or (type(inner_item) is str and not _encodable(inner_item)):
+                if not encodable(inner) or (type(inner_item) is str and not encodable(inner_item)):
                     return f"{key}.{_printable(inner)}"
     return "$"
 

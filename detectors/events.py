@@ -11,13 +11,14 @@ Numbers inside ``params``, ``result`` and ``error`` are decoded with JavaScript'
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from loopwatch.config.errors import LoopwatchError
-from loopwatch.detectors.stable_json import wire_enc_hook
+from loopwatch.detectors.stable_json import encodable, wire_enc_hook
 
 __all__ = [
     "EXPIRY_EVENT_PREFIX",
@@ -225,5 +226,33 @@ def encode_output(output: Output) -> bytes:
 
 
 def encode_event(event: Event) -> bytes:
-    """One event as wire JSON (absent optional fields omitted)."""
-    return _ENCODER.encode(event)
+    """One event as wire JSON (absent optional fields omitted).
+
+    A lone UTF-16 surrogate in ``params``, ``result`` or ``error`` (valid there: JavaScript
+    writes them, and OpenClaw sanitises them before hashing) is written as its JSON escape, so
+    the event decodes back to the same values."""
+    try:
+        return _ENCODER.encode(event)
+    except UnicodeEncodeError:  # msgspec writes only valid Unicode
+        changes = {}
+        for name in ("params", "result", "error"):
+            value = getattr(event, name, UNSET)
+            if value is not UNSET:
+                changes[name] = _escaped(value)
+        return _ENCODER.encode(msgspec.structs.replace(event, **changes))
+
+
+def _escaped(value: Any) -> Any:
+    """``value`` with each string and object holding a lone surrogate as its JSON text."""
+    if type(value) is str:
+        return value if encodable(value) else msgspec.Raw(json.dumps(value).encode())
+    if type(value) is list:
+        return [_escaped(item) for item in value]
+    if type(value) is dict:
+        if all(encodable(key) for key in value):
+            return {key: _escaped(item) for key, item in value.items()}
+        members = [
+            json.dumps(key).encode() + b":" + _ENCODER.encode(_escaped(item)) for key, item in value.items()
+        ]
+        return msgspec.Raw(b"{" + b",".join(members) + b"}")
+    return value

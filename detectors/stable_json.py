@@ -14,6 +14,7 @@ Two paths give the same bytes:
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable
@@ -29,9 +30,11 @@ __all__ = [
     "JSNumber",
     "Undefined",
     "canonical_bytes",
+    "encodable",
     "from_python",
     "js_number_text",
     "js_string",
+    "loads_with_surrogates",
     "same_value",
     "stable_stringify",
     "wire_enc_hook",
@@ -113,6 +116,11 @@ _SURROGATES = re.compile(r"[\ud800-\udfff]")  # escapes for re: mypyc refuses su
 _PAIR = re.compile(r"[\ud800-\udbff][\udc00-\udfff]")
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f]')
+
+
+def encodable(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (UTF-8 can hold it): no UTF-16 surrogate code point."""
+    return _SURROGATES.search(text) is None
 
 
 def _sanitize_surrogates(text: str) -> str:
@@ -224,6 +232,23 @@ def wire_enc_hook(value: Any) -> Any:
 
 #: Decodes JSON so that numbers already carry their JavaScript value (see module docstring).
 WIRE_DECODER: Final = msgspec.json.Decoder(float_hook=_float_hook)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_with_surrogates(data: bytes | str) -> Any:
+    """JSON that :data:`WIRE_DECODER` refused for a lone UTF-16 surrogate escape (``"\\ud800"``:
+    JavaScript writes and reads them), read by the stdlib parser with the same numbers.
+
+    Raises :class:`ValueError` where that parser refuses it too, and for what msgspec refuses
+    on other grounds (``NaN``, ``Infinity``, bytes that are not UTF-8); ``RecursionError`` for
+    nesting deeper than Python's recursion limit."""
+    text = data.decode("utf-8") if isinstance(data, bytes) else data  # UnicodeDecodeError: a ValueError
+    return json.loads(text, parse_float=_float_hook, parse_int=int, parse_constant=_no_constant)
+
+
 _SORTED: Final = msgspec.json.Encoder(order="sorted", enc_hook=_enc_hook)
 
 

@@ -43,7 +43,7 @@ import msgspec
 from msgspec import UNSET
 
 from loopwatch.detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult
-from loopwatch.detectors.stable_json import WIRE_DECODER
+from loopwatch.detectors.stable_json import WIRE_DECODER, loads_with_surrogates
 
 __all__ = [
     "agent_from_path",
@@ -130,6 +130,18 @@ def _injected(message: dict[str, Any]) -> bool:
     return message.get("provider") == "openclaw"
 
 
+def _entry(raw: bytes) -> Any:
+    """One line's JSON; a lone UTF-16 surrogate escape (a tool output cut inside an emoji: Node
+    writes it) is read as JavaScript reads it, not skipped with the result it carries."""
+    try:
+        return _DECODER.decode(raw)
+    except msgspec.DecodeError as exc:
+        try:
+            return loads_with_surrogates(raw)
+        except ValueError:
+            raise exc from None
+
+
 def _entries(
     lines: Iterable[bytes], skipped: list[tuple[int, str]] | None
 ) -> list[tuple[int, dict[str, Any]]]:
@@ -138,7 +150,7 @@ def _entries(
         if not raw.strip():
             continue
         try:
-            entry = _DECODER.decode(raw)
+            entry = _entry(raw)
         except msgspec.DecodeError as exc:  # OpenClaw itself skips malformed lines
             if skipped is not None:
                 skipped.append((number, f"not valid JSON: {exc}"))

@@ -18,8 +18,9 @@ from aiokafka.errors import MessageSizeTooLargeError
 
 from loopwatch.config import FleetConfig
 from loopwatch.detectors.decoding import decode_event
-from loopwatch.detectors.events import InvalidEvent, ToolCall
+from loopwatch.detectors.events import InvalidEvent, ToolCall, encode_event
 from loopwatch.detectors.input_limits import MAX_ID_BYTES, MAX_NESTING
+from loopwatch.detectors.stable_json import canonical_bytes
 from loopwatch.detectors.tombstone import Tombstone
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.view import FleetView
@@ -517,3 +518,34 @@ def test_the_fleet_view_s_follower_survives_every_poison_record_and_a_bug_of_the
     monkeypatch.undo()
     topic_followers._observe(view, False, valid.encode(), 0, 1 << 20)
     assert view.events == 1
+
+
+def test_events_with_lone_surrogates_are_encoded_and_decode_back_the_same() -> None:
+    """The sidecar, ``loopwatch import`` and the gateway's Kafka backend write events whose
+    params or results carry lone surrogates (a tool output cut inside an emoji)."""
+    lone = "\ud83d"
+    params = {f"k{lone}": [1.5, 2**60, f"v{lone}", {"in": lone, f"x{lone}y": {"deep": [lone]}}], "ok": "é"}
+    call = decode_event(
+        json.dumps({"type": "tool_call", "event_id": "e1", "run_id": "r", "tool": "t", "params": params})
+    )
+    result = decode_event(
+        json.dumps(
+            {
+                "type": "tool_result",
+                "event_id": "e2",
+                "run_id": "r",
+                "tool": "t",
+                "params": params,
+                "result": {"content": [{"type": "text", "text": f"out{lone}"}], "n": 1e300},
+            }
+        ).replace("1e+300", "1e999")  # JSON's way to say Infinity, as JavaScript reads it
+    )
+    failed = decode_event(
+        json.dumps(
+            {"type": "tool_result", "event_id": "e3", "run_id": "r", "tool": "t", "params": {}, "error": lone}
+        )
+    )
+    for event in (call, result, failed):
+        again = decode_event(encode_event(event))
+        assert again == event
+        assert canonical_bytes(again) == canonical_bytes(event)

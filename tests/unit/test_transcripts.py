@@ -130,3 +130,34 @@ def test_openclaw_2026_9_loop_notes_are_removed_before_hashing(tmp_path: Path) -
         return json.loads(done.stdout)["runs"]
 
     assert verdicts(noted) == verdicts(plain)
+
+
+def test_a_line_with_a_lone_surrogate_is_read_as_javascript_reads_it(tmp_path: Path) -> None:
+    """A tool output cut inside an emoji: Node writes ``"\\ud83d"``. Skipping the line would lose
+    the result (its call left pending, the next prompt taken for steering)."""
+    source = (DATA / "transcripts" / "openclaw-healthy-many-tools.session.jsonl").read_bytes().splitlines()
+    lines = []
+    cut = 0
+    for line in source:
+        entry = json.loads(line) if line.strip() else None
+        message = entry.get("message") if isinstance(entry, dict) else None
+        if isinstance(message, dict) and message.get("role") == "toolResult" and not cut:
+            message["content"][0]["text"] += "\ud83d"
+            cut += 1
+            line = json.dumps(entry).encode()  # the escape, as Node writes it
+        lines.append(line)
+    assert cut == 1
+    plain = list(transcript_events(source, "s1", "t"))
+    events = list(transcript_events(lines, "s1", "t"))
+    assert len(events) == len(plain)
+    changed = [(a, b) for a, b in zip(plain, events, strict=True) if a != b]
+    assert len(changed) == 1
+    assert "\ud83d" in json.dumps(msgspec.to_builtins(changed[0][1]), ensure_ascii=False)
+    path = tmp_path / "cut.session.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    done = subprocess.run(
+        [sys.executable, "-m", "loopwatch", "import", str(path)], capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    imported = [decode_event(line) for line in done.stdout.splitlines()]
+    assert imported == list(transcript_events(lines, "main", "cut.session"))
