@@ -34,15 +34,41 @@ SHELL_TOOL = "run_shell_command"
 #: the last lines of a shell result, which name this run's processes (Gemini CLI 0.61's shell
 #: tool: ``Output: ...``, ``Exit Code: 1``, ..., ``Background PIDs: ...``, ``Process Group PGID:
 #: ...``, inside ``<untrusted_context>``)
-_PROCESS_IDS = re.compile(
-    r"(?:\nBackground PIDs: [0-9, ]+)?(?:\nProcess Group PGID: [0-9]+)?(?=(?:\n</untrusted_context>)?\s*\Z)"
-)
+_PGID = re.compile(r"\nProcess Group PGID: [0-9]+\Z")
+_PIDS = re.compile(r"\nBackground PIDs: [0-9, ]+\Z")
+_CONTEXT_END = "\n</untrusted_context>"
+
+
+def without_process_ids(content: str) -> str:
+    """``content`` without its closing ``Background PIDs`` and ``Process Group PGID`` lines
+    (before an optional ``</untrusted_context>`` and trailing whitespace).
+
+    Linear in the content's size: one regex with a trailing whitespace look-ahead, tried at
+    every position, took time quadratic in a run of spaces, and stalled the gateway's event
+    loop for seconds on a 60 kB result."""
+    body = content.rstrip()
+    tail = content[len(body) :]
+    tagged = body.endswith(_CONTEXT_END)
+    if tagged:
+        body, tail = body[: -len(_CONTEXT_END)], _CONTEXT_END + tail
+    cut = len(body)
+    found = _PGID.search(body)
+    if found is not None:
+        cut = found.start()
+    elif not tagged:  # a PIDs line would end the text: the spaces after it are its own
+        end = len(content) - len(tail.lstrip(" "))
+        found = _PIDS.search(content, 0, end)
+        return content if found is None else content[: found.start()] + content[end:]
+    found = _PIDS.search(body, 0, cut)
+    if found is not None:
+        cut = found.start()
+    return body[:cut] + tail if cut < len(body) else content
 
 
 def _content(tool: str, content: Any) -> Any:
     """What the model read, without the process ids of one shell run."""
     if tool == SHELL_TOOL and isinstance(content, str):
-        return _PROCESS_IDS.sub("", content, count=1)
+        return without_process_ids(content)
     return content
 
 
