@@ -289,6 +289,11 @@ class _BodyTimeout(Exception):
     pass
 
 
+class _BodyUndecodable(InvalidEvent):
+    """A body its Content-Encoding does not decode: answered 400 on a connection then closed
+    (the rest of the body would be read as the next request)."""
+
+
 class BatchUnsupported(LoopwatchError):
     """A backend that cannot decide a batch of calls together (answered 501)."""
 
@@ -336,7 +341,10 @@ class _Guard:
             return web.json_response({"error": exc.reason, "index": exc.index}, status=400)
         if isinstance(exc, InvalidEvent):
             self.view.metrics.invalid += 1
-            return _error(400, exc.reason)
+            answer = _error(400, exc.reason)
+            if isinstance(exc, _BodyUndecodable):
+                answer.force_close()
+            return answer
         if isinstance(exc, BatchUnsupported):
             return _error(501, str(exc))
         if isinstance(exc, _BodyTimeout):
@@ -356,10 +364,16 @@ class _Routes:
         self.prompts = MemoryPrompts()  # each session's prompt number (HTTP hooks: a run per prompt)
 
     async def read(self, request: web.Request, parse: Callable[[bytes], Any]) -> Any:
+        from aiohttp.web_protocol import RequestPayloadError
+
         try:
             body = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
         except TimeoutError as exc:
             raise _BodyTimeout from exc
+        except RequestPayloadError as exc:  # a Content-Encoding (gzip, deflate) that does not decode
+            request.content.feed_eof()  # nothing more is read of it (aiohttp would, and fail again)
+            encoding = request.headers.get("Content-Encoding", "")
+            raise _BodyUndecodable(f"the body does not decode as its Content-Encoding ({encoding})") from exc
         try:
             return parse(body)
         except InvalidEvent as exc:

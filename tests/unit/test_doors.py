@@ -342,6 +342,25 @@ def test_every_poison_class_answers_400_naming_the_problem_in_every_body_form() 
     asyncio.run(go())
 
 
+def test_a_body_whose_content_encoding_does_not_decode_is_a_400_on_every_route() -> None:
+    async def go() -> None:
+        async with gateway() as client:
+            for encoding in ("gzip", "deflate"):
+                for path in ("/v1/decide", "/v1/events", "/v1/hooks/claude-code", "/v1/hooks/gemini"):
+                    answer = await client.post(
+                        path, data=b"not compressed at all", headers={"Content-Encoding": encoding}
+                    )
+                    text = await answer.text()
+                    assert answer.status == 400, (encoding, path, text)
+                    assert (
+                        json.loads(text)["error"]
+                        == f"the body does not decode as its Content-Encoding ({encoding})"
+                    )
+            await decide_works(client)
+
+    asyncio.run(go())
+
+
 def test_surrogate_ids_name_their_field() -> None:
     async def go() -> None:
         async with gateway() as client:
