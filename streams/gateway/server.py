@@ -53,7 +53,7 @@ from loopwatch.detectors.facade import BatchDecision, Decision
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.dashboard import Dashboard
 from loopwatch.streams.fleet_view.view import FleetView
-from loopwatch.streams.gateway.hooks.plan import MemoryPrompts
+from loopwatch.streams.gateway.hooks.plan import MemoryPrompts, session_problem
 from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES
 from loopwatch.streams.gateway.tolerant_json import TOO_DEEP, dumps, loads
 from loopwatch.streams.gateway.web_safety import WebSafety, is_loopback
@@ -403,6 +403,9 @@ class _Routes:
         value, surrogates = await self.read(request, loads)
         if not isinstance(value, dict):
             raise InvalidEvent("the body must be the runtime's hook input (a JSON object)")
+        problem = session_problem(value)  # before a prompt number is kept for it
+        if problem is not None:
+            raise InvalidEvent(problem)
         agent = request.query.get("agent_id") or runtime.default_agent
         plan = runtime.plan(value, self.prompts, agent, request.query.get("show_warnings") in ("1", "true"))
         if plan.events:

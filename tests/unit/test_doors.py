@@ -361,6 +361,22 @@ def test_a_body_whose_content_encoding_does_not_decode_is_a_400_on_every_route()
     asyncio.run(go())
 
 
+def test_a_hook_s_session_id_too_long_for_a_run_id_is_a_400_and_nothing_is_kept() -> None:
+    """The HTTP hooks keep a prompt number per session: an unbounded key would grow the
+    gateway's memory by the size of each session id."""
+
+    async def go() -> None:
+        async with gateway() as client:
+            for runtime, event in (("claude-code", "UserPromptSubmit"), ("gemini", "BeforeAgent")):
+                body = {"hook_event_name": event, "session_id": "s" * 100_000, "prompt": "go"}
+                answer = await client.post(f"/v1/hooks/{runtime}", json=body)
+                assert answer.status == 400
+                assert (await answer.json())["error"].startswith("session_id: gives run ids of 100020 bytes")
+            await decide_works(client)
+
+    asyncio.run(go())
+
+
 def test_surrogate_ids_name_their_field() -> None:
     async def go() -> None:
         async with gateway() as client:

@@ -12,7 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["FilePrompts", "HookPlan", "MemoryPrompts", "PromptCounter", "call_key", "wire_event"]
+from loopwatch.detectors.input_limits import identity_problem
+
+__all__ = [
+    "FilePrompts",
+    "HookPlan",
+    "MemoryPrompts",
+    "PromptCounter",
+    "call_key",
+    "session_problem",
+    "wire_event",
+]
 
 Answer = dict[str, Any]
 
@@ -53,6 +63,14 @@ class PromptCounter(Protocol):
     def take_note(self, session: str, key: str) -> str | None: ...
 
 
+def session_problem(hook: dict[str, Any]) -> str | None:
+    """Why the hook's ``session_id`` cannot name runs (None: it can): every runtime keys its
+    runs and its prompt numbers by it, so it is checked before anything is kept for it."""
+    session = str(hook.get("session_id") or "unknown-session")
+    problem = identity_problem(f"{session}#{2**63}")  # the longest run id it gives
+    return None if problem is None else f"session_id: {problem.replace('holds', 'gives run ids of')}"
+
+
 def call_key(tool: str, params: Any) -> str:
     """A call's key where the runtime gives no call id (its tool and input)."""
     text = json.dumps([tool, params], sort_keys=True, default=str)
@@ -67,6 +85,9 @@ class FilePrompts:
 
     def _path(self, session: str) -> Path:
         name = "".join(c if c.isalnum() or c in "-_" else "_" for c in session)[:200]
+        if len(name.encode("utf-8", "surrogatepass")) > 200:  # a file name holds 255 bytes
+            digest = hashlib.blake2b(session.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+            name = f"{name.encode('utf-8', 'surrogatepass')[:96].decode('utf-8', 'ignore')}-{digest}"
         return self.folder / f"{name}.prompt"
 
     def _read(self, session: str) -> int:

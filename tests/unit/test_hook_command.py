@@ -1,0 +1,168 @@
+"""``loopwatch hook``'s command never stands between the runtime and its work: whatever the hook
+input, the state folder or the URL it is given, it answers in its own terms and in time."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopwatch.streams.gateway.hooks.command import run_hook
+
+PRE_TOOL_USE = {
+    "hook_event_name": "PreToolUse",
+    "session_id": "s",
+    "tool_name": "Write",
+    "tool_input": {"file_path": "a", "content": "x"},
+    "tool_use_id": "t1",
+}
+
+
+class _Peer(BaseHTTPRequestHandler):
+    """What the URL given as the gateway answers: ``server.mode`` says how."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        mode: str = self.server.mode  # type: ignore[attr-defined]
+        if mode == "drip":  # one byte a second: a socket timeout alone never fires
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            for _ in range(20):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(1)
+            return
+        status, body = {
+            "list": (200, b"[1, 2]"),
+            "allow": (200, b'{"decision": "allow", "verdicts": []}'),
+            "too large": (413, b'{"error": "the body exceeds maxEventBytes"}'),
+            "down": (503, b'{"error": "the broker is down"}'),
+        }[mode]
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def peer() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Peer)
+    server.daemon_threads = True
+    server.mode = "allow"  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def hook(
+    stdin: bytes,
+    url: str = "http://127.0.0.1:9",
+    fail_closed: bool = False,
+    timeout_ms: int = 2000,
+) -> tuple[int, str, str]:
+    args = argparse.Namespace(
+        runtime="claude-code",
+        gateway=url,
+        agent_id="claude-code",
+        timeout_ms=timeout_ms,
+        fail_closed=fail_closed,
+        show_warnings=False,
+    )
+    out, err = io.BytesIO(), io.StringIO()
+    code = run_hook(args, io.BytesIO(stdin), out, err)
+    return code, out.getvalue().decode(), err.getvalue()
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("LOOPWATCH_HOOK_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def url_of(server: ThreadingHTTPServer) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_hook_input_nested_beyond_the_parser_s_depth_is_let_through() -> None:
+    code, out, err = hook(b"[" * 100_000 + b"]" * 100_000)
+    assert (code, out) == (0, "")
+    assert "not JSON (nested too deeply); allowing" in err
+
+
+def test_a_state_folder_that_cannot_be_written_lets_the_prompt_through(
+    monkeypatch: pytest.MonkeyPatch, peer: ThreadingHTTPServer
+) -> None:
+    monkeypatch.setenv("LOOPWATCH_HOOK_STATE_DIR", "/dev/null/state")
+    prompt = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt": "go"})
+    code, out, err = hook(prompt.encode(), url_of(peer))
+    assert (code, out) == (0, "")
+    assert "cannot keep the hook's state" in err
+
+
+def test_a_long_non_ascii_session_keeps_its_prompt_number_in_a_file_the_disk_takes(
+    state_dir: Path, peer: ThreadingHTTPServer
+) -> None:
+    session = "会" * 150  # 450 bytes: an id, but no file name
+    for _ in range(2):
+        prompt = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": session, "prompt": "go"})
+        code, _, err = hook(prompt.encode(), url_of(peer))
+        assert code == 0, err
+        assert "cannot keep" not in err
+    (kept,) = state_dir.rglob("*.prompt")
+    assert len(kept.name.encode()) <= 255
+    assert kept.read_text() == "2"
+
+
+def test_a_session_id_too_long_for_a_run_id_is_let_through_and_nothing_is_kept(state_dir: Path) -> None:
+    prompt = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s" * 600, "prompt": "go"})
+    code, out, err = hook(prompt.encode())
+    assert (code, out) == (0, "")
+    assert "session_id: gives run ids of" in err
+    assert not state_dir.exists()
+
+
+def test_a_url_answering_json_that_is_not_an_object_fails_open(peer: ThreadingHTTPServer) -> None:
+    peer.mode = "list"  # type: ignore[attr-defined]
+    code, out, err = hook(json.dumps(PRE_TOOL_USE).encode(), url_of(peer))
+    assert (code, out) == (0, "")
+    assert "not an object" in err
+    assert "allowing (fail open)" in err
+
+
+def test_the_timeout_bounds_the_whole_request_not_each_read(peer: ThreadingHTTPServer) -> None:
+    peer.mode = "drip"  # type: ignore[attr-defined]
+    code, out, err = hook(json.dumps(PRE_TOOL_USE).encode(), url_of(peer), timeout_ms=500)
+    assert (code, out) == (0, "")
+    assert "slower than 500 ms; allowing (fail open)" in err
+    closed = hook(json.dumps(PRE_TOOL_USE).encode(), url_of(peer), fail_closed=True, timeout_ms=500)
+    assert closed[0] == 2
+    assert "slower than 500 ms; refusing the tool call (--fail-closed)" in closed[2]
+
+
+def test_fail_closed_refuses_only_when_the_gateway_is_down_not_when_it_refuses_the_input(
+    peer: ThreadingHTTPServer,
+) -> None:
+    peer.mode = "too large"  # type: ignore[attr-defined]
+    code, out, err = hook(json.dumps(PRE_TOOL_USE).encode(), url_of(peer), fail_closed=True)
+    assert (code, out) == (0, "")
+    assert "gateway answered 413" in err
+    assert "the gateway refused the input, the call is not checked" in err
+    peer.mode = "down"  # type: ignore[attr-defined]
+    code, _, err = hook(json.dumps(PRE_TOOL_USE).encode(), url_of(peer), fail_closed=True)
+    assert code == 2
+    assert "gateway answered 503" in err
