@@ -66,7 +66,12 @@ import msgspec
 from loopwatch.config.errors import LoopwatchError
 from loopwatch.config.settings import DetectorSettings
 from loopwatch.detectors.events import Event, RunEnd, encode_event
-from loopwatch.streams.history.transcripts import agent_from_path, is_transcript, transcript_events_by_line
+from loopwatch.streams.history.transcripts import (
+    agent_from_path,
+    is_checkpoint_copy,
+    is_transcript,
+    transcript_events_by_line,
+)
 
 __all__ = [
     "BATCH_EVENTS",
@@ -228,7 +233,7 @@ class Follower:
         try:
             if not self.folder.is_dir():
                 raise NotADirectoryError("not a folder (any more)")
-            keys = sorted(str(p) for p in self.folder.rglob("*.jsonl"))
+            keys = sorted(str(p) for p in self.folder.rglob("*.jsonl") if not is_checkpoint_copy(p.name))
         except OSError as exc:  # unmounted, gone or unreadable: forget nothing
             self._say(f"cannot list {self.folder} ({exc})", once=True)
             self.complete = False

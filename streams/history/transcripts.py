@@ -63,6 +63,16 @@ _CALL_BLOCKS = ("toolcall", "tooluse", "functioncall")
 _DECODER = WIRE_DECODER  # numbers with their JavaScript value, as the wire decoder gives them
 
 
+#: ``<sessionId>.checkpoint.<uuid>.jsonl``: a pre-compaction copy older OpenClaw releases left
+#: beside the live transcript, repeating its entries (read, it would publish them twice).
+_CHECKPOINT_COPY = re.compile(r"\.checkpoint\.[^./]+\.jsonl\Z")
+
+
+def is_checkpoint_copy(name: str) -> bool:
+    """Whether a file name is a transcript's pre-compaction copy (left out of folder walks)."""
+    return _CHECKPOINT_COPY.search(name) is not None
+
+
 def is_transcript(first_line: bytes) -> bool:
     """Whether a JSONL file starts with an OpenClaw/pi session header."""
     try:

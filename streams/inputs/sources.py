@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from loopwatch.config.errors import LoopwatchError
+from loopwatch.streams.history.transcripts import is_checkpoint_copy
 
 __all__ = ["InputError", "follow_lines", "input_lines", "source_files"]
 
@@ -21,8 +22,12 @@ _EVENT_SUFFIXES = (".jsonl", ".json", ".ndjson")
 
 def _files(source: str, suffixes: tuple[str, ...] = _EVENT_SUFFIXES) -> list[Path]:
     path = Path(source)
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in suffixes)
+    if path.is_dir():  # (an OpenClaw transcript's pre-compaction copies repeat its entries)
+        files = sorted(
+            p
+            for p in path.rglob("*")
+            if p.is_file() and p.suffix in suffixes and not is_checkpoint_copy(p.name)
+        )
         if not files:
             raise InputError(f"no .jsonl files in folder {source}")
         return files

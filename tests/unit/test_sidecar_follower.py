@@ -478,3 +478,23 @@ def test_a_folder_that_vanishes_for_a_while_is_not_forgotten(tmp_path: Path) -> 
     (tmp_path / "away").rename(tmp_path / "agents")
     scan(follow)
     assert len(sink.events) == 4  # nothing published again
+
+
+def test_a_pre_compaction_copy_beside_its_transcript_is_not_published_again(tmp_path: Path) -> None:
+    """Older OpenClaw releases left ``<session>.checkpoint.<uuid>.jsonl`` beside the transcript,
+    repeating its entries: read too, every call of it would count twice."""
+    folder = sessions(tmp_path)
+    live = Transcript("s1").prompt("go").turn("read", 6, "ENOENT")
+    (folder / "s1.jsonl").write_bytes(live.data())
+    (folder / "s1.checkpoint.0b6c2d1e-4f5a-4b7c-9d8e-1f2a3b4c5d6e.jsonl").write_bytes(live.data())
+    sink = Sink()
+    follow, err = follower(tmp_path, sink)
+    scan(follow)
+    assert sink.events == expected(live.lines(), "ops", "s1")
+    assert err.getvalue() == ""
+    done = subprocess.run(
+        [sys.executable, "-m", "loopwatch", "import", str(folder)], capture_output=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    imported = [decode_event(line) for line in done.stdout.splitlines()]
+    assert imported == transcript_events(live.lines(), "ops", "s1")
