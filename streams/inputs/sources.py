@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -54,18 +55,40 @@ def input_lines(source: str | None) -> Iterator[tuple[str, bytes]]:
 
 
 async def follow_lines(source: str, poll_s: float = 0.2) -> AsyncIterator[tuple[str, bytes]]:
-    """Every line of a file, then every line appended to it, for as long as it is read."""
+    """Every line of a file, then every line appended to it, for as long as it is read.
+
+    A file truncated (shorter than what was read) is read again from its start, and a file
+    rotated away (another file at the path: ``logrotate``, ``mv`` and a new one) is left for
+    the new one, read from its start, as ``tail -F`` does."""
     if Path(source).is_dir():
         raise InputError(f"--follow needs a file, not a folder: {source}")
     [path] = _files(source)
-    with path.open("rb") as stream:
+    stream = path.open("rb")
+    try:
         buffer = b""
         while True:
             chunk = stream.readline()
-            if not chunk:
-                await asyncio.sleep(poll_s)
+            if chunk:
+                buffer += chunk
+                if buffer.endswith(b"\n"):
+                    yield str(path), buffer
+                    buffer = b""
                 continue
-            buffer += chunk
-            if buffer.endswith(b"\n"):
-                yield str(path), buffer
+            await asyncio.sleep(poll_s)
+            try:
+                now = path.stat()
+            except OSError:  # moved away, the new file not there yet
+                continue
+            read = os.fstat(stream.fileno())
+            if (now.st_dev, now.st_ino) != (read.st_dev, read.st_ino):
+                try:
+                    rotated = path.open("rb")
+                except OSError:  # gone again meanwhile
+                    continue
+                stream.close()
+                stream, buffer = rotated, b""
+            elif now.st_size < stream.tell():
+                stream.seek(0)
                 buffer = b""
+    finally:
+        stream.close()
