@@ -68,6 +68,7 @@ from loopwatch.config.settings import DetectorSettings
 from loopwatch.detectors.events import Event, RunEnd, encode_event
 from loopwatch.streams.history.transcripts import (
     agent_from_path,
+    id_stem,
     is_checkpoint_copy,
     is_transcript,
     transcript_events_by_line,
@@ -310,7 +311,7 @@ class Follower:
         skipped: list[tuple[int, str]] = []
         agent = self.agent_id or agent_from_path(key) or "main"
         lines = data.split(b"\n")
-        events = transcript_events_by_line(lines, agent, path.stem, skipped)
+        events = transcript_events_by_line(lines, agent, id_stem(path), skipped)
         if events and isinstance(events[-1][1], RunEnd):
             events.pop()  # the last run may go on: its end waits for a later run
         reported = self._lines_seen.get(key, 0) if same else 0

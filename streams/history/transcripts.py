@@ -32,6 +32,7 @@ Rules (the importer notes, A.6–A.8):
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -66,6 +67,12 @@ _DECODER = WIRE_DECODER  # numbers with their JavaScript value, as the wire deco
 #: ``<sessionId>.checkpoint.<uuid>.jsonl``: a pre-compaction copy older OpenClaw releases left
 #: beside the live transcript, repeating its entries (read, it would publish them twice).
 _CHECKPOINT_COPY = re.compile(r"\.checkpoint\.[^./]+\.jsonl\Z")
+
+
+def id_stem(path: Path) -> str:
+    """The file's stem as its events' ids carry it: valid Unicode whatever bytes the name holds
+    (a byte that is not UTF-8 is written as ``\\xNN``, so two names never give one stem)."""
+    return os.fsencode(path.stem).decode("utf-8", "backslashreplace")
 
 
 def is_checkpoint_copy(name: str) -> bool:
@@ -384,7 +391,7 @@ def _finish(runs: list[_Run], session: str, agent_id: str, id_prefix: str) -> li
 def read_transcript(path: Path, agent_id: str, err: TextIO) -> list[Event]:
     """The events of a transcript file; each skipped line is reported on ``err`` with its number."""
     skipped: list[tuple[int, str]] = []
-    events = transcript_events(path.read_bytes().split(b"\n"), agent_id, path.stem, skipped)
+    events = transcript_events(path.read_bytes().split(b"\n"), agent_id, id_stem(path), skipped)
     for number, reason in skipped:
         print(f"loopwatch: {path}:{number}: skipped: {reason}", file=err)
     return events

@@ -161,3 +161,20 @@ def test_a_line_with_a_lone_surrogate_is_read_as_javascript_reads_it(tmp_path: P
     assert done.returncode == 0, done.stderr
     imported = [decode_event(line) for line in done.stdout.splitlines()]
     assert imported == list(transcript_events(lines, "main", "cut.session"))
+
+
+def test_a_file_name_that_is_not_utf_8_gives_valid_event_ids(tmp_path: Path) -> None:
+    """Event ids carry the file's stem: a name with a Latin-1 byte is written escaped, never as
+    text no JSON encoder can write (``loopwatch import`` failed, the sidecar skipped the file)."""
+    import os
+
+    source = DATA / "transcripts" / "openclaw-healthy-many-tools.session.jsonl"
+    name = os.fsdecode(b"caf\xe9.jsonl")
+    (tmp_path / name).write_bytes(source.read_bytes())
+    done = subprocess.run(
+        [sys.executable, "-m", "loopwatch", "import", str(tmp_path)], capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    events = [decode_event(line) for line in done.stdout.splitlines()]
+    assert events
+    assert all(event.event_id.startswith("caf\\xe9-") for event in events)
