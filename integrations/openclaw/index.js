@@ -38,11 +38,21 @@ export function loopWarningNote(count) {
   return `[System note: Tool-loop warning after ${count} repeated calls. Change your approach or stop if you are not making progress.]`;
 }
 const NOTE = /^\[System note: Tool-loop warning after \d+ repeated calls\. Change your approach or stop if you are not making progress\.\]$/;
-const NOTE_SUFFIX = /\n\[System note: Tool-loop warning after \d+ repeated calls\. Change your approach or stop if you are not making progress\.\]$/;
+const NOTE_START = "\n[System note: Tool-loop warning after ";
+
+/** Where a note appended to `text` begins (its newline), or -1. A search from the end: an
+ * end-anchored regex scans the whole text each time, and a result ending in many notes took
+ * time quadratic in its size. */
+function noteSuffixAt(text) {
+  const at = text.lastIndexOf(NOTE_START);
+  return at >= 0 && NOTE.test(text.slice(at + 1)) ? at : -1;
+}
 
 export function settings(config) {
   const merged = { ...DEFAULTS, ...(config ?? {}) };
-  merged.gatewayUrl = String(merged.gatewayUrl).replace(/\/+$/, "");
+  let url = String(merged.gatewayUrl);
+  while (url.endsWith("/")) url = url.slice(0, -1); // (a /\/+$/ regex is quadratic in the slashes)
+  merged.gatewayUrl = url;
   return merged;
 }
 
@@ -152,13 +162,14 @@ export function withoutLoopNotes(result) {
   if (!result || typeof result !== "object" || !Array.isArray(result.content)) return result;
   const content = [...result.content];
   let changed = false;
+  let at = -1;
   for (;;) {
     const last = content.at(-1);
     if (!last || last.type !== "text" || typeof last.text !== "string") break;
     if (NOTE.test(last.text)) {
       content.pop();
-    } else if (NOTE_SUFFIX.test(last.text)) {
-      content[content.length - 1] = { ...last, text: last.text.replace(NOTE_SUFFIX, "") };
+    } else if ((at = noteSuffixAt(last.text)) >= 0) {
+      content[content.length - 1] = { ...last, text: last.text.slice(0, at) };
     } else {
       break;
     }

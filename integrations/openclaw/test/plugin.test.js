@@ -232,6 +232,18 @@ test("a warned call's result gets OpenClaw 2026.9's note; loopwatch hashes the r
   const joined = { content: [{ type: "text", text: `out\n${NOTE_10}` }] };
   assert.deepEqual(withoutLoopNotes(joined), { content: [{ type: "text", text: "out" }] });
   assert.equal(withoutLoopNotes(failedRead()).content.length, 1);
+  // every note at the end goes, joined or a block of its own; text after a note keeps it
+  const many = {
+    content: [
+      { type: "text", text: `out\n${NOTE_10}\n${NOTE_10}` },
+      { type: "text", text: NOTE_10 },
+    ],
+  };
+  assert.deepEqual(withoutLoopNotes(many), { content: [{ type: "text", text: "out" }] });
+  const after = { content: [{ type: "text", text: `out\n${NOTE_10} and more` }] };
+  assert.equal(withoutLoopNotes(after), after);
+  const inside = { content: [{ type: "text", text: `${NOTE_10}\nout` }] };
+  assert.equal(withoutLoopNotes(inside), inside);
 });
 
 test("a model turn's usage goes with the turn's first call, once, and waits while the gateway is gone", async () => {
