@@ -79,6 +79,8 @@ BODY_TIMEOUT_S = 10.0
 MAX_IN_FLIGHT = 1024
 #: ``/health`` is unhealthy when events wait and none was processed for this long.
 STALL_S = 5.0
+#: A connection idle this long (no request, or a request's headers unfinished) is closed.
+IDLE_TIMEOUT_S = 30.0
 #: The most calls one ``/v1/decide`` batch may hold.
 MAX_BATCH_CALLS = 256
 
@@ -538,12 +540,35 @@ def _listed(text: str | None) -> list[str]:
     return [part for part in (text or "").split(",") if part.strip()]
 
 
+def gateway_runner(app: web.Application) -> web.AppRunner:
+    """The gateway's server: a connection idle for :data:`IDLE_TIMEOUT_S` (between requests, or
+    in the middle of a request's headers) is closed. aiohttp's default is an hour, so a client
+    that opens connections and sends nothing, or half a header, held a file descriptor each
+    until the gateway could accept no more."""
+    return web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_TIMEOUT_S)
+
+
+def _raise_open_files_limit() -> None:
+    """As many open connections as the system allows this process (the soft limit up to the
+    hard one: often 1,024 of 524,288), not the shell's default."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 65_536)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, 1 << 20), hard))
+    except (ImportError, ValueError, OSError):  # not on this platform, or not allowed: keep it
+        pass
+
+
 async def _listen(
     app: web.Application, host: str, port: int, listen: str, tokens: frozenset[str], err: TextIO
 ) -> None:
     from loopwatch.streams.fleet_view.dashboard import serve_until_interrupted
 
-    runner = web.AppRunner(app, access_log=None)
+    _raise_open_files_limit()
+    runner = gateway_runner(app)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()

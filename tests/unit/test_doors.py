@@ -377,6 +377,41 @@ def test_a_hook_s_session_id_too_long_for_a_run_id_is_a_400_and_nothing_is_kept(
     asyncio.run(go())
 
 
+def test_connections_idle_or_stuck_in_their_headers_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that opens connections and sends nothing, or half a header, must not hold the
+    gateway's file descriptors until it can accept no more (aiohttp keeps them an hour)."""
+    from aiohttp import web
+
+    from loopwatch.streams.gateway import server
+
+    monkeypatch.setattr(server, "IDLE_TIMEOUT_S", 0.5)
+
+    async def go() -> None:
+        view = FleetView("test gateway")
+        async with EmbeddedRuntime(FleetConfig.enabled_default(), view=view) as runtime:
+            runner = server.gateway_runner(gateway_app(EmbeddedBackend(runtime), view, frozenset(), 1 << 20))
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            port = runner.addresses[0][1]
+            try:
+                streams = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+                streams[1][1].write(b"POST /v1/decide HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers unfinished
+                body = b'{"run_id": "r", "tool": "read", "params": {}}'
+                streams[2][1].write(
+                    b"POST /v1/decide HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )  # answered, then idle
+                for reader, writer in streams:
+                    rest = await asyncio.wait_for(reader.read(), 20)  # to the end: closed by the server
+                    writer.close()
+                assert b"HTTP/1.1 200" in rest
+            finally:
+                await runner.cleanup()
+
+    asyncio.run(go())
+
+
 def test_surrogate_ids_name_their_field() -> None:
     async def go() -> None:
         async with gateway() as client:
