@@ -43,7 +43,8 @@ from typing import Any, TextIO
 import msgspec
 from msgspec import UNSET
 
-from loopwatch.detectors.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult
+from loopwatch.detectors.decoding import validate_event
+from loopwatch.detectors.events import CompactionRetry, Event, InvalidEvent, RunEnd, ToolCall, ToolResult
 from loopwatch.detectors.stable_json import WIRE_DECODER, loads_with_surrogates
 
 __all__ = [
@@ -388,10 +389,26 @@ def _finish(runs: list[_Run], session: str, agent_id: str, id_prefix: str) -> li
     ]
 
 
+def valid_events(found: list[tuple[int, Event]], skipped: list[tuple[int, str]]) -> list[Event]:
+    """The events that pass the wire's checks (input limits, required fields); the others go to
+    ``skipped`` with their line. A transcript's events reach the engine directly in ``replay``:
+    checked here, they are refused as a gateway or a worker would refuse them."""
+    kept = []
+    for line, event in found:
+        try:
+            validate_event(event)
+        except InvalidEvent as exc:
+            skipped.append((line, f"event {event.event_id}: {exc.reason}"))
+            continue
+        kept.append(event)
+    return kept
+
+
 def read_transcript(path: Path, agent_id: str, err: TextIO) -> list[Event]:
     """The events of a transcript file; each skipped line is reported on ``err`` with its number."""
     skipped: list[tuple[int, str]] = []
-    events = transcript_events(path.read_bytes().split(b"\n"), agent_id, id_stem(path), skipped)
-    for number, reason in skipped:
+    found = transcript_events_by_line(path.read_bytes().split(b"\n"), agent_id, id_stem(path), skipped)
+    events = valid_events(found, skipped)
+    for number, reason in sorted(skipped, key=lambda item: item[0]):
         print(f"loopwatch: {path}:{number}: skipped: {reason}", file=err)
     return events

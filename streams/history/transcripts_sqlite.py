@@ -30,7 +30,7 @@ from typing import Any, TextIO
 from urllib.parse import quote
 
 from loopwatch.detectors.events import Event
-from loopwatch.streams.history.transcripts import transcript_events
+from loopwatch.streams.history.transcripts import transcript_events_by_line, valid_events
 
 __all__ = ["agent_from_store_path", "is_sqlite", "read_sqlite_store", "store_rows"]
 
@@ -147,12 +147,13 @@ def read_sqlite_store(path: Path, agent_id: str | None, err: TextIO) -> list[Eve
             else:
                 lines.append(line)
         skipped: list[tuple[int, str]] = []
-        found = transcript_events(lines, agent, session, skipped)
-        for number, reason in skipped:
+        found = transcript_events_by_line(lines, agent, session, skipped)
+        checked = valid_events(found, skipped)
+        for number, reason in sorted(skipped, key=lambda item: item[0]):
             print(f"loopwatch: {where} seq {rows[number - 1][0]}: skipped: {reason}", file=err)
         if not found and not _has_header(lines):
             print(f"loopwatch: {where}: no session header; skipped", file=err)
-        events.extend(found)
+        events.extend(checked)
     return events
 
 

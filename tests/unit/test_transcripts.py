@@ -178,3 +178,43 @@ def test_a_file_name_that_is_not_utf_8_gives_valid_event_ids(tmp_path: Path) -> 
     events = [decode_event(line) for line in done.stdout.splitlines()]
     assert events
     assert all(event.event_id.startswith("caf\\xe9-") for event in events)
+
+
+def test_events_beyond_the_wire_s_limits_are_skipped_by_import_and_replay_alike(tmp_path: Path) -> None:
+    """A transcript's events reach the engine directly in replay: one a gateway or a worker
+    would refuse (a tool name of 600 bytes) is skipped and named, as ``import | run`` does."""
+    source = (DATA / "transcripts" / "openclaw-healthy-many-tools.session.jsonl").read_bytes().splitlines()
+    lines = []
+    renamed = 0
+    for line in source:
+        entry = json.loads(line) if line.strip() else None
+        message = entry.get("message") if isinstance(entry, dict) else None
+        if isinstance(message, dict) and message.get("role") == "assistant" and not renamed:
+            blocks = [
+                b for b in message.get("content", []) if isinstance(b, dict) and b.get("type") == "toolCall"
+            ]
+            if blocks:
+                blocks[0]["name"] = "t" * 600
+                renamed = 1
+                line = json.dumps(entry).encode()
+        lines.append(line)
+    assert renamed
+    path = tmp_path / "agents" / "main" / "sessions" / "long.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\n".join(lines))
+    imported = subprocess.run(
+        [sys.executable, "-m", "loopwatch", "import", str(path)], capture_output=True, timeout=120
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert "tool: holds 600 bytes, more than the limit of 512" in imported.stderr.decode()
+    events = [decode_event(line) for line in imported.stdout.splitlines()]
+    assert all(getattr(event, "tool", "") != "t" * 600 for event in events)
+    all_events = transcript_events(lines, "main", "long")
+    assert len(all_events) - len(events) == 1  # the call (its result names the tool itself)
+    replayed = subprocess.run(
+        [sys.executable, "-m", "loopwatch", "replay", str(path.parent.parent.parent), "--json"],
+        capture_output=True,
+        timeout=120,
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    assert "tool: holds 600 bytes, more than the limit of 512" in replayed.stderr.decode()
