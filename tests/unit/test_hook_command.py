@@ -166,3 +166,30 @@ def test_fail_closed_refuses_only_when_the_gateway_is_down_not_when_it_refuses_t
     code, _, err = hook(json.dumps(PRE_TOOL_USE).encode(), url_of(peer), fail_closed=True)
     assert code == 2
     assert "gateway answered 503" in err
+
+
+def _leave_notes(folder: str, writer: int) -> None:
+    from loopwatch.streams.gateway.hooks.plan import FilePrompts
+
+    prompts = FilePrompts("gemini", Path(folder))
+    for number in range(8):
+        prompts.leave_note("s", f"call-{writer}-{number}", f"warning {writer}.{number}")
+
+
+def test_notes_left_by_hooks_running_at_once_are_all_kept(tmp_path: Path) -> None:
+    """Gemini CLI runs the hooks of parallel tool calls at once: each one's warning note must
+    survive the others' (each reads the session's notes, adds its own and writes them back)."""
+    import multiprocessing
+
+    from loopwatch.streams.gateway.hooks.plan import FilePrompts
+
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_leave_notes, args=(str(tmp_path), w)) for w in range(8)]
+    for process in writers:
+        process.start()
+    for process in writers:
+        process.join(60)
+        assert process.exitcode == 0
+    prompts = FilePrompts("gemini", tmp_path)
+    taken = [prompts.take_note("s", f"call-{w}-{n}") for w in range(8) for n in range(8)]
+    assert taken == [f"warning {w}.{n}" for w in range(8) for n in range(8)]

@@ -7,7 +7,8 @@ import json
 import os
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -99,11 +100,28 @@ class FilePrompts:
     def current(self, session: str) -> int:
         return max(self._read(session), 1)
 
-    def advance(self, session: str) -> int:
-        number = self._read(session) + 1
-        path = self._path(session)
+    @contextmanager
+    def _locked(self, session: str) -> Iterator[None]:
+        """The session's files to one hook process at a time (a runtime may run hooks of
+        parallel tool calls at once: two notes read, changed and written back lost one)."""
+        path = self._path(session).with_suffix(".lock")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(str(number))
+        with path.open("a") as lock:
+            try:
+                import fcntl
+            except ImportError:  # not POSIX: unlocked, as before
+                yield
+                return
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def advance(self, session: str) -> int:
+        with self._locked(session):
+            number = self._read(session) + 1
+            _replace(self._path(session), str(number))
         return number
 
     def _notes(self, session: str) -> tuple[Path, dict[str, str]]:
@@ -115,17 +133,25 @@ class FilePrompts:
         return path, notes if isinstance(notes, dict) else {}
 
     def leave_note(self, session: str, key: str, text: str) -> None:
-        path, notes = self._notes(session)
-        notes[key] = text
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(dict(list(notes.items())[-64:])))
+        with self._locked(session):
+            path, notes = self._notes(session)
+            notes[key] = text
+            _replace(path, json.dumps(dict(list(notes.items())[-64:])))
 
     def take_note(self, session: str, key: str) -> str | None:
-        path, notes = self._notes(session)
-        text = notes.pop(key, None)
-        if text is not None:
-            path.write_text(json.dumps(notes))
+        with self._locked(session):
+            path, notes = self._notes(session)
+            text = notes.pop(key, None)
+            if text is not None:
+                _replace(path, json.dumps(notes))
         return text if isinstance(text, str) else None
+
+
+def _replace(path: Path, text: str) -> None:
+    """``path`` holds ``text``, whole: a reader never sees it half written."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 class MemoryPrompts:
