@@ -94,8 +94,26 @@ class StreamSettings:
 
 
 def mask_url(url: str) -> str:
-    """``redis://user:secret@host`` → ``redis://user:***@host``."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    """``redis://user:secret@host`` → ``redis://user:***@host`` (every ``://user:…@`` so).
+
+    ``re.sub(r"(://[^:/@]*:)[^@]*@", ...)`` in one pass: that regex, tried at every ``://``,
+    scanned to the end each time when no ``@`` followed (quadratic in a pasted URL's size)."""
+    out: list[str] = []
+    copied = start = 0
+    while (scheme := url.find("://", start)) >= 0:
+        user_end = scheme + 3
+        while user_end < len(url) and url[user_end] not in ":/@":
+            user_end += 1
+        if user_end < len(url) and url[user_end] == ":":
+            at = url.find("@", user_end + 1)
+            if at < 0:
+                break  # no "@" after this one: none after any later "://" either
+            out.append(url[copied : user_end + 1] + "***@")
+            copied = start = at + 1
+        else:
+            start = scheme + 1
+    out.append(url[copied:])
+    return "".join(out)
 
 
 def env_name(field_name: str) -> str:
