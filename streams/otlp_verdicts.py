@@ -76,6 +76,10 @@ def _logs_url(endpoint: str) -> str:
     return endpoint if endpoint.rstrip("/").endswith("/v1/logs") else endpoint.rstrip("/") + "/v1/logs"
 
 
+#: OTLP times are unsigned 64-bit nanoseconds.
+_FIXED64 = 1 << 64
+
+
 class VerdictExporter:
     """Verdicts to an OTLP/HTTP logs endpoint through the opentelemetry-sdk (see the module)."""
 
@@ -110,6 +114,8 @@ class VerdictExporter:
             level, _, action = shape_of(output)
             severity = SeverityNumber.WARN if action == "warn" else SeverityNumber.ERROR
             ts_ns = (output.ts if output.ts is not None else int(time.time() * 1000)) * 1_000_000
+            if not 0 <= ts_ns < _FIXED64:  # a client's clock, before 1970 or beyond 2554: one
+                ts_ns = time.time_ns()  # such record would fail the encoding of its whole batch
             self._logger.emit(
                 timestamp=ts_ns,
                 observed_timestamp=time.time_ns(),

@@ -94,6 +94,24 @@ class RunDecision:
         return cls(output.action, output.message, output.detector, output.verdict_id)
 
 
+_ACTIONS: frozenset[str] = frozenset({"allow", "warn", "block", "abort"})
+
+
+def _redis_decision(fields: dict[bytes, bytes]) -> RunDecision | None:
+    """The run's decision as the workers keep it in Redis; ``None`` for a hash they did not
+    write (no action, an unknown one, bytes that are not UTF-8): the stream answers then."""
+    try:
+        data = {key.decode(): value.decode() for key, value in fields.items()}
+    except UnicodeDecodeError:
+        return None
+    action = data.get("action")
+    if action not in _ACTIONS:
+        return None
+    if data.get("enforced") == "false":
+        return RunDecision("allow")
+    return RunDecision(action, data.get("message"), data.get("detector"), data.get("verdict_id"))  # type: ignore[arg-type]
+
+
 class LoopwatchClient:
     """Publishes one agent runtime's events and answers decisions for its runs."""
 
@@ -339,11 +357,11 @@ class LoopwatchClient:
     async def _follow_verdicts(self) -> None:
         assert self._consumer is not None
         async for message in self._consumer:
-            try:
-                output = _OUTPUT.decode(message.value)
-            except msgspec.DecodeError:
+            try:  # a record the workers did not write (no value, a key not UTF-8) is passed over:
+                output = _OUTPUT.decode(message.value)  # the reader ending would allow every call
+                scope = (message.key or b"").decode()
+            except (msgspec.DecodeError, TypeError, UnicodeDecodeError):
                 continue
-            scope = (message.key or b"").decode()
             previous = self._latest.get(scope)
             if not (isinstance(previous, Abort) and previous.enforced):
                 self._latest[scope] = output
@@ -383,13 +401,9 @@ class LoopwatchClient:
                 fields = await self._redis.hgetall(f"loopwatch:run:{run_id}")
             except Exception:  # noqa: BLE001 - Redis trouble (any) falls back to the stream
                 fields = None
-            if fields:
-                data = {key.decode(): value.decode() for key, value in fields.items()}
-                if data.get("enforced") == "false":
-                    return RunDecision("allow")
-                return RunDecision(
-                    data["action"], data.get("message"), data.get("detector"), data.get("verdict_id")
-                )
+            decided = _redis_decision(fields) if fields else None
+            if decided is not None:
+                return decided
         return RunDecision.of(self._latest.get(run_id))
 
     async def gate(self, event_id: str, timeout: float = 0.25) -> RunDecision:

@@ -78,6 +78,12 @@ class Response:
 _PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
 
+def _number_within(raw: str, most: int) -> bool:
+    """Whether ``raw`` is a whole number 1..``most`` (read only when short: ``int()`` refuses
+    more than 4,300 digits with an exception)."""
+    return raw.isascii() and raw.isdigit() and len(raw) <= len(str(most)) and 1 <= int(raw) <= most
+
+
 def _json(status: int, value: Any) -> Response:
     return Response(status, _JSON, msgspec.json.encode(value))
 
@@ -128,16 +134,17 @@ class Dashboard:
             if not root:
                 return _json(400, {"error": "query parameter root: the chain's root run id is required"})
             raw = query.get("limit", str(CHAIN_ROWS))
-            if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_CHAIN_ROWS:
-                return _json(400, {"error": f"query parameter limit: {raw!r} is not 1..{MAX_CHAIN_ROWS}"})
+            if not _number_within(raw, MAX_CHAIN_ROWS):
+                problem = f"query parameter limit: {raw[:32]!r} is not 1..{MAX_CHAIN_ROWS}"
+                return _json(400, {"error": problem})
             chain = self.view.chain(root, now_ms, int(raw))
             if chain is None:
                 return _json(404, {"error": f"chain {root!r}: no run of it seen in this view (or expired)"})
             return _json(200, {"as_of_ms": now_ms, "source": self.view.source, **chain})
         if path in ("/fleet", "/fleet/overview"):
             raw = query.get("minutes", "5")
-            if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_MINUTES:
-                return _json(400, {"error": f"query parameter minutes: {raw!r} is not 1..{MAX_MINUTES}"})
+            if not _number_within(raw, MAX_MINUTES):
+                return _json(400, {"error": f"query parameter minutes: {raw[:32]!r} is not 1..{MAX_MINUTES}"})
             if path == "/fleet":
                 return _json(200, self.view.summary(now_ms, int(raw)))
             return _json(200, self.view.overview(now_ms, int(raw)))

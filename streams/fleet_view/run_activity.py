@@ -41,7 +41,7 @@ from loopwatch.detectors.events import (
     chain_of,
     run_scope,
 )
-from loopwatch.detectors.stable_json import canonical_bytes, wire_enc_hook
+from loopwatch.detectors.stable_json import canonical_bytes, encodable, wire_enc_hook
 from loopwatch.streams.fleet_view.chain_tree import CYCLE, PARENT_NOT_SEEN, ROOT_NOT_SEEN, chain_layout
 from loopwatch.streams.fleet_view.fleet_stats import result_failed
 
@@ -312,8 +312,10 @@ class RunActivity:
             return None
         try:
             text = value if isinstance(value, str) else _PREVIEW.encode(value).decode("utf-8", "replace")
-        except (TypeError, ValueError, OverflowError):
+        except (TypeError, ValueError, OverflowError):  # (a lone surrogate inside: UnicodeEncodeError)
             text = repr(value)
+        if not encodable(text):  # a lone surrogate: U+FFFD, as JavaScript shows it (pairs joined)
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
         return (
             text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
         )  # ASCII: a str with "…" takes 2 bytes a character

@@ -44,6 +44,7 @@ from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Event, Output, ToolCall, ToolResult, Verdict, shape_of
 from loopwatch.detectors.stable_json import from_python
 from tests.gateway_process import gateway_process
+from tests.helpers import Trace
 from tests.integration.harness import Names, WorkerProcess
 from tests.integration.test_gateway_kafka import Gateway
 from tests.integration.test_worker import start_worker
@@ -438,3 +439,31 @@ def test_on_kafka_spans_reach_the_workers_and_the_worker_exports_verdicts(
             gateway.stop()
         assert_records_are(records, expected)
         assert receiver.services == {"loopwatch-worker"}
+
+
+def test_a_verdict_time_out_of_otlp_s_range_costs_no_other_verdict_its_export() -> None:
+    """A client's clock before 1970 (or beyond 2554) gives verdict times OTLP cannot hold: such
+    a record is sent with the time of its export, and the batch it is in still goes out."""
+    import msgspec
+
+    from loopwatch.streams.otlp_verdicts import VerdictExporter
+
+    trace = Trace("clock", agent_id="coder")
+    for _ in range(12):
+        trace.both("read", {"path": "/missing"}, error="ENOENT")
+    engine = Engine(FleetConfig.enabled_default())
+    outputs = [output for event in trace.events for output in engine.process(event)]
+    assert outputs
+    odd = [msgspec.structs.replace(o, ts=-100_000_000_000) for o in outputs] + [
+        msgspec.structs.replace(o, verdict_id=o.verdict_id + "-late", ts=2**62) for o in outputs
+    ]
+    with otlp_receiver() as receiver:
+        exporter = VerdictExporter(receiver.url, "loopwatch-test", schedule_delay_ms=50)
+        exporter.export([*outputs, *odd[: len(outputs)]])
+        exporter.export(odd[len(outputs) :])
+        exporter.shutdown()
+        records = receiver.wait_for(len(outputs) * 2, timeout=30)
+    assert sorted(r["loopwatch.verdict.id"] for r in records) == sorted(
+        [o.verdict_id for o in outputs] + [o.verdict_id + "-late" for o in outputs]
+    )
+    assert all(0 < r["_ts_ns"] < 2**63 for r in records)

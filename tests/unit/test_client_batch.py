@@ -141,3 +141,73 @@ def test_refuse_together_keeps_every_call_that_may_not_run_and_names_the_first()
         ).refused_by
         is None
     )
+
+
+class _Message:
+    def __init__(self, key: bytes | None, value: bytes | None) -> None:
+        self.key, self.value = key, value
+
+
+class _Records:
+    """A consumer of the verdicts topic that yields the given records, then stops."""
+
+    def __init__(self, records: list[_Message]) -> None:
+        self.records = records
+
+    def __aiter__(self) -> _Records:
+        return self
+
+    async def __anext__(self) -> _Message:
+        if not self.records:
+            raise StopAsyncIteration
+        return self.records.pop(0)
+
+
+def test_records_the_workers_did_not_write_do_not_end_the_verdict_reader() -> None:
+    """A record with no value, a key that is not UTF-8 or JSON that is not an output: passed
+    over. Before, the reader's task ended there and every later call was allowed."""
+    from loopwatch.detectors.events import encode_output
+
+    async def scenario() -> None:
+        lw, _ = client()
+        lw._consumer = _Records(
+            [
+                _Message(b"r", None),
+                _Message(b"\xff\xfe", encode_output(verdict("e0", "warn"))),
+                _Message(b"r", b'{"type": "something else"}'),
+                _Message(b"r", b"[1, 2"),
+                _Message(b"r", encode_output(verdict("e1", "block"))),
+            ]
+        )
+        await lw._follow_verdicts()
+        decision = await lw.decision("r")
+        assert (decision.action, decision.verdict_id) == ("block", "v-e1")
+
+    asyncio.run(scenario())
+
+
+class _Redis:
+    def __init__(self, fields: dict[bytes, bytes]) -> None:
+        self.fields = fields
+
+    async def hgetall(self, key: str) -> dict[bytes, bytes]:
+        return self.fields
+
+
+def test_a_redis_hash_the_workers_did_not_write_falls_back_to_the_stream() -> None:
+    async def scenario() -> None:
+        lw, _ = client()
+        lw._latest["r"] = verdict("e1", "block")
+        for odd in (
+            {b"message": b"no action"},
+            {b"action": b"explode"},
+            {b"action": b"\xff"},
+            {b"\xfe": b"block"},
+        ):
+            lw._redis = _Redis(odd)
+            decision = await lw.decision("r")
+            assert (decision.action, decision.verdict_id) == ("block", "v-e1"), odd
+        lw._redis = _Redis({b"action": b"abort", b"message": b"stop", b"verdict_id": b"v-9"})
+        assert (await lw.decision("r")).verdict_id == "v-9"
+
+    asyncio.run(scenario())

@@ -95,11 +95,31 @@ def test_run_route_errors_say_what_is_wrong(fleet: tuple[Dashboard, list[Output]
     status, body = get(dashboard, "/fleet/run", id="nope")
     assert status == 404
     assert "'nope'" in body["error"]
-    for bad in ("0", "x", "99999"):
-        status, body = get(dashboard, "/fleet", minutes=bad)
+    for bad in ("0", "x", "99999", "9" * 5000, "٣"):  # (int() refuses over 4,300 digits)
+        for path in ("/fleet", "/fleet/overview"):
+            status, body = get(dashboard, path, minutes=bad)
+            assert status == 400
+            assert "minutes" in body["error"]
+        status, body = get(dashboard, "/fleet/chain", root="loop-1", limit=bad)
         assert status == 400
-        assert "minutes" in body["error"]
+        assert "limit" in body["error"]
     assert get(dashboard, "/nowhere")[0] == 404
+
+
+def test_a_run_whose_values_hold_lone_surrogates_is_shown() -> None:
+    """Params, results and errors may hold lone UTF-16 surrogates (valid on the wire): their
+    previews show U+FFFD, as JavaScript does, and the run's page answers."""
+    view = FleetView("test")
+    trace = Trace("odd", agent_id="ops")
+    for _ in range(3):
+        trace.both("read", "\ud800 path", error="bad \udc00")
+        trace.both("read", {"p": "\ud83d"}, {"content": [{"type": "text", "text": "x\ud83d\ude00"}]})
+    feed(view, trace.events, int(NOW_S * 1000) - 1000)
+    status, body = get(Dashboard(view, clock=lambda: NOW_S), "/fleet/run", id="odd")
+    assert status == 200
+    text = json.dumps(body, ensure_ascii=False)
+    assert "\ufffd path" in text
+    assert "bad \ufffd" in text
 
 
 def test_page_and_assets_are_served_and_load_nothing_from_outside() -> None:
