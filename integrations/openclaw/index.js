@@ -65,8 +65,11 @@ async function post(cfg, path, body) {
     body: JSON.stringify(body),
     signal: AbortSignal.timeout(cfg.timeoutMs),
   });
-  const data = await answer.json().catch(() => ({}));
-  if (!answer.ok) throw new Error(`gateway answered ${answer.status}: ${data.error ?? ""}`);
+  const data = await answer.json().catch(() => undefined);
+  const object = data !== null && typeof data === "object" && !Array.isArray(data);
+  if (!answer.ok) throw new Error(`gateway answered ${answer.status}: ${object ? (data.error ?? "") : ""}`);
+  // a URL that answers something other than a gateway's JSON is unreachable, as failOpen says
+  if (!object) throw new Error(`${cfg.gatewayUrl}${path} answered no JSON object`);
   return data;
 }
 
@@ -231,13 +234,15 @@ export function createHooks(config, logger, state = createState()) {
         return cfg.failOpen ? undefined : refuse(`loopwatch unreachable: ${error.message}`);
       }
       const call = { fields: scope.fields, tool: event?.toolName, params, warnCount: undefined };
+      const reason = typeof answer.message === "string" ? answer.message : `loopwatch: ${answer.decision}`;
       if (answer.decision === "abort") {
-        remember(run, answer.message);
-        return refuse(answer.message);
+        remember(run, reason);
+        return refuse(reason);
       }
-      if (answer.decision === "block") return refuse(answer.message);
+      if (answer.decision === "block") return refuse(reason);
       if (answer.decision === "warn") {
-        const verdict = (answer.verdicts ?? []).find((v) => v?.type === "verdict" && v.action === "warn");
+        const verdicts = Array.isArray(answer.verdicts) ? answer.verdicts : [];
+        const verdict = verdicts.find((v) => v?.type === "verdict" && v.action === "warn");
         call.warnCount = Number.isInteger(verdict?.count) ? verdict.count : undefined;
       }
       if (toolCallId) run.calls.set(toolCallId, call);

@@ -149,6 +149,33 @@ test("a wrong token or a dead gateway fails open, or closed when asked", async (
   assert.match(refused.blockReason, /^loopwatch unreachable/);
 });
 
+test("a URL answering JSON that is not a gateway's fails open (a throw here would refuse the call)", async () => {
+  const { createServer } = await import("node:http");
+  const answers = ["null", "[1, 2]", '{"decision": "warn", "verdicts": {}}', '{"decision": "block", "message": 7}', "<html>"];
+  const server = createServer((request, response) => {
+    request.resume();
+    request.on("end", () => {
+      response.writeHead(200, { "content-type": "application/json" });
+      response.end(answers.shift());
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const odd = `http://127.0.0.1:${server.address().port}`;
+  try {
+    const hooks = createHooks({ gatewayUrl: odd, failOpen: true, timeoutMs: 2000 });
+    const call = (n) => hooks.beforeToolCall({ toolName: "read", params: { path: "a" }, runId: `odd-${n}` }, {});
+    assert.equal(await call(1), undefined); // null
+    assert.equal(await call(2), undefined); // an array
+    assert.equal(await call(3), undefined); // a warning whose verdicts are not a list
+    const blocked = await call(4); // a block whose message is not text
+    assert.equal(blocked.block, true);
+    assert.equal(blocked.blockReason, "loopwatch: block");
+    assert.equal(await call(5), undefined); // not JSON
+  } finally {
+    server.close();
+  }
+});
+
 test("an aborted run stays refused here, with the abort's message, even with the gateway gone, until agent_end", async () => {
   const p = live();
   const ctx = { agentId: "main", sessionKey: "agent:main:abort", sessionId: "s-abort" };
