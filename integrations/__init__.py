@@ -14,9 +14,9 @@ open). Its answers are texts in loopwatch's words (``runtime_texts``), whichever
 from __future__ import annotations
 
 import json
+import math
 import threading
-import urllib.error
-import urllib.request
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +25,7 @@ import msgspec
 
 from loopwatch.detectors.facade import Decision, LoopDetector
 from loopwatch.detectors.outcomes import MISSING
+from loopwatch.streams.gateway.gateway_post import GatewayRefused, GatewayUnavailable, post_json
 from loopwatch.streams.gateway.runtime_texts import decision_text
 
 __all__ = ["Call", "GatewayError", "LoopGuard", "Ruling"]
@@ -114,23 +115,14 @@ class LoopGuard:
         self.failures: list[str] = []
         self._lock = threading.Lock()  # tools of one batch may run on several threads
 
-    def _post(self, path: str, body: Any) -> Any:
+    def _post(self, path: str, body: Any) -> dict[str, Any]:
+        """The gateway's answer within ``timeout_s`` (the whole request, not each read)."""
         assert self.gateway_url is not None
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        request = urllib.request.Request(
-            self.gateway_url + path, data=json.dumps(body).encode(), headers=headers
-        )
+        deadline = time.monotonic() + self.timeout_s
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:
-                return json.loads(answer.read())
-        except urllib.error.HTTPError as exc:
-            raise GatewayError(
-                f"gateway answered {exc.code}: {exc.read().decode(errors='replace')[:300]}"
-            ) from exc
-        except (OSError, ValueError) as exc:  # refused, timed out, not JSON
-            raise GatewayError(f"gateway {self.gateway_url} unreachable: {exc}") from exc
+            return post_json(self.gateway_url, path, body, self.token, deadline)
+        except (GatewayUnavailable, GatewayRefused) as exc:
+            raise GatewayError(str(exc)) from exc
 
     def _fail_open(self, exc: GatewayError) -> Ruling:
         with self._lock:
@@ -216,5 +208,29 @@ class LoopGuard:
 
 
 def _json_value(value: Any) -> Any:
-    """``value`` as JSON carries it (tuples as lists; what JSON cannot hold, as its text)."""
-    return json.loads(json.dumps(value, default=str))
+    """``value`` as JSON carries it (tuples as lists; what JSON cannot hold, as its text: keys
+    that are not strings, objects, a value that contains itself)."""
+    try:
+        return json.loads(json.dumps(value, default=str, allow_nan=False))
+    except (TypeError, ValueError, RecursionError):
+        return _plain(value, set(), 0)
+
+
+def _plain(value: Any, open_ids: set[int], depth: int) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None  # as JSON.stringify writes NaN
+    if depth >= 64 or id(value) in open_ids:  # deeper than the wire takes, or a cycle
+        return "[Circular]" if id(value) in open_ids else str(value)[:1000]
+    if isinstance(value, dict):
+        open_ids.add(id(value))
+        plain = {str(key): _plain(item, open_ids, depth + 1) for key, item in value.items()}
+        open_ids.discard(id(value))
+        return plain
+    if isinstance(value, (list, tuple, set, frozenset)):
+        open_ids.add(id(value))
+        items = [_plain(item, open_ids, depth + 1) for item in value]
+        open_ids.discard(id(value))
+        return items
+    return str(value)

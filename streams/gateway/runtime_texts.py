@@ -73,7 +73,8 @@ def abort_text(reason: str) -> str:
 def decision_text(answer: Mapping[str, Any]) -> str:
     """The text for a ``/v1/decide`` answer (``warn``, ``block`` or ``abort``)."""
     action = answer.get("decision")
-    verdicts = [v for v in answer.get("verdicts") or [] if isinstance(v, dict)]
+    given = answer.get("verdicts")
+    verdicts = [v for v in given if isinstance(v, dict)] if isinstance(given, list) else []
     if action == "abort":
         abort = next((v for v in verdicts if v.get("type") == "abort"), None)
         reason = (abort or {}).get("reason") or answer.get("reason") or "tool_loop_recovery_exhausted"

@@ -13,33 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Any, BinaryIO, TextIO
 
+from loopwatch.streams.gateway.gateway_post import GatewayRefused, GatewayUnavailable, post_json
 from loopwatch.streams.gateway.hooks.plan import FilePrompts, HookPlan, session_problem
 from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES
 
 __all__ = ["DEFAULT_GATEWAY", "run_hook"]
 
 DEFAULT_GATEWAY = "http://127.0.0.1:6070"
-
-
-class _Unreachable(Exception):
-    pass
-
-
-class _Refused(Exception):
-    """The gateway answered, and refused the hook's input (a 4xx): it is up, the call cannot be
-    checked. Allowed even with ``--fail-closed``, which is for a gateway down or slow."""
-
-
-#: The most of an answer read (a decision is a few hundred bytes; another service's page is not).
-MAX_ANSWER_BYTES = 1 << 20
-#: Answers that mean "down or slow", not "refused": timed out, too many requests.
-_BUSY = frozenset({408, 429})
 
 
 class _Gateway:
@@ -50,43 +33,16 @@ class _Gateway:
         self.deadline = time.monotonic() + timeout_s  # for the whole hook call, every request in it
 
     def post(self, path: str, body: Any) -> dict[str, Any]:
-        """The gateway's JSON answer; within what is left of ``--timeout-ms`` (a socket timeout
-        alone bounds each read, not the request: a gateway that drips bytes would hold the
-        runtime for as long as it likes)."""
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), headers=headers)
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise _Unreachable(f"gateway {self.url} slower than {self.timeout_s * 1000:g} ms")
-        outcome: list[Any] = []
-        worker = threading.Thread(target=self._exchange, args=(request, left, outcome), daemon=True)
-        worker.start()
-        worker.join(left)
-        if not outcome:  # still waiting: the thread dies with the process
-            raise _Unreachable(f"gateway {self.url} slower than {self.timeout_s * 1000:g} ms")
-        answer = outcome[0]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer  # type: ignore[no-any-return]
-
-    def _exchange(self, request: urllib.request.Request, timeout_s: float, outcome: list[Any]) -> None:
+        if self.deadline <= time.monotonic():
+            raise GatewayUnavailable(f"gateway {self.url} slower than {self.timeout_s * 1000:g} ms")
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as answer:
-                value = json.loads(answer.read(MAX_ANSWER_BYTES))  # cut: not JSON
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(300).decode(errors="replace")
-            kind = _Unreachable if exc.code >= 500 or exc.code in _BUSY else _Refused
-            outcome.append(kind(f"gateway answered {exc.code}: {detail}"))
-            return
-        except (OSError, ValueError, RecursionError) as exc:  # refused, timed out, not JSON
-            outcome.append(_Unreachable(f"gateway {self.url} unreachable: {exc}"))
-            return
-        if not isinstance(value, dict):
-            outcome.append(_Unreachable(f"{self.url} answered JSON that is not a gateway's (not an object)"))
-            return
-        outcome.append(value)
+            return post_json(self.url, path, body, self.token, self.deadline)
+        except GatewayUnavailable as exc:
+            if self.deadline <= time.monotonic():
+                raise GatewayUnavailable(
+                    f"gateway {self.url} slower than {self.timeout_s * 1000:g} ms"
+                ) from exc
+            raise
 
     def run(self, plan: HookPlan) -> dict[str, Any] | None:
         if plan.events:
@@ -116,13 +72,13 @@ def run_hook(args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: Text
             hook, FilePrompts(args.runtime), args.agent_id, getattr(args, "show_warnings", False)
         )
         answer = gateway.run(plan)
-    except _Unreachable as exc:
+    except GatewayUnavailable as exc:
         if args.fail_closed and plan.decide is not None:
             print(f"loopwatch: {exc}; refusing the tool call (--fail-closed)", file=err)
             return 2
         print(f"loopwatch: {exc}; allowing (fail open)", file=err)
         return 0
-    except _Refused as exc:
+    except GatewayRefused as exc:
         print(
             f"loopwatch: {exc}; allowing (the gateway refused the input, the call is not checked)", file=err
         )

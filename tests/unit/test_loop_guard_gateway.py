@@ -1,0 +1,94 @@
+"""The Python integrations' gateway client (:class:`LoopGuard`) fails open, within its timeout,
+whatever the URL it was given answers: the agent's tool call never raises because of it."""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from loopwatch.integrations import Call, LoopGuard, _json_value
+
+ANSWERS = {
+    "not HTTP": b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+    "cut short": b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"decision":',
+    "verdicts not a list": b'HTTP/1.1 200 OK\r\nContent-Length: 33\r\n\r\n{"decision":"warn","verdicts":5}',
+    "a header too long": b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70_000 + b"\r\n\r\n",
+    "a list": b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n[1, 2]",
+}
+
+
+class Peer:
+    """A TCP server that answers each request with ``self.answer`` (``drip``: a byte a second)."""
+
+    def __init__(self) -> None:
+        self.answer = b""
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            try:
+                if self.answer == b"drip":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+                    for _ in range(30):
+                        conn.sendall(b" ")
+                        time.sleep(0.3)
+                else:
+                    conn.sendall(self.answer)
+            except OSError:
+                return
+
+
+@pytest.fixture
+def peer() -> Iterator[Peer]:
+    server = Peer()
+    yield server
+    server.sock.close()
+
+
+@pytest.mark.parametrize("kind", sorted(ANSWERS))
+def test_an_answer_that_is_not_a_gateway_s_fails_open(peer: Peer, kind: str) -> None:
+    peer.answer = ANSWERS[kind]
+    guard = LoopGuard(gateway_url=peer.url, timeout_s=5)
+    call = Call("r", "read", {"path": "a"}, "c1")
+    if kind == "verdicts not a list":  # a gateway's object: its decision stands, its text is ours
+        ruling = guard.before(call)
+        assert (ruling.action, ruling.text) == ("warn", guard.before(call).text)
+        assert ruling.text
+        assert guard.failures == []
+        return
+    assert guard.before(call).action == "allow"
+    assert guard.after(call, result="x").action == "allow"
+    assert len(guard.failures) == 2
+
+
+def test_the_timeout_bounds_the_whole_request(peer: Peer) -> None:
+    peer.answer = b"drip"
+    guard = LoopGuard(gateway_url=peer.url, timeout_s=0.5)
+    assert guard.before(Call("r", "read", {"path": "a"}, "c1")).action == "allow"
+    assert "slower than" in guard.failures[0]
+
+
+def test_values_json_cannot_hold_are_sent_as_their_text() -> None:
+    cycle: list[Any] = [1]
+    cycle.append(cycle)
+    value = {datetime.date(2024, 1, 1): 3, "nan": float("nan"), "cycle": cycle, "set": {1}}
+    assert _json_value(value) == {"2024-01-01": 3, "nan": None, "cycle": [1, "[Circular]"], "set": [1]}
