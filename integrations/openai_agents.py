@@ -17,15 +17,17 @@
   ``reason`` and the ``message``; every later call of the run is refused too.
 * the output guardrail reports the tool's output (what the model reads; a tool that raised
   reaches it as the SDK's error text). A warning decided before the call is given with the
-  output: the guardrail answers ``reject_content`` with the output followed by the warning
-  (the only way a guardrail can add to what the model reads; the SDK then sends it as
-  plain text). An abort after the call (a loop persisting after a compaction) trips the
-  output tripwire.
+  output: the guardrail answers ``reject_content`` with the output's text followed by the
+  warning (the only way a guardrail can add to what the model reads; the SDK then sends it as
+  plain text). An image or a file is never replaced so: it goes as it is and the warning
+  comes with the run's next text output. An abort after the call (a loop persisting after a
+  compaction) trips the output tripwire.
 
-Runs: the run is the SDK's trace (``trace_id``; ``group_id`` is the session) and the agent
-that calls the tool, so an agent run as a tool (``as_tool``), which shares its caller's
-trace, is a run of its own. With tracing disabled and no ``RunConfig(trace_id=...)``, each
-``Runner.run`` is told apart by the run's own context object.
+Runs: a run is one ``Runner.run`` of one agent (an agent run as a tool, ``as_tool``, is a run
+of its own): ``{trace_id}#{n}:{agent}`` for the n-th ``Runner.run`` of a trace, a fresh id
+without one. Several ``Runner.run`` calls in one ``trace()`` are one conversation: the session
+is the trace's ``group_id``, else the trace, and an abort ends only its own run. When a run's
+``Runner.run`` is over (its context is gone), the in-process detector forgets the run.
 """
 
 from __future__ import annotations
@@ -44,13 +46,16 @@ from agents import (
     ToolGuardrailFunctionOutput,
     ToolInputGuardrail,
     ToolInputGuardrailData,
+    ToolOutputFileContent,
     ToolOutputGuardrail,
     ToolOutputGuardrailData,
+    ToolOutputImage,
+    ToolOutputText,
 )
 from agents.tracing import get_current_trace
 
 from loopwatch.detectors.facade import LoopDetector
-from loopwatch.integrations import Call, LoopGuard, Ruling
+from loopwatch.integrations import Call, LoopGuard, Ruling, _json_value
 
 __all__ = ["LoopwatchGuardrails"]
 
@@ -60,6 +65,44 @@ def _params(arguments: str) -> Any:
         return json.loads(arguments) if arguments else {}
     except ValueError:
         return arguments  # the model's text as it was (the tool will fail on it)
+
+
+#: warnings waiting for their call's output, and runs numbered per trace, kept at most
+_NOTES_KEPT = 10_000
+_TRACES_KEPT = 10_000
+
+
+def _kind(item: Any) -> str | None:
+    """``text``, ``other`` (an image, a file) or ``None``: how the SDK sends one output item
+    (a structured item as itself, anything else as its ``str``)."""
+    if isinstance(item, ToolOutputText):
+        return "text"
+    if isinstance(item, (ToolOutputImage, ToolOutputFileContent)):
+        return "other"
+    if isinstance(item, dict) and "type" in item:
+        if item["type"] == "text" and isinstance(item.get("text"), str):
+            return "text"
+        if item["type"] in ("image", "file"):
+            return "other"
+    return None
+
+
+def _text_of(item: Any) -> str:
+    return item.text if isinstance(item, ToolOutputText) else str(item["text"])
+
+
+def _as_text(output: Any) -> str | None:
+    """What the model reads of a tool's output, when it is text; ``None`` for images and files,
+    which a text answer in their place would destroy."""
+    if isinstance(output, (list, tuple)):
+        kinds = [_kind(item) for item in output]
+        if not output or None in kinds:  # not structured: sent as its str
+            return str(output)
+        return "\n".join(_text_of(item) for item in output) if set(kinds) == {"text"} else None
+    kind = _kind(output)
+    if kind is None:
+        return str(output)
+    return _text_of(output) if kind == "text" else None
 
 
 class LoopwatchGuardrails:
@@ -80,7 +123,11 @@ class LoopwatchGuardrails:
         self.input = ToolInputGuardrail[Any](guardrail_function=self._before, name="loopwatch")
         self.output = ToolOutputGuardrail[Any](guardrail_function=self._after, name="loopwatch")
         self._notes: dict[str, str] = {}  # tool_call_id -> warning given with the result
-        self._runs: dict[int, str] = {}  # id(the run's usage) -> run id (tracing disabled)
+        self._carried: dict[str, str] = {}  # run id -> a warning to give with its next text output
+        self._runs: dict[int, str] = {}  # id(a Runner.run's usage) -> its run key
+        self._per_trace: dict[str, int] = {}  # trace id -> the Runner.run calls seen in it
+        self._open: dict[int, set[str]] = {}  # id(a Runner.run's usage) -> its runs (one per agent)
+        self._ended: list[str] = []  # runs whose Runner.run is over, to end
         self._lock = threading.Lock()
 
     def attach(self, *tools: Tool) -> list[Tool]:
@@ -101,6 +148,8 @@ class LoopwatchGuardrails:
     # -- the run -------------------------------------------------------------------------
 
     def _scope(self, data: ToolInputGuardrailData) -> tuple[str, str | None]:
+        """The run (one ``Runner.run`` of one agent) and its session (the trace's group, else
+        the trace: several ``Runner.run`` calls in one ``trace()`` are one conversation)."""
         context = data.context
         trace = get_current_trace()
         trace_id = getattr(trace, "trace_id", None)
@@ -109,20 +158,47 @@ class LoopwatchGuardrails:
         if not trace_id or trace_id == "no-op":
             trace_id = getattr(run_config, "trace_id", None)
             group_id = getattr(run_config, "group_id", None)
-        if not trace_id:
-            trace_id = self._run_of(context.usage)
         agent = getattr(data.agent, "name", None) or "agent"
-        return f"{trace_id}:{agent}", str(group_id) if group_id else None
+        key = self._run_of(context.usage, str(trace_id) if trace_id else None)
+        run_id = f"{key}:{agent}"
+        with self._lock:
+            self._open.setdefault(id(context.usage), set()).add(run_id)
+        session = group_id or trace_id
+        return run_id, str(session) if session else None
 
-    def _run_of(self, usage: Any) -> str:
-        """A run id for the run whose (shared) usage object this is."""
+    def _run_of(self, usage: Any, trace_id: str | None) -> str:
+        """The run of the ``Runner.run`` whose (shared) usage object this is: the trace's id and
+        the run's number in it (``trace_x#2``), or a fresh id without a trace. When the usage
+        object goes (the run is over), its runs are ended: an abort does not outlive its run,
+        and the in-process detector forgets them."""
         key = id(usage)
         with self._lock:
             run = self._runs.get(key)
             if run is None:
-                run = self._runs[key] = f"openai-agents-{uuid.uuid4().hex}"
-                weakref.finalize(usage, self._runs.pop, key, None)
+                if trace_id is None:
+                    run = f"openai-agents-{uuid.uuid4().hex}"
+                else:
+                    number = self._per_trace[trace_id] = self._per_trace.get(trace_id, 0) + 1
+                    while len(self._per_trace) > _TRACES_KEPT:
+                        del self._per_trace[next(iter(self._per_trace))]
+                    run = f"{trace_id}#{number}"
+                self._runs[key] = run
+                weakref.finalize(usage, self._finished, key)
         return run
+
+    def _finished(self, key: int) -> None:
+        """The usage object of a run went (called by the garbage collector, at any point of any
+        thread: only noted here, ended at the next guardrail call)."""
+        self._runs.pop(key, None)
+        runs = self._open.pop(key, None)
+        if runs:
+            self._ended.extend(runs)
+
+    def _end_finished(self) -> None:
+        while self._ended:
+            run_id = self._ended.pop()
+            if self.guard.detector is not None:  # a gateway forgets idle runs by itself
+                self.guard.end(run_id)
 
     def _call(self, data: ToolInputGuardrailData) -> Call:
         run_id, session = self._scope(data)
@@ -142,6 +218,7 @@ class LoopwatchGuardrails:
     # -- the guardrails ------------------------------------------------------------------
 
     async def _before(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        self._end_finished()
         call = self._call(data)
         ruling = await asyncio.to_thread(self.guard.before, call)
         info = {
@@ -159,13 +236,16 @@ class LoopwatchGuardrails:
         if ruling.action == "warn" and ruling.text and call.tool_call_id:
             with self._lock:
                 self._notes[call.tool_call_id] = ruling.text
+                while len(self._notes) > _NOTES_KEPT:  # (a call whose output never came)
+                    del self._notes[next(iter(self._notes))]
         return ToolGuardrailFunctionOutput.allow(output_info=info)
 
     async def _after(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
+        self._end_finished()
         call = self._call(data)
         with self._lock:
             note = self._notes.pop(call.tool_call_id, None) if call.tool_call_id else None
-        result = json.loads(json.dumps(data.output, default=str))  # as JSON would carry it
+        result = _json_value(data.output)  # as JSON would carry it
         ruling: Ruling = await asyncio.to_thread(self.guard.after, call, result=result)
         info = {
             "loopwatch": ruling.action,
@@ -175,6 +255,15 @@ class LoopwatchGuardrails:
         }
         if ruling.action == "abort":
             return ToolGuardrailFunctionOutput.raise_exception(output_info=info)
-        if note is not None:
-            return ToolGuardrailFunctionOutput.reject_content(f"{data.output}\n\n{note}", info)
+        text = _as_text(data.output)
+        with self._lock:
+            carried = self._carried.pop(call.run_id, None)
+            if text is None and (note or carried):  # an image or a file: kept, the warning waits
+                self._carried[call.run_id] = note or carried or ""
+                while len(self._carried) > _NOTES_KEPT:
+                    del self._carried[next(iter(self._carried))]
+                return ToolGuardrailFunctionOutput.allow(output_info=info)
+        notes = [n for n in (carried, note) if n]
+        if notes and text is not None:
+            return ToolGuardrailFunctionOutput.reject_content("\n\n".join([text, *notes]), info)
         return ToolGuardrailFunctionOutput.allow(output_info=info)

@@ -10,6 +10,8 @@ abort come from the in-process core fed the same calls and results.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import gc
 import os
 from typing import Any
 
@@ -17,9 +19,11 @@ import pytest
 from agents import (
     Agent,
     FunctionTool,
+    RunConfig,
     Runner,
     Tool,
     ToolInputGuardrailTripwireTriggered,
+    ToolOutputImage,
     function_tool,
     set_tracing_disabled,
 )
@@ -150,3 +154,81 @@ def test_runs_are_told_apart_without_tracing() -> None:
         result = asyncio.run(Runner.run(Agent(name="coder", model=model, tools=tools), "go", max_turns=50))
         assert result.final_output == "finished"
     assert len(reader.executed) == 30
+
+
+def test_a_new_runner_run_in_the_same_trace_starts_clean() -> None:
+    """Several ``Runner.run`` calls under one trace are one conversation: each is a run of its
+    own, so the abort of a looping turn does not refuse the next turn's first call."""
+    guardrails = LoopwatchGuardrails()
+    config = RunConfig(trace_id="trace_conversation", group_id="chat-1")
+    model, reader = repeating(CALLS), Reader()
+    agent = Agent(name="coder", model=model, tools=guardrails.attach(reader.tool))
+    with pytest.raises(ToolInputGuardrailTripwireTriggered):
+        asyncio.run(Runner.run(agent, "read the plan", max_turns=200, run_config=config))
+    ran = len(reader.executed)
+    steps: list[Any] = [[function_call("read", {"path": "OTHER.md"}, call_id="next-0")]]
+    agent.model = ScriptedModel([*steps, [assistant_message("done")]])
+    result = asyncio.run(Runner.run(agent, "now the other file", run_config=config))
+    assert result.final_output == "done"
+    assert reader.executed[ran:] == ["OTHER.md"]
+
+
+def test_a_finished_run_is_forgotten_by_the_in_process_detector() -> None:
+    guardrails = LoopwatchGuardrails()
+    reader = Reader()
+    tools = guardrails.attach(reader.tool)
+    for n in range(5):
+        steps: list[Any] = [[function_call("read", {"path": "a.md"}, call_id=f"r{n}-{i}")] for i in range(3)]
+        model = ScriptedModel([*steps, [assistant_message("finished")]])
+        result = asyncio.run(Runner.run(Agent(name="coder", model=model, tools=tools), "go"))
+        assert result.final_output == "finished"
+    del result
+    gc.collect()
+    detector = guardrails.guard.detector
+    assert detector is not None
+    guardrails._end_finished()  # (done at the next guardrail call)
+    assert detector._engine.states == {}
+
+
+def test_an_output_json_cannot_hold_is_reported_and_the_run_goes_on() -> None:
+    guardrails = LoopwatchGuardrails()
+
+    @function_tool
+    def counts(day: str) -> dict[Any, int]:
+        """Counts by date."""
+        return {datetime.date(2024, 1, 1): 3}
+
+    steps: list[Any] = [[function_call("counts", {"day": "x"}, call_id="c-0")]]
+    model = ScriptedModel([*steps, [assistant_message("finished")]])
+    agent = Agent(name="coder", model=model, tools=guardrails.attach(counts))
+    assert asyncio.run(Runner.run(agent, "go")).final_output == "finished"
+
+
+def test_a_warned_image_stays_an_image_and_its_warning_comes_with_the_next_text() -> None:
+    """A warning replaces the warned output with text plus the warning: for an image that
+    would lose the image, so the image goes as it is and the warning with the next text."""
+    guardrails = LoopwatchGuardrails()
+    pixel = "data:image/png;base64,iVBORw0KGgo="
+
+    @function_tool
+    def screenshot() -> ToolOutputImage:
+        """Take a screenshot."""
+        return ToolOutputImage(image_url=pixel)
+
+    reader = Reader()
+    steps: list[Any] = [[function_call("screenshot", {}, call_id=f"s-{i}")] for i in range(14)]
+    steps.append([function_call("read", {"path": "notes.md"}, call_id="after")])
+    model = ScriptedModel([*steps, [assistant_message("finished")]])
+    agent = Agent(name="coder", model=model, tools=guardrails.attach(screenshot, reader.tool))
+    assert asyncio.run(Runner.run(agent, "go", max_turns=50)).final_output == "finished"
+    outputs: dict[str, Any] = {}
+    for call in model.calls:
+        for item in call.input if isinstance(call.input, list) else []:
+            if isinstance(item, dict) and item.get("type") == "function_call_output":
+                outputs[str(item["call_id"])] = item["output"]
+    for i in range(14):  # a screenshot among them was warned (the read alone cannot be)
+        shown = outputs[f"s-{i}"]
+        assert isinstance(shown, list)
+        assert shown[0]["type"] == "input_image"
+    assert "loopwatch warning" in str(outputs["after"])
+    assert str(outputs["after"]).startswith(RESULT)
