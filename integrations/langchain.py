@@ -13,7 +13,8 @@ What it does, per tool call (``wrap_tool_call`` / ``awrap_tool_call``):
   (``gateway_url=``; an unreachable gateway lets the call go on);
 * ``block``: the tool is not run; the model reads loopwatch's text as the call's
   ``ToolMessage`` (``status="error"``);
-* ``warn``: the tool runs; the warning is appended to the result the model reads;
+* ``warn``: the tool runs; the warning is appended to the result the model reads (also to
+  the call's ``ToolMessage`` inside a ``Command`` the tool answers with);
 * ``abort``: the tool is not run, its ``ToolMessage`` says why, and the run ends the way
   LangChain middleware ends one: ``before_model`` answers ``jump_to: "end"`` with an
   ``AIMessage`` carrying the reason (the model is not called again). With
@@ -21,19 +22,23 @@ What it does, per tool call (``wrap_tool_call`` / ``awrap_tool_call``):
   ``ToolCallLimitMiddleware(exit_behavior="error")``). Every later call of an aborted run is
   refused as well (the core's abort is sticky);
 * after the tool ran, its result (the ``ToolMessage`` content; ``status="error"`` counts as a
-  failure) or its exception is reported.
+  failure) or its exception is reported. An ``interrupt()`` in the tool is neither: the call
+  is paused, and when the graph resumes it (the tool runs again from its start) it is the
+  same call, decided once.
 
 Runs: each agent invocation is a run (``before_agent`` names it, ``after_agent`` ends it:
-``run_end``); its ``session_id`` is the LangGraph ``thread_id`` when there is one. A tool
-that invokes another agent makes that agent's run a subagent: its calls carry the calling
-run as ``parent_run_id`` (the tool call in progress is kept in a context variable, which
-LangGraph copies into the nodes and threads of the inner invocation).
+``run_end``; with ``on_abort="error"`` the abort ends it); its ``session_id`` is the
+LangGraph ``thread_id`` when there is one. A tool that invokes another agent makes that
+agent's run a subagent: its calls carry the calling run as ``parent_run_id`` (the tool call
+in progress is kept in a context variable, which LangGraph copies into the nodes and threads
+of the inner invocation).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
@@ -42,6 +47,7 @@ from typing import Annotated, Any, Literal, NotRequired
 from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
@@ -56,6 +62,10 @@ __all__ = ["LoopAborted", "LoopwatchMiddleware", "LoopwatchState"]
 _CALLING_RUN: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "loopwatch_calling_run", default=None
 )
+
+
+#: aborted runs and paused calls remembered at most (the oldest forgotten first)
+_ABORTS_KEPT = 10_000
 
 
 class LoopAborted(RuntimeError):
@@ -119,6 +129,7 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
         )
         self.on_abort = on_abort
         self._aborted: dict[str, Ruling] = {}
+        self._paused: dict[tuple[str, str | None], Ruling] = {}  # (run, call id) -> its decision
         self._lock = threading.Lock()
 
     # -- the run -------------------------------------------------------------------------
@@ -167,6 +178,21 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
 
     # -- the tool calls ------------------------------------------------------------------
 
+    def _pause(self, call: Call, ruling: Ruling) -> None:
+        """An ``interrupt()`` in the tool: neither an outcome nor a failure. The call runs again
+        from its start when the graph resumes; it was decided once, and counts once."""
+        with self._lock:
+            self._paused[(call.run_id, call.tool_call_id)] = ruling
+            while len(self._paused) > _ABORTS_KEPT:
+                del self._paused[next(iter(self._paused))]
+
+    def _resumed(self, call: Call) -> Ruling | None:
+        """The decision of a paused call now resumed (``None``: not one)."""
+        if call.tool_call_id is None:
+            return None
+        with self._lock:
+            return self._paused.pop((call.run_id, call.tool_call_id), None)
+
     def _call(self, request: ToolCallRequest) -> Call:
         config = request.runtime.config if request.runtime is not None else {}
         state = request.state if isinstance(request.state, dict) else {}
@@ -183,10 +209,13 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
 
     def _refusal(self, call: Call, ruling: Ruling) -> ToolMessage:
         if ruling.action == "abort":
+            if self.on_abort == "error":  # the invocation ends here: after_agent will not run
+                self.guard.end(call.run_id, call.session_id)
+                raise LoopAborted(ruling.text or "loopwatch stopped this run", ruling.reason, call.run_id)
             with self._lock:
                 self._aborted.setdefault(call.run_id, ruling)
-            if self.on_abort == "error":
-                raise LoopAborted(ruling.text or "loopwatch stopped this run", ruling.reason, call.run_id)
+                while len(self._aborted) > _ABORTS_KEPT:  # (runs that ended by an exception)
+                    del self._aborted[next(iter(self._aborted))]
         return ToolMessage(
             content=ruling.text or "loopwatch blocked this call.",
             tool_call_id=call.tool_call_id or "",
@@ -198,8 +227,20 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
         if after.action == "abort":  # a loop went on after a compaction
             self._refusal(call, after)
         note = after.text if after.action == "abort" else before.text if before.action == "warn" else None
-        if note and isinstance(result, ToolMessage):
+        if not note:
+            return result
+        if isinstance(result, ToolMessage):
             return _with_note(result, note)
+        if isinstance(result, Command) and isinstance(result.update, dict):  # the call's message in it
+            messages = result.update.get("messages")
+            if isinstance(messages, list):
+                noted = [
+                    _with_note(m, note)
+                    if isinstance(m, ToolMessage) and m.tool_call_id == call.tool_call_id
+                    else m
+                    for m in messages
+                ]
+                return dataclasses.replace(result, update={**result.update, "messages": noted})
         return result
 
     def _report(self, call: Call, result: ToolMessage | Command[Any]) -> tuple[Any, str | None]:
@@ -217,12 +258,16 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
         call = self._call(request)
-        ruling = self.guard.before(call)
+        resumed = self._resumed(call)
+        ruling = resumed if resumed is not None else self.guard.before(call)
         if not ruling.proceed:
             return self._refusal(call, ruling)
         token = _CALLING_RUN.set(call.run_id)
         try:
             result = handler(request)
+        except GraphBubbleUp:  # interrupt(): the call is paused, to run again on resume
+            self._pause(call, ruling)
+            raise
         except Exception as exc:
             self.guard.after(call, error=exc)
             raise
@@ -239,12 +284,16 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         call = self._call(request)
-        ruling = await asyncio.to_thread(self.guard.before, call)
+        resumed = self._resumed(call)
+        ruling = resumed if resumed is not None else await asyncio.to_thread(self.guard.before, call)
         if not ruling.proceed:
             return self._refusal(call, ruling)
         token = _CALLING_RUN.set(call.run_id)
         try:
             result = await handler(request)
+        except GraphBubbleUp:  # interrupt(): the call is paused, to run again on resume
+            self._pause(call, ruling)
+            raise
         except Exception as exc:
             await asyncio.to_thread(self.guard.after, call, error=exc)
             raise

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command, interrupt
 
 from loopwatch.detectors.facade import LoopDetector
 from loopwatch.integrations.langchain import LoopAborted, LoopwatchMiddleware
@@ -227,3 +228,84 @@ def test_runs_are_invocations_of_a_thread_and_subagents_name_their_parent() -> N
     )
     assert detector.asked[2][0] not in (outer_run, inner_run)
     assert detector.asked[2][2] == "t-1"
+
+
+def test_a_tool_that_answers_with_a_command_gets_its_warning() -> None:
+    """Tools may return a ``Command`` whose update holds the call's ``ToolMessage``: the
+    warning goes into that message, as into a plain one."""
+
+    @tool
+    def browse(url: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Open a page."""
+        return Command(update={"messages": [ToolMessage(RESULT, tool_call_id=tool_call_id)]})
+
+    def run(tool_: BaseTool) -> dict[str, ToolMessage]:
+        model = ScriptedModel(
+            responses=[
+                *[
+                    AIMessage(
+                        content="", tool_calls=[{"name": tool_.name, "args": {"url": "u"}, "id": f"c{i}"}]
+                    )
+                    for i in range(12)
+                ],
+                AIMessage(content="finished"),
+            ]
+        )
+        agent = create_agent(model, tools=[tool_], middleware=[LoopwatchMiddleware()])
+        return tool_messages(agent.invoke({"messages": [{"role": "user", "content": "go"}]})["messages"])
+
+    @tool
+    def plain(url: str) -> str:
+        """Open a page."""
+        return RESULT
+
+    commanded, plained = run(browse), run(plain)
+    warned = [i for i in range(12) if "loopwatch warning" in str(plained[f"c{i}"].content)]
+    assert warned
+    assert [i for i in range(12) if "loopwatch warning" in str(commanded[f"c{i}"].content)] == warned
+
+
+def test_an_interrupted_call_is_decided_once_and_is_no_failure() -> None:
+    """``interrupt()`` in a tool pauses the call; on resume the tool runs again from its start.
+    The call is one call: asked about once, never reported as an error."""
+    detector = RecordingDetector()
+    reported: list[str] = []
+    after = detector.after_tool_call
+
+    def record(run_id: str, tool: str, params: Any, **kwargs: Any) -> Any:
+        reported.append("error" if kwargs.get("error") is not None else "result")
+        return after(run_id, tool, params, **kwargs)
+
+    detector.after_tool_call = record  # type: ignore[method-assign]
+
+    @tool
+    def deploy(target: str) -> str:
+        """Deploy, once a human approved."""
+        approved = interrupt({"approve": target})
+        return f"deployed {target}: {approved}"
+
+    calls = [
+        AIMessage(content="", tool_calls=[{"name": "deploy", "args": {"target": "prod"}, "id": f"c{i}"}])
+        for i in range(3)
+    ]
+    model = ScriptedModel(responses=[*calls, AIMessage(content="finished")])
+    agent = create_agent(
+        model, tools=[deploy], middleware=[LoopwatchMiddleware(detector)], checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    out = agent.invoke({"messages": [{"role": "user", "content": "deploy"}]}, config)
+    while "__interrupt__" in out:
+        out = agent.invoke(Command(resume="yes"), config)
+    assert len(detector.asked) == 3
+    assert reported == ["result"] * 3
+
+
+def test_a_run_that_ends_on_its_abort_error_is_forgotten() -> None:
+    detector = LoopDetector()
+    model, reader = repeating(CALLS), Reader()
+    middleware = LoopwatchMiddleware(detector, on_abort="error")
+    agent = create_agent(model, tools=[reader.tool], middleware=[middleware])
+    with pytest.raises(LoopAborted):
+        agent.invoke({"messages": [{"role": "user", "content": "read the plan"}]}, {"recursion_limit": 500})
+    assert detector._engine.states == {}
+    assert middleware._aborted == {}
