@@ -56,13 +56,27 @@ export function settings(config) {
   return merged;
 }
 
+/** JSON of a value a tool may give: a BigInt as its digits, a value that contains itself as
+ * "[Circular]" (JSON.stringify throws on both, and the call's outcome went unreported). */
+export function jsonText(value) {
+  const open = [];
+  return JSON.stringify(value, function (key, item) {
+    if (typeof item === "bigint") return item.toString();
+    if (item === null || typeof item !== "object") return item;
+    while (open.length && open.at(-1) !== this) open.pop(); // back out of finished objects
+    if (open.includes(item)) return "[Circular]";
+    open.push(item);
+    return item;
+  });
+}
+
 async function post(cfg, path, body) {
   const headers = { "content-type": "application/json" };
   if (cfg.token) headers.authorization = `Bearer ${cfg.token}`;
   const answer = await fetch(cfg.gatewayUrl + path, {
     method: "POST",
     headers,
-    body: JSON.stringify(body),
+    body: jsonText(body),
     signal: AbortSignal.timeout(cfg.timeoutMs),
   });
   const data = await answer.json().catch(() => undefined);

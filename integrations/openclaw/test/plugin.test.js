@@ -7,6 +7,7 @@ import { fileURLToPath } from "node:url";
 import plugin, {
   MAX_RUNS,
   createHooks,
+  jsonText,
   createState,
   loopWarningNote,
   runScope,
@@ -174,6 +175,16 @@ test("a URL answering JSON that is not a gateway's fails open (a throw here woul
   } finally {
     server.close();
   }
+});
+
+test("a tool result JSON.stringify throws on (a BigInt, a cycle) is still sent", () => {
+  const result = { content: [{ type: "text", text: "ok" }], details: { size: 5n } };
+  result.details.self = result;
+  const shared = { k: 1 };
+  assert.equal(
+    jsonText({ result, a: shared, b: [shared] }),
+    '{"result":{"content":[{"type":"text","text":"ok"}],"details":{"size":"5","self":"[Circular]"}},"a":{"k":1},"b":[{"k":1}]}',
+  );
 });
 
 test("an aborted run stays refused here, with the abort's message, even with the gateway gone, until agent_end", async () => {
