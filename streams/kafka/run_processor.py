@@ -531,21 +531,9 @@ class RunProcessor:
             partition=record.partition,
             offset=record.offset,
         )
-        letter = dead_letter(
-            reason,
-            record.topic,
-            record.partition,
-            record.offset,
-            record.key,
-            record.value,
-            record.timestamp,
-            self._config().settings.max_event_bytes,
-        )
-        try:
-            await self._send(self._dead_letter, letter_key(record.key), letter, None)
-        except MessageSizeTooLargeError as exc:  # a producer set below the letter's bound
-            _log.error("dead letter too large: sent without the value", error=str(exc), offset=record.offset)
-            letter = dead_letter(
+
+        def letter(keep_bytes: int) -> bytes:
+            return dead_letter(
                 reason,
                 record.topic,
                 record.partition,
@@ -553,9 +541,19 @@ class RunProcessor:
                 record.key,
                 record.value,
                 record.timestamp,
-                0,
+                keep_bytes,
             )
-            await self._send(self._dead_letter, letter_key(record.key), letter, None)
+
+        try:
+            await self._send(
+                self._dead_letter,
+                letter_key(record.key),
+                letter(self._config().settings.max_event_bytes),
+                None,
+            )
+        except MessageSizeTooLargeError as exc:  # a producer set below the letter's bound
+            _log.error("dead letter too large: sent without the value", error=str(exc), offset=record.offset)
+            await self._send(self._dead_letter, letter_key(record.key), letter(0), None)
 
     # -- housekeeping --------------------------------------------------------------------------
 
