@@ -3,7 +3,9 @@
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -132,21 +134,34 @@ def test_openclaw_2026_9_loop_notes_are_removed_before_hashing(tmp_path: Path) -
     assert verdicts(noted) == verdicts(plain)
 
 
+def edit_first(lines: list[bytes], change: Callable[[dict[str, Any]], bool]) -> list[bytes]:
+    """``lines`` with the first message entry that ``change`` changed (it says whether it did)
+    written again; asserts there was one."""
+    edited: list[bytes] = []
+    done = False
+    for line in lines:
+        entry = json.loads(line) if line.strip() else None
+        message = entry.get("message") if isinstance(entry, dict) else None
+        if not done and isinstance(message, dict) and change(message):
+            done = True
+            line = json.dumps(entry).encode()
+        edited.append(line)
+    assert done
+    return edited
+
+
 def test_a_line_with_a_lone_surrogate_is_read_as_javascript_reads_it(tmp_path: Path) -> None:
     """A tool output cut inside an emoji: Node writes ``"\\ud83d"``. Skipping the line would lose
     the result (its call left pending, the next prompt taken for steering)."""
     source = (DATA / "transcripts" / "openclaw-healthy-many-tools.session.jsonl").read_bytes().splitlines()
-    lines = []
-    cut = 0
-    for line in source:
-        entry = json.loads(line) if line.strip() else None
-        message = entry.get("message") if isinstance(entry, dict) else None
-        if isinstance(message, dict) and message.get("role") == "toolResult" and not cut:
-            message["content"][0]["text"] += "\ud83d"
-            cut += 1
-            line = json.dumps(entry).encode()  # the escape, as Node writes it
-        lines.append(line)
-    assert cut == 1
+
+    def cut(message: dict[str, Any]) -> bool:
+        if message.get("role") != "toolResult":
+            return False
+        message["content"][0]["text"] += "\ud83d"  # json.dumps writes the escape, as Node does
+        return True
+
+    lines = edit_first(source, cut)
     plain = list(transcript_events(source, "s1", "t"))
     events = list(transcript_events(lines, "s1", "t"))
     assert len(events) == len(plain)
@@ -184,21 +199,17 @@ def test_events_beyond_the_wire_s_limits_are_skipped_by_import_and_replay_alike(
     """A transcript's events reach the engine directly in replay: one a gateway or a worker
     would refuse (a tool name of 600 bytes) is skipped and named, as ``import | run`` does."""
     source = (DATA / "transcripts" / "openclaw-healthy-many-tools.session.jsonl").read_bytes().splitlines()
-    lines = []
-    renamed = 0
-    for line in source:
-        entry = json.loads(line) if line.strip() else None
-        message = entry.get("message") if isinstance(entry, dict) else None
-        if isinstance(message, dict) and message.get("role") == "assistant" and not renamed:
-            blocks = [
-                b for b in message.get("content", []) if isinstance(b, dict) and b.get("type") == "toolCall"
-            ]
-            if blocks:
-                blocks[0]["name"] = "t" * 600
-                renamed = 1
-                line = json.dumps(entry).encode()
-        lines.append(line)
-    assert renamed
+
+    def rename(message: dict[str, Any]) -> bool:
+        blocks = [
+            b for b in message.get("content", []) if isinstance(b, dict) and b.get("type") == "toolCall"
+        ]
+        if message.get("role") != "assistant" or not blocks:
+            return False
+        blocks[0]["name"] = "t" * 600
+        return True
+
+    lines = edit_first(source, rename)
     path = tmp_path / "agents" / "main" / "sessions" / "long.jsonl"
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\n".join(lines))
