@@ -28,7 +28,9 @@ class RunState:
     """Mutable state of one run scope; changed only by :func:`detectors.step.apply`."""
 
     __slots__ = (
+        "_seen_at",
         "_seen_limit",
+        "_seen_ring",
         "aborted",
         "agent_id",
         "buckets",
@@ -67,10 +69,15 @@ class RunState:
         self.session_id = session_id
         self.history = History()
         self._seen_limit = seen_limit
-        # the event ids seen, as detectors.tombstone.seen_key keeps them (long ids hashed), oldest
-        # first: a dict of strings and ints is not tracked by the garbage collector (a deque and
-        # a set would be two more objects of every run for each full collection to visit)
+        # The event ids seen, as detectors.tombstone.seen_key keeps them (long ids hashed), oldest
+        # first; _seen_ring: slot -> id, a ring of seenEventIds slots whose oldest is at
+        # _seen_at once all are taken (the oldest goes in O(1): iterating a dict from its start
+        # passes over the slots of every id deleted since it was last resized). Dicts of
+        # strings and ints are not tracked by the garbage collector: a deque and a set (or a
+        # list) would be visited, id by id, by every full collection.
         self.seen: dict[str | int, None] = {}
+        self._seen_ring: dict[int, str | int] = {}
+        self._seen_at = 0
         self.buckets: dict[str, int] = {}
         self.criticals = 0
         self.recovery_aborted = False
@@ -106,9 +113,11 @@ class RunState:
         (after a restart, a rebalance, an eviction) and one that never did keep the same ids."""
         if limit is not None and limit != self._seen_limit:
             self._seen_limit = limit
-            seen = self.seen
-            while len(seen) > limit:
-                del seen[next(iter(seen))]
+            kept = list(self.seen)
+            for key in kept[: max(0, len(kept) - limit)]:
+                del self.seen[key]
+            self._seen_ring = dict(enumerate(kept[-limit:]))
+            self._seen_at = 0
         return self._remember_key(seen_key(event_id))
 
     def has_seen(self, event_id: str) -> bool:
@@ -120,8 +129,15 @@ class RunState:
         if key in seen:
             return False
         seen[key] = None
-        if len(seen) > self._seen_limit:
-            del seen[next(iter(seen))]
+        ring = self._seen_ring
+        taken = len(ring)
+        if taken < self._seen_limit:
+            ring[taken] = key
+            return True
+        at = self._seen_at
+        del seen[ring[at]]
+        ring[at] = key  # (a value replaced in place: the ring's dict never grows)
+        self._seen_at = at + 1 if at + 1 < taken else 0
         return True
 
     def hold(self, event_id: str, encoded: list[bytes]) -> None:

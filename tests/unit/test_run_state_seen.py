@@ -44,6 +44,7 @@ def test_the_seen_ids_are_not_tracked_by_the_garbage_collector() -> None:
     state = filled(LIMIT + 1)
     state.remember("x" * 5000)  # a long id is kept as its hash
     assert not gc.is_tracked(state.seen)
+    assert not gc.is_tracked(state._seen_ring)
 
 
 @pytest.mark.parametrize(
