@@ -332,11 +332,12 @@ def step_batch_admitted(
     ready: list[Prepared] = []
     blocks: list[Output | None] = []
     fresh: set[str] = set()
+    limit = config.settings.seen_event_ids
     for call in calls:
         hashes = prepare_for(call, config, config.for_agent(call.agent_id))
         ready.append(hashes)
         block = None
-        if fleet is not None and not state.has_seen(call.event_id) and call.event_id not in fresh:
+        if fleet is not None and call.event_id not in fresh and not state.has_seen(call.event_id, limit):
             block = fleet.fail_fast(scope, call, ts, config)
             if block is None:
                 block = fleet.chain_block(state, call, ts, hashes, config)

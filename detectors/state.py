@@ -112,17 +112,24 @@ class RunState:
         it would to the state parsed again from its bytes: a worker that parses a run again
         (after a restart, a rebalance, an eviction) and one that never did keep the same ids."""
         if limit is not None and limit != self._seen_limit:
-            self._seen_limit = limit
-            kept = list(self.seen)
-            for key in kept[: max(0, len(kept) - limit)]:
-                del self.seen[key]
-            self._seen_ring = dict(enumerate(kept[-limit:]))
-            self._seen_at = 0
+            self._set_seen_limit(limit)
         return self._remember_key(seen_key(event_id))
 
-    def has_seen(self, event_id: str) -> bool:
-        """Whether the event id is among those the run remembers."""
+    def has_seen(self, event_id: str, limit: int | None = None) -> bool:
+        """Whether the event id is among those the run remembers (``limit``: as for
+        :meth:`remember`, applied first)."""
+        if limit is not None and limit != self._seen_limit:
+            self._set_seen_limit(limit)
         return seen_key(event_id) in self.seen
+
+    def _set_seen_limit(self, limit: int) -> None:
+        """Keep the newest ``limit`` ids, as :meth:`from_snapshot` with that limit would."""
+        self._seen_limit = limit
+        kept = list(self.seen)
+        for key in kept[: max(0, len(kept) - limit)]:
+            del self.seen[key]
+        self._seen_ring = dict(enumerate(kept[-limit:]))
+        self._seen_at = 0
 
     def _remember_key(self, key: str | int) -> bool:
         seen = self.seen

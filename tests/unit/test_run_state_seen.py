@@ -62,6 +62,8 @@ def test_a_changed_limit_keeps_the_ids_a_state_parsed_again_would(new_limit: int
         kept.remember(f"event-{n}")
     parsed = RunState.from_bytes(kept.to_bytes(), new_limit)
     probes = [f"event-{n}" for n in (0, LIMIT - 1, LIMIT, 2 * LIMIT - 1, 2 * LIMIT)]
+    # asked first whether an id is known (the fleet's blocks are decided before the step)
+    assert [kept.has_seen(p, new_limit) for p in probes] == [parsed.has_seen(p, new_limit) for p in probes]
     assert [kept.remember(p, new_limit) for p in probes] == fresh
     assert [parsed.remember(p, new_limit) for p in probes] == fresh
     assert list(kept.seen) == list(parsed.seen)
