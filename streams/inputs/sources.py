@@ -81,6 +81,8 @@ async def follow_lines(source: str, poll_s: float = 0.2) -> AsyncIterator[tuple[
                 continue
             read = os.fstat(stream.fileno())
             if (now.st_dev, now.st_ino) != (read.st_dev, read.st_ino):
+                if stream.tell() < read.st_size:  # written before it moved away: read it first
+                    continue
                 try:
                     rotated = path.open("rb")
                 except OSError:  # gone again meanwhile

@@ -23,9 +23,12 @@ async def _follow(path: Path, steps: list[tuple[str, bytes, int]]) -> list[bytes
                     stream.write(data)
             elif what == "truncate":
                 path.write_bytes(data)  # truncated and rewritten in place: the same file
-            else:  # rotate: the file moves away, a new one takes its path
+            else:  # rotate: a last line, then the file moves away and a new one takes its path
+                last, _, fresh = data.partition(b"|")
+                with path.open("ab") as stream:
+                    stream.write(last)
                 os.rename(path, path.with_suffix(".1"))
-                path.write_bytes(data)
+                path.write_bytes(fresh)
             reached = next(count for w, d, count in steps if (w, d) == (what, data))
             while len(seen) < reached:
                 await asyncio.sleep(0.01)
@@ -46,8 +49,8 @@ def test_appended_lines_then_a_truncated_file_then_a_rotated_one(tmp_path: Path)
         ("append", b"a3\n", 3),
         ("truncate", b"b1\n", 4),
         ("append", b"b2\n", 5),
-        ("rotate", b"c1\nc2\n", 7),
-        ("append", b"c3\n", 8),
+        ("rotate", b"b3\n|c1\nc2\n", 8),  # b3 written just before the move: read, not lost
+        ("append", b"c3\n", 9),
     ]
     got = asyncio.run(asyncio.wait_for(_follow(path, steps), 30))
-    assert got == [b"a1\n", b"a2\n", b"a3\n", b"b1\n", b"b2\n", b"c1\n", b"c2\n", b"c3\n"]
+    assert got == [b"a1\n", b"a2\n", b"a3\n", b"b1\n", b"b2\n", b"b3\n", b"c1\n", b"c2\n", b"c3\n"]
