@@ -46,6 +46,8 @@ class _Peer(BaseHTTPRequestHandler):
             "allow": (200, b'{"decision": "allow", "verdicts": []}'),
             "too large": (413, b'{"error": "the body exceeds maxEventBytes"}'),
             "down": (503, b'{"error": "the broker is down"}'),
+            "wrong token": (401, b'{"error": "a bearer token is required"}'),
+            "not a gateway": (404, b"<html>no such page</html>"),
         }[mode]
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -162,10 +164,11 @@ def test_fail_closed_refuses_only_when_the_gateway_is_down_not_when_it_refuses_t
     assert (code, out) == (0, "")
     assert "gateway answered 413" in err
     assert "the gateway refused the input, the call is not checked" in err
-    peer.mode = "down"  # type: ignore[attr-defined]
-    code, _, err = hook(json.dumps(PRE_TOOL_USE).encode(), url_of(peer), fail_closed=True)
-    assert code == 2
-    assert "gateway answered 503" in err
+    for mode, status in (("down", 503), ("wrong token", 401), ("not a gateway", 404)):
+        peer.mode = mode  # type: ignore[attr-defined]
+        code, _, err = hook(json.dumps(PRE_TOOL_USE).encode(), url_of(peer), fail_closed=True)
+        assert code == 2, mode
+        assert f"gateway answered {status}" in err
 
 
 def _leave_notes(folder: str, writer: int) -> None:

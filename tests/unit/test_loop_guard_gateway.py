@@ -24,7 +24,7 @@ ANSWERS = {
 
 
 class Peer:
-    """A TCP server that answers each request with ``self.answer`` (``drip``: a byte a second)."""
+    """A TCP server that answers each request with ``self.answer`` (``drip``: a byte at a time)."""
 
     def __init__(self) -> None:
         self.answer = b""
@@ -32,7 +32,7 @@ class Peer:
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
+        threading.Thread(target=self._serve, name="peer", daemon=True).start()
 
     def _serve(self) -> None:
         while True:
@@ -40,7 +40,7 @@ class Peer:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._answer, args=(conn,), name="peer-answer", daemon=True).start()
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
@@ -48,9 +48,9 @@ class Peer:
             try:
                 if self.answer == b"drip":
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
-                    for _ in range(30):
+                    for _ in range(90):  # a byte every 0.1 s for 9 s: no read ever times out
                         conn.sendall(b" ")
-                        time.sleep(0.3)
+                        time.sleep(0.1)
                 else:
                     conn.sendall(self.answer)
             except OSError:
@@ -92,3 +92,22 @@ def test_values_json_cannot_hold_are_sent_as_their_text() -> None:
     cycle.append(cycle)
     value = {datetime.date(2024, 1, 1): 3, "nan": float("nan"), "cycle": cycle, "set": {1}}
     assert _json_value(value) == {"2024-01-01": 3, "nan": None, "cycle": [1, "[Circular]"], "set": [1]}
+
+
+def test_a_request_past_its_timeout_leaves_no_thread_behind(peer: Peer) -> None:
+    """The request's thread is woken at the deadline (its socket shut), not left reading a
+    dripping answer: a long-lived agent would collect them."""
+    peer.answer = b"drip"  # for 9 s
+    guard = LoopGuard(gateway_url=peer.url, timeout_s=0.3)
+    mine = set(threading.enumerate())
+    for n in range(3):
+        assert guard.before(Call("r", "read", {"path": "a"}, f"c{n}")).action == "allow"
+
+    def left_behind() -> list[threading.Thread]:  # (the peer's own threads are not the guard's)
+        return [t for t in threading.enumerate() if t not in mine and not t.name.startswith("peer")]
+
+    for _ in range(60):  # 3 s
+        if not left_behind():
+            break
+        time.sleep(0.05)
+    assert left_behind() == []

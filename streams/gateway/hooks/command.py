@@ -4,7 +4,8 @@ The hook's JSON comes on stdin; the runtime's answer goes to stdout. If the gate
 unreachable or slower than ``--timeout-ms`` (the whole hook call), the hook fails open: one
 line on stderr, exit 0, the runtime goes on. With ``--fail-closed`` a proposed call is refused
 instead (exit 2, the reason on stderr, which the runtime shows the model). A gateway that
-answers but refuses the input (a 4xx: too large, invalid) lets the call go on either way, and
+answers but refuses the input (400, 413, 422: invalid, too large) lets the call go on either
+way (a wrong token or a URL that is not a gateway's is "unreachable"), and
 so do hook input that is not a hook's and state files that cannot be written.
 """
 
