@@ -23,11 +23,12 @@
   comes with the run's next text output. An abort after the call (a loop persisting after a
   compaction) trips the output tripwire.
 
-Runs: a run is one ``Runner.run`` of one agent (an agent run as a tool, ``as_tool``, is a run
-of its own): ``{trace_id}#{n}:{agent}`` for the n-th ``Runner.run`` of a trace, a fresh id
-without one. Several ``Runner.run`` calls in one ``trace()`` are one conversation: the session
-is the trace's ``group_id``, else the trace, and an abort ends only its own run. When a run's
-``Runner.run`` is over (its context is gone), the in-process detector forgets the run.
+Runs: a run is one ``Runner.run`` of one agent (an agent run as a tool, ``as_tool``, shares
+its caller's context, so it is a run of its own by its name): ``{trace_id}#{n}:{agent}`` for
+the n-th ``Runner.run`` of a trace, a fresh id without one. Several ``Runner.run`` calls in
+one ``trace()`` are one conversation: the session is the trace's ``group_id``, else the trace,
+and an abort ends only its own run. When a run's ``Runner.run`` is over (its context is gone),
+the in-process detector forgets the run.
 """
 
 from __future__ import annotations
@@ -177,8 +178,9 @@ class LoopwatchGuardrails:
             if run is None:
                 if trace_id is None:
                     run = f"openai-agents-{uuid.uuid4().hex}"
-                else:
-                    number = self._per_trace[trace_id] = self._per_trace.get(trace_id, 0) + 1
+                else:  # (the least recently used trace is forgotten first)
+                    number = self._per_trace.pop(trace_id, 0) + 1
+                    self._per_trace[trace_id] = number
                     while len(self._per_trace) > _TRACES_KEPT:
                         del self._per_trace[next(iter(self._per_trace))]
                     run = f"{trace_id}#{number}"
@@ -195,8 +197,11 @@ class LoopwatchGuardrails:
             self._ended.extend(runs)
 
     def _end_finished(self) -> None:
-        while self._ended:
-            run_id = self._ended.pop()
+        while True:
+            try:
+                run_id = self._ended.pop()
+            except IndexError:  # (another thread took the last one)
+                return
             if self.guard.detector is not None:  # a gateway forgets idle runs by itself
                 self.guard.end(run_id)
 
@@ -259,7 +264,7 @@ class LoopwatchGuardrails:
         with self._lock:
             carried = self._carried.pop(call.run_id, None)
             if text is None and (note or carried):  # an image or a file: kept, the warning waits
-                self._carried[call.run_id] = note or carried or ""
+                self._carried[call.run_id] = "\n\n".join(n for n in (carried, note) if n)
                 while len(self._carried) > _NOTES_KEPT:
                     del self._carried[next(iter(self._carried))]
                 return ToolGuardrailFunctionOutput.allow(output_info=info)
