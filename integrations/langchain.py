@@ -186,6 +186,12 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
             while len(self._paused) > _ABORTS_KEPT:
                 del self._paused[next(iter(self._paused))]
 
+    def _abort_of(self, call: Call) -> Ruling | None:
+        """The abort of the call's run, once it has one (calls decided in parallel, after the
+        detector forgot a run ended by ``on_abort="error"``, are refused all the same)."""
+        with self._lock:
+            return self._aborted.get(call.run_id)
+
     def _resumed(self, call: Call) -> Ruling | None:
         """The decision of a paused call now resumed (``None``: not one)."""
         if call.tool_call_id is None:
@@ -209,13 +215,13 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
 
     def _refusal(self, call: Call, ruling: Ruling) -> ToolMessage:
         if ruling.action == "abort":
-            if self.on_abort == "error":  # the invocation ends here: after_agent will not run
-                self.guard.end(call.run_id, call.session_id)
-                raise LoopAborted(ruling.text or "loopwatch stopped this run", ruling.reason, call.run_id)
-            with self._lock:
+            with self._lock:  # (kept here: the detector forgets the run below, with on_abort="error")
                 self._aborted.setdefault(call.run_id, ruling)
                 while len(self._aborted) > _ABORTS_KEPT:  # (runs that ended by an exception)
                     del self._aborted[next(iter(self._aborted))]
+            if self.on_abort == "error":  # the invocation ends here: after_agent will not run
+                self.guard.end(call.run_id, call.session_id)
+                raise LoopAborted(ruling.text or "loopwatch stopped this run", ruling.reason, call.run_id)
         return ToolMessage(
             content=ruling.text or "loopwatch blocked this call.",
             tool_call_id=call.tool_call_id or "",
@@ -258,7 +264,7 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
         call = self._call(request)
-        resumed = self._resumed(call)
+        resumed = self._resumed(call) or self._abort_of(call)
         ruling = resumed if resumed is not None else self.guard.before(call)
         if not ruling.proceed:
             return self._refusal(call, ruling)
@@ -284,7 +290,7 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         call = self._call(request)
-        resumed = self._resumed(call)
+        resumed = self._resumed(call) or self._abort_of(call)
         ruling = resumed if resumed is not None else await asyncio.to_thread(self.guard.before, call)
         if not ruling.proceed:
             return self._refusal(call, ruling)

@@ -21,6 +21,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 
 from loopwatch.detectors.facade import LoopDetector
+from loopwatch.integrations import Call
 from loopwatch.integrations.langchain import LoopAborted, LoopwatchMiddleware
 from tests.gateway_process import gateway_process
 
@@ -307,5 +308,7 @@ def test_a_run_that_ends_on_its_abort_error_is_forgotten() -> None:
     agent = create_agent(model, tools=[reader.tool], middleware=[middleware])
     with pytest.raises(LoopAborted):
         agent.invoke({"messages": [{"role": "user", "content": "read the plan"}]}, {"recursion_limit": 500})
-    assert detector._engine.states == {}
-    assert middleware._aborted == {}
+    assert detector._engine.states == {}  # the detector forgot the run
+    (run_id,) = middleware._aborted  # the middleware keeps its abort (bounded): a call of the
+    call = Call(run_id, "read", {"path": "x"}, "parallel")  # run still in flight is refused
+    assert middleware._abort_of(call) is middleware._aborted[run_id]
