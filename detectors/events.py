@@ -246,13 +246,16 @@ def _escaped(value: Any) -> Any:
     """``value`` with each string and object holding a lone surrogate as its JSON text."""
     if type(value) is str:
         return value if encodable(value) else msgspec.Raw(json.dumps(value).encode())
-    if type(value) is list:
+    if isinstance(value, (list, tuple, set, frozenset)):  # (as msgspec writes them: arrays)
         return [_escaped(item) for item in value]
     if type(value) is dict:
-        if all(encodable(key) for key in value):
+        if all(type(key) is not str or encodable(key) for key in value):
             return {key: _escaped(item) for key, item in value.items()}
         members = [
-            json.dumps(key).encode() + b":" + _ENCODER.encode(_escaped(item)) for key, item in value.items()
+            json.dumps(key if type(key) is str else str(key)).encode()
+            + b":"
+            + _ENCODER.encode(_escaped(item))
+            for key, item in value.items()
         ]
         return msgspec.Raw(b"{" + b",".join(members) + b"}")
     return value
