@@ -44,7 +44,7 @@ class Peer:
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
-            conn.recv(65536)
+            _read_request(conn)  # whole: answering before the body arrived could reset it
             try:
                 if self.answer == b"drip":
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
@@ -55,6 +55,29 @@ class Peer:
                     conn.sendall(self.answer)
             except OSError:
                 return
+
+
+def _read_request(conn: socket.socket) -> None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        body += chunk
 
 
 @pytest.fixture
@@ -71,8 +94,8 @@ def test_an_answer_that_is_not_a_gateway_s_fails_open(peer: Peer, kind: str) -> 
     call = Call("r", "read", {"path": "a"}, "c1")
     if kind == "verdicts not a list":  # a gateway's object: its decision stands, its text is ours
         ruling = guard.before(call)
-        assert (ruling.action, ruling.text) == ("warn", guard.before(call).text)
-        assert ruling.text
+        assert ruling.action == "warn"
+        assert (ruling.text or "").startswith("loopwatch warning")
         assert guard.failures == []
         return
     assert guard.before(call).action == "allow"
