@@ -215,11 +215,8 @@ class FleetProcessor:
         partition if this worker applies it, else ``None``) whose every chain expired by the
         newest event time applied on that partition, and whose alerts are all confirmed; how
         many. Call with :attr:`lock` held."""
-        self._writing(True)
-        try:
+        with self._writing():
             return await self._drop_expired_chains(partition_of)
-        finally:
-            self._writing(False)
 
     async def _drop_expired_chains(self, partition_of: Callable[[bytes], int | None]) -> int:
         rule = self._fleet_rules().delegation
@@ -247,11 +244,8 @@ class FleetProcessor:
         return dropped
 
     async def _write_dirty(self) -> None:
-        self._writing(True)
-        try:
+        with self._writing():
             await self._write_states()
-        finally:
-            self._writing(False)
 
     async def _write_states(self) -> None:
         for key, (partition, state) in self._dirty.items():

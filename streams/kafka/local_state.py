@@ -32,6 +32,7 @@ the changelog holds, up to the offset it records** (faust's persisted offset).
 from __future__ import annotations
 
 from collections.abc import Callable, ItemsView, Iterator, MutableMapping, ValuesView
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, NamedTuple
 
 __all__ = ["LocalState", "writing_notice"]
@@ -261,8 +262,18 @@ def _no_notice(active: bool) -> None:
     """The memory store needs no notice of a batch being written."""
 
 
-def writing_notice(data: object) -> Callable[[bool], None]:
-    """What a processor calls as it starts (True) and ends (False) writing a batch to its
-    table ``data``: :meth:`LocalState.writing` on the RocksDB store, nothing on the memory one."""
+def writing_notice(data: object) -> Callable[[], AbstractContextManager[None]]:
+    """What a processor enters while it writes a batch to its table ``data``: on the RocksDB
+    store :meth:`LocalState.writing` is told (True on entry, False on exit, whatever raised),
+    on the memory one nothing."""
     notice: Callable[[bool], None] = getattr(data, "writing", _no_notice)
-    return notice
+
+    @contextmanager
+    def writing() -> Iterator[None]:
+        notice(True)
+        try:
+            yield
+        finally:
+            notice(False)
+
+    return writing

@@ -282,11 +282,8 @@ class RunProcessor:
 
     async def _write_dirty(self) -> None:
         """One table and changelog write per run changed in the batch."""
-        self._writing(True)
-        try:
+        with self._writing():
             await self._write_runs()
-        finally:
-            self._writing(False)
 
     async def _write_runs(self) -> None:
         data = self.data
