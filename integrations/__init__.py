@@ -151,7 +151,7 @@ class LoopGuard:
             answer = self._post("/v1/decide", body)
         except GatewayError as exc:
             return self._fail_open(exc)
-        return _ruling(answer) if isinstance(answer, dict) else ALLOW
+        return _ruling(answer)
 
     def after(self, call: Call, *, result: Any = MISSING, error: BaseException | str | None = None) -> Ruling:
         """Report what ``call`` gave (``result``) or how it failed (``error``)."""
@@ -181,7 +181,7 @@ class LoopGuard:
             answer = self._post("/v1/events", event)
         except GatewayError as exc:
             return self._fail_open(exc)
-        outputs = answer.get("outputs") if isinstance(answer, dict) else None
+        outputs = answer.get("outputs")
         return _ruling(_after_answer(outputs if isinstance(outputs, list) else []))
 
     def end(self, run_id: str, session_id: str | None = None) -> None:
