@@ -405,10 +405,10 @@ class _Routes:
         value, surrogates = await self.read(request, loads)
         if not isinstance(value, dict):
             raise InvalidEvent("the body must be the runtime's hook input (a JSON object)")
-        problem = session_problem(value)  # before a prompt number is kept for it
+        agent = request.query.get("agent_id") or runtime.default_agent
+        problem = session_problem(value, agent)  # before a prompt number is kept for it
         if problem is not None:
             raise InvalidEvent(problem)
-        agent = request.query.get("agent_id") or runtime.default_agent
         plan = runtime.plan(value, self.prompts, agent, request.query.get("show_warnings") in ("1", "true"))
         if plan.events:
             await self.backend.events([decode_event(dumps(event, surrogates)) for event in plan.events])

@@ -377,6 +377,35 @@ def test_a_hook_s_session_id_too_long_for_a_run_id_is_a_400_and_nothing_is_kept(
     asyncio.run(go())
 
 
+def test_a_hook_s_agent_id_that_is_no_id_is_a_400_and_the_prompt_number_stays() -> None:
+    """The agent is checked with the session, before the hook keeps a new prompt number: a
+    refused prompt must not move the session's later calls into a run of their own."""
+
+    async def go() -> None:
+        view = FleetView("test gateway")
+        async with EmbeddedRuntime(FleetConfig.enabled_default(), view=view) as runtime:
+            app = gateway_app(EmbeddedBackend(runtime), view, frozenset(), 1_048_576)
+            async with TestClient(TestServer(app), headers=JSON) as client:
+                prompt = {"hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt": "go"}
+                assert (await client.post("/v1/hooks/claude-code", json=prompt)).status == 200
+                refused = await client.post("/v1/hooks/claude-code?agent_id=" + "a" * 600, json=prompt)
+                assert refused.status == 400
+                assert (await refused.json())["error"] == (
+                    "agent_id: holds 600 bytes, more than the limit of 512"
+                )
+                call = {
+                    "hook_event_name": "PreToolUse",
+                    "session_id": "s",
+                    "tool_name": "Read",
+                    "tool_input": {"file_path": "a"},
+                }
+                assert (await client.post("/v1/hooks/claude-code", json=call)).status == 200
+                runs = {scope for engine in runtime.engines for scope in engine.states}
+                assert runs == {"s#1"}
+
+    asyncio.run(go())
+
+
 def test_connections_idle_or_stuck_in_their_headers_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     """A client that opens connections and sends nothing, or half a header, must not hold the
     gateway's file descriptors until it can accept no more (aiohttp keeps them an hour)."""

@@ -76,11 +76,12 @@ def hook(
     url: str = "http://127.0.0.1:9",
     fail_closed: bool = False,
     timeout_ms: int = 2000,
+    agent_id: str = "claude-code",
 ) -> tuple[int, str, str]:
     args = argparse.Namespace(
         runtime="claude-code",
         gateway=url,
-        agent_id="claude-code",
+        agent_id=agent_id,
         timeout_ms=timeout_ms,
         fail_closed=fail_closed,
         show_warnings=False,
@@ -128,6 +129,14 @@ def test_a_long_non_ascii_session_keeps_its_prompt_number_in_a_file_the_disk_tak
     (kept,) = state_dir.rglob("*.prompt")
     assert len(kept.name.encode()) <= 255
     assert kept.read_text() == "2"
+
+
+def test_an_agent_id_that_is_no_id_is_let_through_and_no_prompt_number_is_kept(state_dir: Path) -> None:
+    prompt = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt": "go"})
+    code, out, err = hook(prompt.encode(), agent_id="a" * 600)
+    assert (code, out) == (0, "")
+    assert "agent_id: holds 600 bytes, more than the limit of 512" in err
+    assert not state_dir.exists()
 
 
 def test_a_session_id_too_long_for_a_run_id_is_let_through_and_nothing_is_kept(state_dir: Path) -> None:

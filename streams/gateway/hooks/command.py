@@ -62,7 +62,7 @@ def run_hook(args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: Text
     if not isinstance(hook, dict):
         print("loopwatch hook: the hook input is not a JSON object; allowing", file=err)
         return 0
-    problem = session_problem(hook)
+    problem = session_problem(hook, args.agent_id)
     if problem is not None:
         print(f"loopwatch hook: {problem}; allowing", file=err)
         return 0

@@ -64,12 +64,16 @@ class PromptCounter(Protocol):
     def take_note(self, session: str, key: str) -> str | None: ...
 
 
-def session_problem(hook: dict[str, Any]) -> str | None:
-    """Why the hook's ``session_id`` cannot name runs (None: it can): every runtime keys its
-    runs and its prompt numbers by it, so it is checked before anything is kept for it."""
+def session_problem(hook: dict[str, Any], agent: str = "default") -> str | None:
+    """Why the hook's ``session_id`` cannot name runs, or ``agent`` an agent (None: they can):
+    every runtime keys its runs and its prompt numbers by the session, and a plan's events
+    carry the agent, so both are checked before a prompt number is kept for the session."""
     session = str(hook.get("session_id") or "unknown-session")
     problem = identity_problem(f"{session}#{2**63}")  # the longest run id it gives
-    return None if problem is None else f"session_id: {problem.replace('holds', 'gives run ids of')}"
+    if problem is not None:
+        return f"session_id: {problem.replace('holds', 'gives run ids of')}"
+    problem = identity_problem(agent)
+    return None if problem is None else f"agent_id: {problem}"
 
 
 def call_key(tool: str, params: Any) -> str:
