@@ -66,6 +66,11 @@ class WorkerMetrics:
         self._count = 0
         self._sum = 0.0
 
+    def note_fleet(self, applied: int, unstorable: int) -> None:
+        """The fleet processor's counts (fact records applied, states too large to store)."""
+        self.fleet_fact_records = applied
+        self.fleet_states_unstorable = unstorable
+
     def event(self, kind: str, seconds: float) -> None:
         self.events[kind] += 1
         self._count += 1

@@ -466,8 +466,7 @@ class LoopwatchWorker:
             if highwater is not None:
                 lag[partition] = max(0, int(highwater) - position)
         now_ms = int(time.time() * 1000)
-        self.metrics.fleet_fact_records = self.fleet_processor.applied
-        self.metrics.fleet_states_unstorable = self.fleet_processor.unstorable
+        self.metrics.note_fleet(self.fleet_processor.applied, self.fleet_processor.unstorable)
         return self.metrics.render(live, ended, size, lag, self.alerts, now_ms)
 
     # -- expiry ----------------------------------------------------------------------------------

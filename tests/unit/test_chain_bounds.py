@@ -144,7 +144,7 @@ def test_a_state_that_cannot_be_stored_starts_afresh_and_the_worker_goes_on(
             raise MessageSizeTooLargeError("too large")
         return await broker.send(topic, key, value, partition)
 
-    async def scenario() -> None:
+    async def scenario() -> FleetProcessor:
         table: dict[bytes, bytes] = {}
         fleet = FleetProcessor(table, send, broker.seek, lambda: cfg, {"alerts": "a", "changelog": "cl"})
         fleet.cursors.start(0, 0)
@@ -165,12 +165,14 @@ def test_a_state_that_cannot_be_stored_starts_afresh_and_the_worker_goes_on(
         assert fleet.unstorable == 2
         assert fleet.cursors.positions() == {0: 3}
         assert len(table[b"chain:r"]) <= 150
+        return fleet
 
-    asyncio.run(scenario())
+    fleet = asyncio.run(scenario())
     metrics = WorkerMetrics()
-    metrics.fleet_states_unstorable = 2
+    metrics.note_fleet(fleet.applied, fleet.unstorable)  # as the worker's metrics_text does
     text = metrics.render(0, 0, 0, {}, None, T0)
     assert "loopwatch_fleet_states_unstorable_total 2.0" in text
+    assert "loopwatch_fleet_fact_records_total 3.0" in text
 
 
 def test_a_state_too_large_with_its_unconfirmed_alerts_is_stored_without_them(
