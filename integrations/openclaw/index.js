@@ -28,6 +28,19 @@ const DEFAULTS = {
   abortMemoryMs: 3_600_000,
 };
 
+/** OpenClaw's own limit on a before_tool_call handler when neither the plugin nor the operator
+ * sets one (hooks-*.mjs, DEFAULT_MODIFYING_HOOK_TIMEOUT_MS_BY_HOOK). On expiry OpenClaw refuses
+ * the call ("Tool call blocked because before_tool_call hook failed"), whatever failOpen says. */
+export const OPENCLAW_HOOK_TIMEOUT_MS = 15_000;
+
+/** The limit the plugin asks OpenClaw for on its before_tool_call handler: above timeoutMs, so
+ * that a gateway slower than timeoutMs meets loopwatch's failOpen, not OpenClaw's refusal (an
+ * operator's plugins.entries.loopwatch.hooks.timeoutMs, if set, still wins). */
+export function hookTimeoutMs(cfg) {
+  const own = Number(cfg.timeoutMs);
+  return Number.isFinite(own) ? Math.max(OPENCLAW_HOOK_TIMEOUT_MS, Math.ceil(own) + 5_000) : OPENCLAW_HOOK_TIMEOUT_MS;
+}
+
 /** Runs remembered (aborted, pending usage, calls); the oldest is forgotten beyond this. */
 export const MAX_RUNS = 10_000;
 /** Calls remembered per run (their scope, params and warning, until their result). */
@@ -349,7 +362,7 @@ export default {
   description: "Fleet-wide tool-loop detection: asks a loopwatch gateway before every tool call.",
   register(api) {
     const hooks = createHooks(api.pluginConfig ?? {}, api.logger, shared.state);
-    api.on("before_tool_call", hooks.beforeToolCall);
+    api.on("before_tool_call", hooks.beforeToolCall, { timeoutMs: hookTimeoutMs(settings(api.pluginConfig)) });
     api.on("after_tool_call", hooks.afterToolCall);
     api.on("agent_end", hooks.agentEnd);
     api.registerAgentToolResultMiddleware?.(hooks.toolResultMiddleware, { runtimes: ["openclaw"] });

@@ -28,6 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from tests.helpers import ROOT, post_json
 
 PLUGIN = ROOT / "integrations" / "openclaw"
 TOKEN = "openclaw-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 RUN = "agent:main:main"  # the session OpenClaw resolves for /tools/invoke without a session key
 # OpenClaw 2026.9's note on a warned call's result (internal-hooks-*.mjs, appendToolLoopWarning)
 NOTE = (
@@ -163,12 +165,9 @@ def test_openclaw_installs_and_loads_the_plugin_with_its_hooks(openclaw: OpenCla
     assert report["diagnostics"] == []
 
 
-def test_a_looping_tool_call_is_refused_by_openclaw_with_loopwatch_s_verdict(
-    openclaw: OpenClaw, loopwatch_gateway: tuple[subprocess.Popen[str], str]
-) -> None:
-    lw_proc, lw_url = loopwatch_gateway
-    openclaw.install_plugin(config={"gatewayUrl": lw_url, "timeoutMs": 5000})
-
+@contextmanager
+def _openclaw_gateway(openclaw: OpenClaw) -> Iterator[str]:
+    """OpenClaw's Gateway on loopback, once a tool answers; its ``/tools/invoke`` URL."""
     port = _free_port()
     log = openclaw.home / "gateway.log"
     with log.open("wb") as out:
@@ -183,7 +182,6 @@ def test_a_looping_tool_call_is_refused_by_openclaw_with_loopwatch_s_verdict(
             start_new_session=True,
         )
     invoke = f"http://127.0.0.1:{port}/tools/invoke"
-    auth = {"Authorization": f"Bearer {TOKEN}"}
     try:
         # ready once a tool answers (500 while the Gateway starts its methods); asked in another
         # session, so another run for loopwatch
@@ -192,7 +190,7 @@ def test_a_looping_tool_call_is_refused_by_openclaw_with_loopwatch_s_verdict(
         status = 0
         while time.monotonic() < deadline and gateway.poll() is None:
             try:
-                status, _ = _post(invoke, probe, auth)
+                status, _ = _post(invoke, probe, AUTH)
             except (ConnectionError, urllib.error.URLError):
                 status = 0
             if status == 200:
@@ -200,7 +198,19 @@ def test_a_looping_tool_call_is_refused_by_openclaw_with_loopwatch_s_verdict(
             time.sleep(0.5)
         assert status == 200, f"OpenClaw's Gateway did not serve /tools/invoke: {log.read_text()[-3000:]}"
         assert "loopwatch" in re.search(r"\(\d+ plugins: ([^;)]*)", log.read_text()).group(1)  # type: ignore[union-attr]
+        yield invoke
+    finally:
+        _stop(gateway)
 
+
+def test_a_looping_tool_call_is_refused_by_openclaw_with_loopwatch_s_verdict(
+    openclaw: OpenClaw, loopwatch_gateway: tuple[subprocess.Popen[str], str]
+) -> None:
+    lw_proc, lw_url = loopwatch_gateway
+    openclaw.install_plugin(config={"gatewayUrl": lw_url, "timeoutMs": 5000})
+
+    auth = AUTH
+    with _openclaw_gateway(openclaw) as invoke:
         # the same calls and outcomes through the in-process core give the expected verdicts
         core = LoopDetector()
         expected: list[tuple[str, str, str]] = []
@@ -258,8 +268,22 @@ def test_a_looping_tool_call_is_refused_by_openclaw_with_loopwatch_s_verdict(
         other = {"tool": "sessions_list", "args": {}, "sessionKey": "agent:main:other"}
         status, body = _post(invoke, other, auth)
         assert status == 200, body
-    finally:
-        _stop(gateway)
+
+
+def test_a_gateway_slower_than_openclaw_s_own_hook_limit_meets_fail_open(openclaw: OpenClaw) -> None:
+    """OpenClaw refuses a call whose before_tool_call handler outlasts its limit (15 s unless
+    the plugin asks for another), whatever the plugin's failOpen says: with a timeoutMs above
+    that, a silent gateway must still mean failOpen (the call runs), not OpenClaw's refusal."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # connections are taken and never answered
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        openclaw.install_plugin(config={"gatewayUrl": url, "timeoutMs": 16_000})
+        with _openclaw_gateway(openclaw) as invoke:
+            call = {"tool": "sessions_list", "args": {}, "sessionKey": "agent:main:silent"}
+            status, body = _post(invoke, call, AUTH)
+    assert status == 200, body
+    assert "result" in body, body
 
 
 # -- a whole agent turn against a scripted model -----------------------------------------------

@@ -49,6 +49,7 @@ after(() => gateway?.kill("SIGTERM"));
 /** The plugin as OpenClaw registers it, with a fake api that keeps what it was given. */
 function loadPlugin(config) {
   const handlers = {};
+  const options = {};
   const warnings = [];
   const middlewares = [];
   const listeners = new Set();
@@ -56,8 +57,9 @@ function loadPlugin(config) {
     pluginConfig: config,
     registrationMode: "full",
     logger: { warn: (message) => warnings.push(message) },
-    on: (name, handler) => {
+    on: (name, handler, opts) => {
       handlers[name] = handler;
+      options[name] = opts;
     },
     registerAgentToolResultMiddleware: (handler, options) => middlewares.push({ handler, options }),
     runtime: {
@@ -70,7 +72,7 @@ function loadPlugin(config) {
     },
   });
   const transcript = (update) => listeners.forEach((listener) => listener(update));
-  return { handlers, warnings, middlewares, listeners, transcript };
+  return { handlers, options, warnings, middlewares, listeners, transcript };
 }
 
 const live = () => loadPlugin({ gatewayUrl: url, token: TOKEN, timeoutMs: 5000 });
@@ -138,6 +140,12 @@ test("a looping agent is blocked with the verdict's message, unchanged; others a
   assert.equal(run.agent_id, "coder");
   const other = await p.handlers.before_tool_call({ toolName: "read", params: { path: "PLAN.md" }, runId: "run-8" }, ctx);
   assert.equal(other, undefined);
+});
+
+test("OpenClaw's limit on before_tool_call is asked above timeoutMs (its expiry refuses the call)", () => {
+  assert.equal(loadPlugin({ gatewayUrl: DEAD }).options.before_tool_call.timeoutMs, 15_000);
+  assert.equal(loadPlugin({ gatewayUrl: DEAD, timeoutMs: 20_000 }).options.before_tool_call.timeoutMs, 25_000);
+  assert.equal(loadPlugin({ gatewayUrl: DEAD, timeoutMs: 12_000 }).options.before_tool_call.timeoutMs, 17_000);
 });
 
 test("a wrong token or a dead gateway fails open, or closed when asked", async () => {
