@@ -149,3 +149,26 @@ def post_json(url: str, body: Any, headers: dict[str, str] | None = None) -> tup
     except urllib.error.HTTPError as refused:
         with refused:
             return refused.code, json.loads(refused.read() or b"{}")
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses of this machine's TCP sockets listening on ``port`` (from
+    /proc/net/tcp and tcp6: no traffic is sent), e.g. ``{"127.0.0.1"}`` or ``{"0.0.0.0"}``."""
+    import ipaddress
+
+    found: set[str] = set()
+    for table, size in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            address, hex_port = fields[1].split(":")
+            if fields[3] != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(address)
+            # the kernel prints each 32-bit word in host (little-endian) order
+            packed = b"".join(raw[i : i + 4][::-1] for i in range(0, size, 4))
+            found.add(str(ipaddress.ip_address(packed)))
+    return found

@@ -178,6 +178,7 @@ class LoopwatchWorker:
             producer_linger=PRODUCER_LINGER_S,
             web_enabled=settings.web_enabled,
             web_host=settings.web_host,
+            web_bind=settings.web_host,  # (faust binds web_bind, 0.0.0.0 by default; web_host names it)
             web_port=settings.web_port,
             datadir=settings.data_dir,
         )

@@ -15,6 +15,7 @@ from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import Event, RunEnd, run_scope
 from tests.bench.workloads import Workload, generate, to_wire
+from tests.helpers import listening_addresses
 from tests.integration.harness import (
     Names,
     WorkerProcess,
@@ -87,7 +88,10 @@ def test_round_trip_gives_exactly_the_core_verdicts(
     events = fixture_events() + fleet_events()
     expected = expected_outputs(events)
     assert len(expected) > 300  # the fleet's loops and the real read-error loop
-    start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
+    worker = start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
+    # its web server (dashboard, run details, metrics) listens where LOOPWATCH_WEB_HOST says
+    # (127.0.0.1 by default), not on every interface
+    assert listening_addresses(int(worker.env["LOOPWATCH_WEB_PORT"])) == {"127.0.0.1"}
     run(produce(kafka_bootstrap, names.events, event_records(events)))
     got = run(consume(kafka_bootstrap, names.verdicts, until=len(expected), timeout=120, settle=2))
     assert per_run(got) == per_run(expected)
