@@ -8,9 +8,10 @@ them and reports every problem at once. Secrets never appear in :meth:`StreamSet
 
 from __future__ import annotations
 
+import math
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -176,11 +177,16 @@ def _check_store(settings: StreamSettings, bad: Callable[[str, str], None]) -> N
         bad("data_dir", "the rocksdb store needs a data directory")
 
 
-def _check(settings: StreamSettings) -> list[ConfigProblem]:
+def _where(name: str, flags: Collection[str]) -> str:
+    """Where a setting was given: its flag when one gave it, else its variable."""
+    return "flag --" + name.replace("_", "-") if name in flags else env_name(name)
+
+
+def _check(settings: StreamSettings, flags: Collection[str] = ()) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
 
     def bad(name: str, message: str) -> None:
-        problems.append(ConfigProblem(env_name(name), message))
+        problems.append(ConfigProblem(_where(name, flags), message))
 
     _check_kafka(settings, bad)
     for name in (
@@ -198,9 +204,9 @@ def _check(settings: StreamSettings) -> list[ConfigProblem]:
     if not 3 <= settings.kafka_session_timeout_s <= 90:
         bad("kafka_session_timeout_s", "must be between 3 and 90 seconds")
     for name in ("expiry_interval_s", "startup_timeout_s"):
-        if getattr(settings, name) <= 0:
+        if not 0 < getattr(settings, name) < math.inf:  # (NaN too)
             bad(name, "must be a positive number")
-    if settings.gc_full_interval_s < 0:
+    if not 0 <= settings.gc_full_interval_s < math.inf:
         bad("gc_full_interval_s", "must be 0 (CPython's own schedule) or a positive number of seconds")
     if not 0 < settings.web_port < 65536:
         bad("web_port", "must be a port number (1-65535)")
@@ -236,10 +242,10 @@ def parse_stream_settings(
         try:
             values[name] = _convert(hint, raw)
         except msgspec.ValidationError:  # every field is tried: all problems are reported at once
-            where = "flag --" + name.replace("_", "-") if name in overrides else env_name(name)
+            where = _where(name, overrides)
             problems.append(ConfigProblem(where, f"cannot read {raw!r} as {_type_name(hint)}"))
     settings = StreamSettings(**values)  # unreadable values keep their defaults for the checks
-    problems.extend(_check(settings))
+    problems.extend(_check(settings, overrides))
     if problems:
         raise ConfigError(problems, "stream settings")
     return settings

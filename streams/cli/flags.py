@@ -41,6 +41,6 @@ def config_flag(parser: argparse.ArgumentParser, text: str = "") -> None:
     parser.add_argument(
         "--config",
         metavar="FILE",
-        default=os.environ.get("LOOPWATCH_CONFIG"),
+        default=os.environ.get("LOOPWATCH_CONFIG") or None,  # (set but empty: no file)
         help=text or "OpenClaw-style config file (JSON5) (env LOOPWATCH_CONFIG)",
     )

@@ -189,11 +189,11 @@ async def start_server(dashboard: Dashboard, host: str, port: int) -> Any:
     return runner
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """``PORT`` or ``HOST:PORT`` (port 0 picks a free port)."""
+def parse_address(text: str, flag: str = "--serve") -> tuple[str, int]:
+    """``PORT`` or ``HOST:PORT`` (port 0 picks a free port), given with ``flag``."""
     host, _, port = text.rpartition(":")
     if not (port.isascii() and port.isdigit()) or int(port) > 65535:
-        raise LoopwatchError(f"--serve {text!r}: expected PORT or HOST:PORT, e.g. 127.0.0.1:6066")
+        raise LoopwatchError(f"{flag} {text!r}: expected PORT or HOST:PORT, e.g. 127.0.0.1:6066")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 

@@ -488,7 +488,7 @@ async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) 
     from loopwatch.streams.inputs.config_files import load_config
 
     config = load_config(args.config)
-    host, port = parse_address(args.listen)
+    host, port = parse_address(args.listen, "--listen")
     if not tokens and not is_loopback(host) and not getattr(args, "insecure_no_auth", False):
         raise LoopwatchError(
             f"--listen {args.listen}: a gateway reachable beyond this machine needs a token "

@@ -214,6 +214,11 @@ def test_config_comes_from_the_environment_and_the_flag_wins(tmp_path: Path) -> 
         [*command, "--config", str(good), "-"], input=one_event, env=env, capture_output=True
     )
     assert flag_wins.returncode == 0, flag_wins.stderr
+    # set but empty (a compose file's `LOOPWATCH_CONFIG: ${CONFIG:-}`): no file, not "." read
+    unset = subprocess.run(
+        [*command, "-"], input=one_event, env={**env, "LOOPWATCH_CONFIG": ""}, capture_output=True
+    )
+    assert unset.returncode == 0, unset.stderr
 
 
 def wait_until_read_to(pid: int, path: Path, size: int, timeout: float = 60) -> None:

@@ -197,6 +197,8 @@ def test_serve_address(text: str, expected: tuple[str, int]) -> None:
 def test_bad_serve_address_says_what_is_expected(text: str) -> None:
     with pytest.raises(LoopwatchError, match="expected PORT or HOST:PORT"):
         parse_address(text)
+    with pytest.raises(LoopwatchError, match=f"^--listen '{text}': expected"):
+        parse_address(text, "--listen")  # (the gateway's flag)
 
 
 def test_what_fired_counts_every_verdict_while_the_list_keeps_the_latest() -> None:

@@ -1,0 +1,40 @@
+"""``LOOPWATCH_*`` settings and their flags: every problem listed, each where it was given."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopwatch.config.errors import ConfigError
+from loopwatch.config.stream_settings import parse_stream_settings
+
+
+def problems(env: dict[str, str], flags: dict[str, object] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as refused:
+        parse_stream_settings(env, flags)
+    return [f"{problem.path}: {problem.message}" for problem in refused.value.problems]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "Infinity"])
+def test_seconds_that_are_no_finite_number_are_refused(value: str) -> None:
+    """A full collection or an expiry sweep waiting ``inf`` or ``nan`` seconds never runs."""
+    env = {
+        "LOOPWATCH_GC_FULL_INTERVAL_S": value,
+        "LOOPWATCH_EXPIRY_INTERVAL_S": value,
+        "LOOPWATCH_STARTUP_TIMEOUT_S": value,
+        "LOOPWATCH_KAFKA_SESSION_TIMEOUT_S": value,
+    }
+    assert sorted(path.split(":")[0] for path in problems(env)) == sorted(env)
+
+
+def test_a_flag_s_problem_names_the_flag_and_a_variable_s_the_variable() -> None:
+    assert problems({"LOOPWATCH_PARTITIONS": "0"}, {"web_port": 0}) == [
+        "LOOPWATCH_PARTITIONS: must be a positive integer",
+        "flag --web-port: must be a port number (1-65535)",
+    ]
+    assert problems({"LOOPWATCH_WEB_PORT": "0"}) == ["LOOPWATCH_WEB_PORT: must be a port number (1-65535)"]
+
+
+def test_finite_seconds_are_taken() -> None:
+    env = {"LOOPWATCH_GC_FULL_INTERVAL_S": "0", "LOOPWATCH_EXPIRY_INTERVAL_S": "0.5"}
+    settings = parse_stream_settings(env)
+    assert (settings.gc_full_interval_s, settings.expiry_interval_s) == (0.0, 0.5)
