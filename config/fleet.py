@@ -118,21 +118,27 @@ def parse_config_value(
     global_block = _tools_block(value, "", problems)
     agents: dict[str, RawBlock] = {}
     agent_rules: dict[str, RawRules] = {}
-    _agent_blocks(value.get("agents"), agents, agent_rules, problems)
+    rules_at: dict[str, str] = {}  # agent -> the path of its detectors object
+    _agent_blocks(value.get("agents"), agents, (agent_rules, rules_at), problems)
     section = value.get("loopwatch")
     global_rules: RawRules | None = None
+    global_ok = True
     if isinstance(section, dict) and "detectors" in section:
         section = dict(section)
         found_rules = section.pop("detectors")
-        problems.extend(validate_rules(found_rules, "loopwatch.detectors"))
+        found_problems = validate_rules(found_rules, "loopwatch.detectors")
+        problems.extend(found_problems)
+        global_ok = not found_problems
         global_rules = found_rules if isinstance(found_rules, dict) else None
     parsed_settings, found = parse_settings(section, base=settings)
     problems.extend(found)
-    if not problems:
-        for agent_id, own in agent_rules.items():  # a merged pair can break an ordering rule
-            merged = merge_rules(global_rules, own)
-            where = f"agents[{agent_id}].loopwatch.detectors (merged over loopwatch.detectors)"
-            problems.extend(validate_rules(merged, where))
+    if global_ok:  # the threshold order of each agent's rules, merged over the global ones
+        for agent_id, own in agent_rules.items():
+            merged_problems = validate_rules(merge_rules(global_rules, own), rules_at[agent_id])
+            problems.extend(
+                ConfigProblem(p.path, f"{p.message} (this agent's rules merged over loopwatch.detectors)")
+                for p in merged_problems
+            )
     if problems:
         raise ConfigError(problems, source)
     return FleetConfig(
@@ -140,8 +146,12 @@ def parse_config_value(
     )
 
 
+#: per agent, its ``detectors`` object and the path it was found at
+AgentRules = tuple[dict[str, RawRules], dict[str, str]]
+
+
 def _agent_rules(
-    entry: object, agent_id: str, path: str, out: dict[str, RawRules], problems: list[ConfigProblem]
+    entry: object, agent_id: str, path: str, out: AgentRules, problems: list[ConfigProblem]
 ) -> None:
     """An agent's ``loopwatch`` object: only ``detectors`` may be set per agent."""
     if not isinstance(entry, dict) or "loopwatch" not in entry:
@@ -155,14 +165,20 @@ def _agent_rules(
             problems.append(ConfigProblem(f"{path}.loopwatch.{key}", "only detectors can be set per agent"))
     if "detectors" in section:
         rules = section["detectors"]
-        found = validate_rules(rules, f"{path}.loopwatch.detectors", per_agent=True)
+        where = f"{path}.loopwatch.detectors"
+        found = validate_rules(rules, where, per_agent=True)
         problems.extend(found)
-        if not found and isinstance(rules, dict):
-            out[agent_id] = rules
+        kept, paths = out
+        if agent_id in paths:
+            twice = f"agent {agent_id!r} has loopwatch.detectors twice (also at {paths[agent_id]})"
+            problems.append(ConfigProblem(where, twice))
+        elif not found and isinstance(rules, dict):
+            kept[agent_id] = rules
+        paths.setdefault(agent_id, where)
 
 
 def _agent_blocks(
-    agents: object, out: dict[str, RawBlock], rules: dict[str, RawRules], problems: list[ConfigProblem]
+    agents: object, out: dict[str, RawBlock], rules: AgentRules, problems: list[ConfigProblem]
 ) -> None:
     if agents is None:
         return

@@ -12,7 +12,12 @@ from typing import Any, Final
 __all__ = ["near_misses"]
 
 #: where loopwatch reads keys: (path of the object, the keys read there)
-_READ: Final = (("", ("tools", "agents", "loopwatch")), ("tools", ("loopDetection",)))
+_READ: Final = (
+    ("", ("tools", "agents", "loopwatch")),
+    ("agents", ("list", "entries")),
+    ("*", ("tools", "loopwatch")),  # an agent entry
+    ("tools", ("loopDetection",)),
+)
 #: real OpenClaw keys that are one letter from a key loopwatch reads
 _LEGITIMATE: Final = frozenset({"agent"})
 
@@ -32,31 +37,49 @@ def _one_edit(a: str, b: str) -> bool:
 def _meant(key: str, known: tuple[str, ...]) -> str | None:
     if key in known or key in _LEGITIMATE:
         return None
+    folded = key.casefold()
     for name in known:
-        if key.casefold() == name.casefold() or (
-            len(name) >= 4 and _one_edit(key.casefold(), name.casefold())
+        wanted = name.casefold()
+        if (
+            folded == wanted
+            or (len(name) >= 4 and _one_edit(folded, wanted))
+            or (wanted.endswith("ies") and folded == wanted[:-3] + "y")  # entry for entries
         ):
             return name
     return None
 
 
+def _agent_entries(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every agent entry (``agents.list[i]``, ``agents.entries.<id>``) with its path."""
+    agents = document.get("agents")
+    if not isinstance(agents, dict):
+        return []
+    found: list[tuple[str, dict[str, Any]]] = []
+    listed = agents.get("list")
+    for index, entry in enumerate(listed if isinstance(listed, list) else []):
+        if isinstance(entry, dict):
+            found.append((f"agents.list[{index}]", entry))
+    entries = agents.get("entries")
+    for agent, entry in entries.items() if isinstance(entries, dict) else []:
+        if isinstance(entry, dict):
+            found.append((f"agents.entries.{agent}", entry))
+    return found
+
+
 def _objects(document: dict[str, Any], path: str) -> list[tuple[str, dict[str, Any]]]:
-    """The objects at ``path`` (top level or ``tools``), globally and in every agent entry."""
+    """The objects at ``path`` (top level, ``agents``, ``tools`` globally and in every agent
+    entry, ``*`` for the agent entries themselves)."""
     if not path:
         return [("", document)]
+    if path == "*":
+        return _agent_entries(document)
     found: list[tuple[str, dict[str, Any]]] = []
     if isinstance(document.get(path), dict):
         found.append((path, document[path]))
-    agents = document.get("agents")
-    if isinstance(agents, dict):
-        listed = agents.get("list")
-        for index, entry in enumerate(listed if isinstance(listed, list) else []):
-            if isinstance(entry, dict) and isinstance(entry.get(path), dict):
-                found.append((f"agents.list[{index}].{path}", entry[path]))
-        entries = agents.get("entries")
-        for agent, entry in entries.items() if isinstance(entries, dict) else []:
-            if isinstance(entry, dict) and isinstance(entry.get(path), dict):
-                found.append((f"agents.entries.{agent}.{path}", entry[path]))
+    if path == "tools":
+        for where, entry in _agent_entries(document):
+            if isinstance(entry.get(path), dict):
+                found.append((f"{where}.{path}", entry[path]))
     return found
 
 

@@ -43,9 +43,12 @@ _DEFAULTS: Final = Detectors()
 
 
 def validate_rules(raw: object, path: str, per_agent: bool = False) -> list[ConfigProblem]:
-    """Every problem of one ``detectors`` object (per agent, the fleet-wide rules are refused)."""
+    """Every problem of one ``detectors`` object. Per agent, the fleet-wide rules are refused
+    and the threshold order is not checked: it applies once merged over the global object
+    (an agent may set only ``criticalThreshold``, over a global ``warningThreshold``)."""
     problems: list[ConfigProblem] = []
-    decode_struct(raw, Detectors, path, problems, refused=_FLEET_WIDE if per_agent else {})
+    refused = _FLEET_WIDE if per_agent else {}
+    decode_struct(raw, Detectors, path, problems, refused=refused, ordered=not per_agent)
     return problems
 
 

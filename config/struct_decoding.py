@@ -19,6 +19,7 @@ Rules:
 from __future__ import annotations
 
 import functools
+import math
 import types
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
@@ -143,6 +144,7 @@ def decode_struct(
     base: S | None = None,
     also_known: tuple[str, ...] = (),
     refused: Mapping[str, str] = _NO_REFUSALS,
+    ordered: bool = True,
 ) -> S | None:
     """``raw`` as a ``cls``, or ``None`` with every problem appended to ``problems``.
 
@@ -155,6 +157,7 @@ def decode_struct(
     fields = _fields(cls)
     before = len(problems)
     values: dict[str, Any] = {}
+    failed: set[str] = set()  # fields with a problem of their own: no order check on them
     for key, value in raw.items():
         where = f"{path}.{key}"
         info = fields.get(key)
@@ -166,19 +169,26 @@ def decode_struct(
                 member = getattr(cls, "member", "key")
                 problems.append(ConfigProblem(where, f"unknown {member} (known: {known})"))
         elif (nested := _struct(info.type)) is not None:
-            inner = decode_struct(value, nested, where, problems, base=getattr(base, info.name, None))
+            inner = decode_struct(
+                value, nested, where, problems, base=getattr(base, info.name, None), ordered=ordered
+            )
             if inner is not None:
                 values[info.name] = inner
         else:
             try:
-                values[info.name] = msgspec.convert(_json_number(value, info.type), info.type, strict=True)
+                converted = msgspec.convert(_json_number(value, info.type), info.type, strict=True)
+                if isinstance(converted, float) and not math.isfinite(converted):  # JSON5's Infinity
+                    raise msgspec.ValidationError("not a finite number")
+                values[info.name] = converted
             except msgspec.ValidationError:
                 problems.append(ConfigProblem(where, f"must be {describe(info.type)}"))
-    if len(problems) > before:
-        return None
+                failed.add(info.name)
     decoded = msgspec.structs.replace(base, **values) if base is not None else cls(**values)
     names = encode_names(cls)
-    for low, high in getattr(cls, "ordered", ()):
-        if getattr(decoded, low) >= getattr(decoded, high):
+    # checked also beside other problems (every problem at once), but not where a value of the
+    # pair was refused; ``ordered=False`` leaves them to the caller (a per-agent object is
+    # checked once merged over the global one)
+    for low, high in getattr(cls, "ordered", ()) if ordered else ():
+        if low not in failed and high not in failed and getattr(decoded, low) >= getattr(decoded, high):
             problems.append(ConfigProblem(f"{path}.{names[low]}", f"must be lower than {names[high]}"))
     return None if len(problems) > before else decoded

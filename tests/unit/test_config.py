@@ -177,6 +177,32 @@ def test_keys_one_letter_or_a_case_away_get_a_did_you_mean() -> None:
     )
 
 
+def test_an_agent_entry_s_keys_and_the_agents_object_s_get_a_did_you_mean() -> None:
+    """A typo there drops one agent's override silently: the agent runs on the global rules."""
+    from loopwatch.config.near_misses import near_misses
+
+    document = {
+        "agents": {
+            "list": [
+                {"id": "a", "tool": {"loopDetection": {}}, "model": "x", "workspace": "w"},
+                {"id": "b", "loopWatch": {"detectors": {}}, "identity": {}, "subagents": {}},
+            ],
+            "entry": {"c": {}},
+            "defaults": {},
+        },
+    }
+    assert near_misses(document) == [
+        "agents.entry: did you mean `agents.entries`? (ignored: loopwatch reads `agents.entries`)",
+        "agents.list[0].tool: did you mean `agents.list[0].tools`? "
+        "(ignored: loopwatch reads `agents.list[0].tools`)",
+        "agents.list[1].loopWatch: did you mean `agents.list[1].loopwatch`? "
+        "(ignored: loopwatch reads `agents.list[1].loopwatch`)",
+    ]
+    assert near_misses({"agents": {"lists": []}}) == [
+        "agents.lists: did you mean `agents.list`? (ignored: loopwatch reads `agents.list`)"
+    ]
+
+
 def test_the_command_line_prints_the_warnings_and_goes_on(tmp_path: Path) -> None:
     import subprocess
     import sys

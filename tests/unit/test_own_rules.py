@@ -101,13 +101,82 @@ def test_a_warning_threshold_must_stay_below_the_critical_one_also_after_merging
         ConfigError, match=r"editUndo\.warningThreshold: must be lower than criticalThreshold"
     ):
         config({"editUndo": {"warningThreshold": 5}})
-    with pytest.raises(
-        ConfigError, match=r"agents\[a\].loopwatch.detectors .*runNoProgress.warningThreshold"
-    ):
+    with pytest.raises(ConfigError) as refused:
         parse_config_text(
             "{loopwatch: {detectors: {runNoProgress: {warningThreshold: 25}}},"
             " agents: {list: [{id: 'a', loopwatch: {detectors: {runNoProgress: {windowSize: 24}}}}]}}"
         )
+    assert [str(problem) for problem in refused.value.problems] == [
+        "agents.list[0].loopwatch.detectors.runNoProgress.warningThreshold: must be lower than "
+        "windowSize (this agent's rules merged over loopwatch.detectors)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("global_rules", "agent_rules"),
+    [
+        ("{editUndo: {enabled: true, warningThreshold: 1}}", "{editUndo: {criticalThreshold: 2}}"),
+        ("{editUndo: {criticalThreshold: 10}}", "{editUndo: {warningThreshold: 8}}"),
+        ("{runNoProgress: {windowSize: 100}}", "{runNoProgress: {warningThreshold: 50}}"),
+    ],
+)
+def test_an_agent_s_thresholds_are_ordered_once_merged_not_against_the_defaults(
+    global_rules: str, agent_rules: str
+) -> None:
+    """An agent that sets one threshold of a pair gets the global other one: the pair is valid
+    (the agent's object alone, over the built-in defaults, would not be)."""
+    parsed = parse_config_text(
+        f"{{loopwatch: {{detectors: {global_rules}}},"
+        f" agents: {{list: [{{id: 'coder', loopwatch: {{detectors: {agent_rules}}}}}]}}}}"
+    )
+    assert parsed.for_agent("coder").rules != parsed.for_agent("other").rules
+
+
+def test_every_problem_at_once_the_merged_order_and_an_order_beside_a_wrong_type_included() -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config_text(
+            "{loopwatch: {digest: 'md5', detectors: {editUndo: {warningThreshold: 4, criticalThreshold: 6},"
+            " runNoProgress: {enabled: 'yes', warningThreshold: 40, windowSize: 30}}},"
+            " agents: {list: [{id: 'coder', loopwatch: {detectors: {editUndo: {criticalThreshold: 4}}}}]}}"
+        )
+    text = [str(problem) for problem in refused.value.problems]
+    assert "loopwatch.detectors.runNoProgress.enabled: must be a boolean" in text
+    assert "loopwatch.detectors.runNoProgress.warningThreshold: must be lower than windowSize" in text
+    assert any(problem.startswith("loopwatch.digest:") for problem in text)
+    # the global rules had a problem of their own: no merge is judged over them
+    assert len(text) == 3, text
+    with pytest.raises(ConfigError) as refused:
+        parse_config_text(
+            "{loopwatch: {digest: 'md5', detectors: {editUndo: {warningThreshold: 4, criticalThreshold: 6}}},"
+            " agents: {list: [{id: 'coder', loopwatch: {detectors: {editUndo: {criticalThreshold: 4}}}}]}}"
+        )
+    text = [str(problem) for problem in refused.value.problems]
+    assert any(problem.startswith("loopwatch.digest:") for problem in text)
+    assert (
+        "agents.list[0].loopwatch.detectors.editUndo.warningThreshold: must be lower than "
+        "criticalThreshold (this agent's rules merged over loopwatch.detectors)"
+    ) in text
+
+
+def test_an_agent_s_detectors_given_twice_is_an_error_as_a_loop_detection_block_twice_is() -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config_text(
+            "{agents: {list: [{id: 'coder', loopwatch: {detectors: {loopBudget: {usd: 10}}}},"
+            " {id: 'coder', loopwatch: {detectors: {loopBudget: {usd: 1000}}}}],"
+            " entries: {coder: {loopwatch: {detectors: {loopBudget: {usd: 5}}}}}}}"
+        )
+    assert [str(problem) for problem in refused.value.problems] == [
+        "agents.list[1].loopwatch.detectors: agent 'coder' has loopwatch.detectors twice "
+        "(also at agents.list[0].loopwatch.detectors)",
+        "agents.entries.coder.loopwatch.detectors: agent 'coder' has loopwatch.detectors twice "
+        "(also at agents.list[0].loopwatch.detectors)",
+    ]
+
+
+@pytest.mark.parametrize("usd", ["Infinity", "-Infinity", "NaN"])
+def test_a_loop_budget_that_is_no_finite_number_is_refused(usd: str) -> None:
+    with pytest.raises(ConfigError, match=r"loopBudget\.usd: must be a positive number"):
+        parse_config_text(f"{{loopwatch: {{detectors: {{loopBudget: {{usd: {usd}}}}}}}}}")
 
 
 # -- run_no_progress ---------------------------------------------------------------------------
