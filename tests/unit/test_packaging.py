@@ -70,6 +70,21 @@ def test_docker_compose_runs_the_kafka_version_of_the_local_broker() -> None:
     assert f"image: apache/kafka:{local.group(1)}" in (ROOT / "docker-compose.yml").read_text()
 
 
+def test_every_kafka_of_docker_compose_keeps_its_data_on_its_volume() -> None:
+    """With KAFKA_* variables set, apache/kafka writes only their settings: without
+    KAFKA_LOG_DIRS the topics live in the container's /tmp and a recreate loses them (while
+    the worker's RocksDB volume stays ahead of its changelogs)."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    mounts = re.findall(r"^\s*- kafka(?:-\d)?-data:(\S+)", text, re.M)
+    assert len(mounts) == 4  # the single node and the cluster's three
+    single = text[text.index("\n  kafka:\n") : text.index("\n  redis:\n")]
+    anchor = text[text.index("x-kafka-cluster-env:") : text.index("x-kafka-cluster-node:")]
+    for block in (single, anchor):
+        (log_dirs,) = re.findall(r"^\s*KAFKA_LOG_DIRS: (\S+)", block, re.M)
+        assert {log_dirs} == set(mounts)
+    assert text.count("<<: *kafka-cluster-env") == 3
+
+
 def test_the_documents_code_comments_cite_are_in_the_repository() -> None:
     import re
 
