@@ -13,6 +13,7 @@ rules alone) and every agent with a block or rules of its own, into a frozen tab
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -226,12 +227,21 @@ def _put(
         out[agent_id] = block
 
 
+def json5_value(text: str) -> Any:
+    """The value of JSON5 text; plain JSON (what most config files are) through the stdlib's
+    parser, a hundred times faster than the JSON5 one and with the same value."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # JSON5 proper (comments, unquoted keys), or no JSON
+        return json5.loads(text)
+
+
 def parse_config_text(
     text: str, source: str | None = None, settings: DetectorSettings | None = None
 ) -> FleetConfig:
     """A :class:`FleetConfig` from JSON5 text (an OpenClaw or loopwatch config file)."""
     try:
-        value: Any = json5.loads(text)
+        value: Any = json5_value(text)
     except ValueError as exc:
         raise ConfigError([ConfigProblem("", f"not valid JSON5: {exc}")], source) from exc
     except RecursionError as exc:  # the parser recurses per array and object
