@@ -8,9 +8,14 @@ Hierarchy::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-__all__ = ["ConfigError", "ConfigProblem", "LoopwatchError"]
+__all__ = ["ConfigError", "ConfigProblem", "LoopwatchError", "both_or_every_problem"]
+
+A = TypeVar("A")
+B = TypeVar("B")
 
 
 class LoopwatchError(Exception):
@@ -43,3 +48,31 @@ class ConfigError(LoopwatchError):
         where = f" in {source}" if source else ""
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"invalid configuration{where} ({len(self.problems)} problem(s)):\n{lines}")
+
+
+def both_or_every_problem(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
+    """Two configurations loaded (e.g. the ``LOOPWATCH_*`` settings and the config file), or one
+    :class:`ConfigError` with the problems of both, each under its source: an operator fixes
+    them in one go, not one source per start."""
+    errors: list[ConfigError] = []
+    try:
+        a = first()
+    except ConfigError as exc:
+        errors.append(exc)
+    try:
+        b = second()
+    except ConfigError as exc:
+        errors.append(exc)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    f"{error.source}: {problem.path}" if error.source else problem.path, problem.message
+                )
+                for error in errors
+                for problem in error.problems
+            ]
+        )
+    return a, b

@@ -6,6 +6,7 @@ import asyncio
 import os
 from typing import Any
 
+from loopwatch.config.errors import both_or_every_problem
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.stream_settings import StreamSettings, parse_stream_settings
 from loopwatch.streams.inputs.config_files import load_config
@@ -72,9 +73,10 @@ def _faust_worker_class() -> Any:
 
 
 def run_worker(args: Any) -> int:
-    settings = stream_settings_from(args)
+    settings, config = both_or_every_problem(
+        lambda: stream_settings_from(args), lambda: load_config(args.config)
+    )
     configure_logging(settings.log_format, settings.log_level)
-    config = load_config(args.config)
     worker = build_worker(settings, config)
     from loopwatch.streams.kafka import gc_policy
 

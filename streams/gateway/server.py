@@ -484,10 +484,15 @@ def gateway_app(
 async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) -> None:
     from contextlib import AsyncExitStack
 
+    from loopwatch.config.errors import both_or_every_problem
+    from loopwatch.config.stream_settings import parse_stream_settings
     from loopwatch.streams.fleet_view.dashboard import parse_address
     from loopwatch.streams.inputs.config_files import load_config
 
-    config = load_config(args.config)
+    config, settings = both_or_every_problem(
+        lambda: load_config(args.config),
+        lambda: parse_stream_settings(os.environ, {"kafka_bootstrap": args.kafka}),
+    )
     host, port = parse_address(args.listen, "--listen")
     if not tokens and not is_loopback(host) and not getattr(args, "insecure_no_auth", False):
         raise LoopwatchError(
@@ -505,11 +510,9 @@ async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) 
     async with AsyncExitStack() as stack:
         backend: Backend
         if args.kafka:
-            from loopwatch.config.stream_settings import parse_stream_settings
             from loopwatch.streams.gateway.kafka_backend import KafkaBackend
             from loopwatch.streams.kafka.connect import ensure_topics, wait_for_broker
 
-            settings = parse_stream_settings(os.environ, {"kafka_bootstrap": args.kafka})
             await wait_for_broker(settings)
             await ensure_topics(settings)  # the replies topic is read before any worker may run
             view = FleetView(f"loopwatch gateway (Kafka {args.kafka})")
@@ -518,11 +521,10 @@ async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) 
             stack.push_async_callback(kafka.stop)
             backend = kafka
         else:
-            from loopwatch.config.stream_settings import parse_stream_settings
-
-            ttl = parse_stream_settings(os.environ).state_ttl_s
             view = FleetView("loopwatch gateway (embedded)")
-            runtime = await stack.enter_async_context(EmbeddedRuntime(config, view=view, state_ttl_s=ttl))
+            runtime = await stack.enter_async_context(
+                EmbeddedRuntime(config, view=view, state_ttl_s=settings.state_ttl_s)
+            )
             backend = EmbeddedBackend(runtime)
             from loopwatch.streams.otlp_verdicts import verdict_exporter_from_env
 

@@ -179,6 +179,25 @@ def test_worker_refuses_invalid_settings_with_every_problem(tmp_path: Path) -> N
     assert "hunter2" not in err
 
 
+@pytest.mark.parametrize("command", [["worker", "--config"], ["check-config"], ["gateway", "--config"]])
+def test_the_settings_and_the_config_file_are_refused_together(tmp_path: Path, command: list[str]) -> None:
+    """Every problem in one go: the file's and the variables' (one source per start before)."""
+    bad = tmp_path / "bad.json"
+    bad.write_text("{tools: {loopDetection: {historySize: 0}}}")
+    done = subprocess.run(
+        [sys.executable, "-m", "loopwatch", *command, str(bad)],
+        capture_output=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "LOOPWATCH_PARTITIONS": "abc", "LOOPWATCH_WEB_PORT": "0"},
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert f"{bad}: tools.loopDetection.historySize: must be" in err
+    assert "stream settings: LOOPWATCH_PARTITIONS: cannot read 'abc'" in err
+    assert "stream settings: LOOPWATCH_WEB_PORT: must be a port number" in err
+    assert "Traceback" not in err
+
+
 def test_worker_refuses_to_start_without_a_broker() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "loopwatch", "worker", "--kafka", "127.0.0.1:1"],

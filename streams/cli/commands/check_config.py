@@ -14,13 +14,15 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
     import os
 
     from loopwatch.config import fleet_rules
+    from loopwatch.config.errors import both_or_every_problem
     from loopwatch.config.explain import explain
     from loopwatch.config.stream_settings import parse_stream_settings
 
-    config = load_config(args.file)
+    config, settings = both_or_every_problem(
+        lambda: load_config(args.file), lambda: parse_stream_settings(os.environ)
+    )
     reports = explain(config)
     fleet = fleet_rules.fleet_rules(config.global_rules)
-    settings = parse_stream_settings(os.environ)
     if args.json:
         document = {
             "agents": {r.agent: {"effective": r.effective, "notes": r.notes} for r in reports},
