@@ -26,7 +26,35 @@ const DEFAULTS = {
   timeoutMs: 200,
   failOpen: true,
   abortMemoryMs: 3_600_000,
+  abortStopsRun: false,
 };
+
+/** OpenClaw's way to stop a session's active embedded run (`abortAgentHarnessRun` of
+ * openclaw/plugin-sdk/agent-harness: the run ends after the current tool batch, as with /stop),
+ * or null where this OpenClaw has none (the call is then only refused, and the later ones). */
+let runAborter;
+function loadRunAborter() {
+  runAborter ??= import("openclaw/plugin-sdk/agent-harness").then(
+    (sdk) => (typeof sdk.abortAgentHarnessRun === "function" ? sdk.abortAgentHarnessRun : null),
+    () => null,
+  );
+  return runAborter;
+}
+
+/** Stop the run of a hook's ctx (its session's active run: the hook runs inside it). Never
+ * without a session id: OpenClaw's function stops every active run when given none. */
+async function stopRun(cfg, ctx, logger) {
+  const sessionId = text(ctx?.sessionId);
+  if (!cfg.abortStopsRun || !sessionId) return false;
+  const abort = await loadRunAborter();
+  if (!abort) return false;
+  try {
+    return abort(sessionId) === true;
+  } catch (error) {
+    logger?.warn?.(`loopwatch: the aborted run was not stopped: ${error.message}`);
+    return false;
+  }
+}
 
 /** OpenClaw's own limit on a before_tool_call handler when neither the plugin nor the operator
  * sets one (hooks-*.mjs, DEFAULT_MODIFYING_HOOK_TIMEOUT_MS_BY_HOOK). On expiry OpenClaw refuses
@@ -244,7 +272,10 @@ export function createHooks(config, logger, state = createState()) {
         return { block: true, blockReason: message };
       };
       if (run.aborted !== undefined) {
-        if (Date.now() - run.abortedAt < cfg.abortMemoryMs) return refuse(run.aborted);
+        if (Date.now() - run.abortedAt < cfg.abortMemoryMs) {
+          await stopRun(cfg, ctx, logger); // (an abort learned with a tool result: stopped here, inside the run)
+          return refuse(run.aborted);
+        }
         run.aborted = undefined; // kept long enough: the gateway is asked again
       }
       const params = event?.params ?? {};
@@ -264,6 +295,7 @@ export function createHooks(config, logger, state = createState()) {
       const reason = typeof answer.message === "string" ? answer.message : `loopwatch: ${answer.decision}`;
       if (answer.decision === "abort") {
         remember(run, reason);
+        await stopRun(cfg, ctx, logger);
         return refuse(reason);
       }
       if (answer.decision === "block") return refuse(reason);

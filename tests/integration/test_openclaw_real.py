@@ -411,16 +411,20 @@ def _transcript_lines(home: Path, session_id: str) -> list[bytes]:
     return lines
 
 
+@pytest.mark.parametrize("stops", [True, False], ids=["abort-stops-the-run", "abort-refuses-each-call"])
 def test_an_agent_turn_through_the_plugin_warns_blocks_aborts_and_ends_the_run(
-    openclaw: OpenClaw, loopwatch_gateway: tuple[subprocess.Popen[str], str]
+    openclaw: OpenClaw, loopwatch_gateway: tuple[subprocess.Popen[str], str], stops: bool
 ) -> None:
+    """After the abort each later call of the run is refused with the abort's sentence until
+    the model gives up (the default); with ``abortStopsRun: true`` OpenClaw stops the run after
+    the aborted call, as its own tool-loop abort does: no model turn after it."""
     _, lw_url = loopwatch_gateway
     with _Served(_Model) as model, _Served(_Recorder) as recorder:
         recorder.upstream = lw_url  # type: ignore[attr-defined]
-        openclaw.install_plugin(
-            config={"gatewayUrl": recorder.url, "timeoutMs": 5000},
-            hooks={"allowConversationAccess": True},
-        )
+        plugin_config: dict[str, Any] = {"gatewayUrl": recorder.url, "timeoutMs": 5000}
+        if stops:
+            plugin_config["abortStopsRun"] = True
+        openclaw.install_plugin(config=plugin_config, hooks={"allowConversationAccess": True})
         config = json.loads(openclaw.config_path.read_text())
         cost = {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0}  # USD per million tokens
         entry = {"id": MODEL, "name": "Loop", "reasoning": False, "input": ["text"], "cost": cost}
@@ -432,15 +436,22 @@ def test_an_agent_turn_through_the_plugin_warns_blocks_aborts_and_ends_the_run(
         openclaw.config_path.write_text(json.dumps(config, indent=2))
 
         done = openclaw.cli(
-            *("agent", "--local", "--agent", "main", "--session-key", "agent:main:loop"),
+            *("agent", "--local", "--agent", "main", "--session-key", f"agent:main:loop-{stops}"),
             *("--message", "Read MISSING.md", "--json"),
             timeout=600,
         )
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        meta = json.loads(done.stdout[done.stdout.index("{") :])["meta"]["agentMeta"]
-        run_id, session_id = meta["terminalReceipt"]["runId"], meta["sessionId"]
+        answer = json.loads(done.stdout[done.stdout.index("{") :])
+        if stops:  # OpenClaw ends the run after the aborted call, as an aborted run
+            assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+            assert answer["error"]["message"] == "agent run aborted", answer
+        else:
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         sent = list(recorder.requests)
         asked = list(model.requests)
+        run_id, session_id = sent[0]["body"]["run_id"], sent[0]["body"]["session_id"]
+        if not stops:
+            meta = answer["meta"]["agentMeta"]
+            assert (run_id, session_id) == (meta["terminalReceipt"]["runId"], meta["sessionId"])
 
     decides = [r for r in sent if r["path"] == "/v1/decide"]
     results = [r["body"] for r in sent if r["path"] == "/v1/events" and r["body"]["type"] == "tool_result"]
@@ -453,8 +464,8 @@ def test_an_agent_turn_through_the_plugin_warns_blocks_aborts_and_ends_the_run(
         assert {k: request["body"][k] for k in scope} == scope
     assert all({k: r[k] for k in scope} == scope for r in results + ends)
 
-    # 25 calls: 22 asked (warn at the 11th, block at the 21st, abort at the 22nd), the last 3
-    # refused by the plugin without asking: the run was aborted
+    # 22 calls asked (warn at the 11th, block at the 21st, abort at the 22nd); without the stop,
+    # 3 more refused by the plugin without asking: the run was aborted
     assert [d["body"]["tool_call_id"] for d in decides] == [f"call_{n}" for n in range(22)]
     decisions = [(d["answer"]["decision"], d["answer"].get("sticky", False)) for d in decides]
     assert decisions == [("allow", False)] * 10 + [("warn", False)] + [("allow", False)] * 9 + [
@@ -523,14 +534,18 @@ def test_an_agent_turn_through_the_plugin_warns_blocks_aborts_and_ends_the_run(
 
     # what the model read: the warned call's result with OpenClaw's note, nothing else noted;
     # the refusals in loopwatch's (OpenClaw's) exact sentences
-    assert len(asked) == CALLS + 1
     tool_messages = [m for m in asked[-1]["messages"] if m.get("role") == "tool"]
     texts = [m["content"] if isinstance(m["content"], str) else json.dumps(m) for m in tool_messages]
+    if stops:
+        assert len(asked) == 22  # no model turn after the aborted call: the run ended there
+        assert len(texts) == 21
+    else:
+        assert len(asked) == CALLS + 1
+        assert texts[21:] == [abort] * 4
     note = NOTE.format(count=10)
     assert texts[10].endswith("\n" + note), texts[10]
     assert [n for n, t in enumerate(texts) if "System note" in t] == [10]
     assert texts[20] == block
-    assert texts[21:] == [abort] * 4
 
     # the sidecar (`loopwatch import`) names the run as the plugin does: OpenClaw's runId, the
     # transcript's session id, the agent
