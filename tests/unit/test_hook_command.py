@@ -26,6 +26,13 @@ PRE_TOOL_USE = {
 }
 
 
+WARN = {
+    "decision": "warn",
+    "message": "WARNING: You have called run_shell_command 10 times with identical arguments.",
+    "verdicts": [{"type": "verdict", "action": "warn", "detector": "generic_repeat", "count": 10}],
+}
+
+
 class _Peer(BaseHTTPRequestHandler):
     """What the URL given as the gateway answers: ``server.mode`` says how."""
 
@@ -44,6 +51,7 @@ class _Peer(BaseHTTPRequestHandler):
         status, body = {
             "list": (200, b"[1, 2]"),
             "allow": (200, b'{"decision": "allow", "verdicts": []}'),
+            "warn": (200, json.dumps(WARN).encode()),
             "too large": (413, b'{"error": "the body exceeds maxEventBytes"}'),
             "down": (503, b'{"error": "the broker is down"}'),
             "wrong token": (401, b'{"error": "a bearer token is required"}'),
@@ -77,9 +85,10 @@ def hook(
     fail_closed: bool = False,
     timeout_ms: int = 2000,
     agent_id: str = "claude-code",
+    runtime: str = "claude-code",
 ) -> tuple[int, str, str]:
     args = argparse.Namespace(
-        runtime="claude-code",
+        runtime=runtime,
         gateway=url,
         agent_id=agent_id,
         timeout_ms=timeout_ms,
@@ -205,3 +214,25 @@ def test_notes_left_by_hooks_running_at_once_are_all_kept(tmp_path: Path) -> Non
     prompts = FilePrompts("gemini", tmp_path)
     taken = [prompts.take_note("s", f"call-{w}-{n}") for w in range(8) for n in range(8)]
     assert taken == [f"warning {w}.{n}" for w in range(8) for n in range(8)]
+
+
+def test_a_warning_kept_for_a_gemini_result_reaches_the_model_with_the_gateway_gone(
+    peer: ThreadingHTTPServer,
+) -> None:
+    """Gemini gets a warning with the warned call's result (AfterTool): the note, taken from the
+    hook's state for that call, is answered even when the result cannot be reported."""
+    call = {"session_id": "s", "tool_name": "run_shell_command", "tool_input": {"command": "ls"}}
+    peer.mode = "warn"  # type: ignore[attr-defined]
+    before = json.dumps({"hook_event_name": "BeforeTool", **call}).encode()
+    code, out, err = hook(before, url_of(peer), runtime="gemini")
+    assert (code, out) == (0, ""), err  # (the warning waits for the result)
+    after = {
+        "hook_event_name": "AfterTool",
+        **call,
+        "tool_response": {"llmContent": "a b", "returnDisplay": ""},
+    }
+    code, out, err = hook(json.dumps(after).encode(), runtime="gemini")  # no gateway
+    assert code == 0
+    assert "allowing (fail open)" in err
+    context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    assert "called 10 times with identical arguments [generic_repeat]" in context

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loopwatch.streams.gateway.hooks import codex, gemini
+from loopwatch.streams.gateway.hooks import claude_code, codex, gemini
 from loopwatch.streams.gateway.hooks.plan import MemoryPrompts
 from loopwatch.streams.gateway.runtime_texts import decision_text
 
@@ -29,6 +29,26 @@ def codex_hook(event: str, **fields: Any) -> dict[str, Any]:
 
 def gemini_hook(event: str, **fields: Any) -> dict[str, Any]:
     return {"hook_event_name": event, "session_id": "s1", **fields}
+
+
+# Claude Code
+
+
+@pytest.mark.parametrize("source", ["system", "poll_event"])
+def test_claude_code_s_machine_injected_prompts_go_on_in_the_same_run(source: str) -> None:
+    """Task notifications, peer messages, auto-continuation: no new run (a new one would reset
+    the loop counts and free an aborted run's calls)."""
+    prompts = MemoryPrompts()
+    prompt = {"hook_event_name": "UserPromptSubmit", "session_id": "s1", "prompt": "go"}
+    assert claude_code.plan(prompt, prompts, "claude-code").events == []
+    injected = claude_code.plan({**prompt, "source": source, "prompt": "a peer says hi"}, prompts, "cc")
+    assert injected.events == []
+    call = {"hook_event_name": "PreToolUse", "session_id": "s1", "tool_name": "Bash", "tool_input": COMMAND}
+    decide = claude_code.plan(call, prompts, "claude-code").decide
+    assert decide is not None
+    assert decide["run_id"] == "s1#1"
+    (ended,) = claude_code.plan({**prompt, "source": "user"}, prompts, "claude-code").events
+    assert (ended["type"], ended["run_id"]) == ("run_end", "s1#1")
 
 
 # Codex

@@ -3,7 +3,8 @@
 * ``UserPromptSubmit``: a new run begins (a run per user prompt, like OpenClaw's runs); the
   previous run of the session gets its ``run_end``. Run id: ``{session_id}#{prompt number}``.
   A background subagent's ``<task-notification>`` (sent as a prompt in ``-p`` mode) is not
-  a new prompt.
+  a new prompt, nor a prompt whose ``source`` says the machine injected it (``system``,
+  ``poll_event``).
 * ``PreToolUse``: the call is decided. ``block`` denies it (``permissionDecision: "deny"``,
   the reason for the model); ``abort`` denies it and ends the turn (``continue: false`` with a
   ``stopReason`` for the user) — and every later call of that run is denied the same way; a
@@ -23,7 +24,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from loopwatch.streams.gateway.hooks.plan import Answer, HookPlan, PromptCounter, wire_event
 from loopwatch.streams.gateway.runtime_texts import decision_text
@@ -72,6 +73,14 @@ def _pre_tool_use_output(answer: Answer | None, show_warnings: bool) -> dict[str
     return output
 
 
+#: ``UserPromptSubmit`` sources that are no prompt of the user's (Claude Code's hook input
+#: schema: ``system`` = peer or channel messages, task notifications, auto-continuation;
+#: ``poll_event`` = an event submitted by the host, not yet delivered). A new run at each would
+#: reset the run's counts and free an aborted run; ``user``, ``sdk`` and the scheduled
+#: wakeups start a run, as a prompt without a source does.
+SAME_RUN_SOURCES: Final = frozenset({"system", "poll_event"})
+
+
 def plan(hook: dict[str, Any], prompts: PromptCounter, agent: str, show_warnings: bool = False) -> HookPlan:
     """What one Claude Code hook call asks of loopwatch."""
     name = hook.get("hook_event_name")
@@ -79,6 +88,8 @@ def plan(hook: dict[str, Any], prompts: PromptCounter, agent: str, show_warnings
     if name == "UserPromptSubmit":
         if str(hook.get("prompt") or "").startswith("<task-notification>"):
             return HookPlan()  # a background subagent reporting back: the same run goes on
+        if hook.get("source") in SAME_RUN_SOURCES:
+            return HookPlan()  # injected by the machine, not the user: the same run goes on
         previous = prompts.current(session)
         number = prompts.advance(session)
         if number > 1:

@@ -52,6 +52,17 @@ class _Gateway:
         return plan.respond(answer)
 
 
+def _answer_unsent(plan: HookPlan, out: BinaryIO) -> int:
+    """What a plan that decides nothing answers when its events did not reach the gateway: a
+    warning decided before the call, kept for its result (Gemini's AfterTool), still goes to
+    the model; it was taken from the hook's state for this call and would be lost."""
+    answer = plan.respond(None) if plan.decide is None else None
+    if answer is not None:
+        out.write(json.dumps(answer).encode() + b"\n")
+        out.flush()
+    return 0
+
+
 def run_hook(args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: TextIO) -> int:
     try:
         hook = json.loads(stdin.read() or b"{}")
@@ -78,12 +89,12 @@ def run_hook(args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: Text
             print(f"loopwatch: {exc}; refusing the tool call (--fail-closed)", file=err)
             return 2
         print(f"loopwatch: {exc}; allowing (fail open)", file=err)
-        return 0
+        return _answer_unsent(plan, out)
     except GatewayRefused as exc:
         print(
             f"loopwatch: {exc}; allowing (the gateway refused the input, the call is not checked)", file=err
         )
-        return 0
+        return _answer_unsent(plan, out)
     except OSError as exc:  # the prompt numbers and notes kept between hook calls (not the gateway's)
         print(f"loopwatch hook: cannot keep the hook's state ({exc}); allowing", file=err)
         return 0
