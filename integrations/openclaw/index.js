@@ -48,12 +48,16 @@ async function stopRun(cfg, ctx, logger) {
   if (!cfg.abortStopsRun || !sessionId) return false;
   const abort = await loadRunAborter();
   if (!abort) return false;
-  try {
-    return abort(sessionId) === true;
-  } catch (error) {
-    logger?.warn?.(`loopwatch: the aborted run was not stopped: ${error.message}`);
-    return false;
-  }
+  // after this hook's refusal is in the run (and its transcript): stopped at once, the run
+  // kept neither the aborted call nor the refusal that says why
+  setTimeout(() => {
+    try {
+      abort(sessionId);
+    } catch (error) {
+      logger?.warn?.(`loopwatch: the aborted run was not stopped: ${error.message}`);
+    }
+  }, 0);
+  return true;
 }
 
 /** OpenClaw's own limit on a before_tool_call handler when neither the plugin nor the operator

@@ -327,11 +327,14 @@ class _Handler(BaseHTTPRequestHandler):
         return json.loads(self.rfile.read(length) or b"{}")
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the client cancelled (an aborted run)
+            pass
 
 
 class _Model(_Handler):
@@ -417,7 +420,8 @@ def test_an_agent_turn_through_the_plugin_warns_blocks_aborts_and_ends_the_run(
 ) -> None:
     """After the abort each later call of the run is refused with the abort's sentence until
     the model gives up (the default); with ``abortStopsRun: true`` OpenClaw stops the run after
-    the aborted call, as its own tool-loop abort does: no model turn after it."""
+    the aborted call, as its own tool-loop abort does: the refusal is the run's last entry, and
+    no model turn follows it."""
     _, lw_url = loopwatch_gateway
     with _Served(_Model) as model, _Served(_Recorder) as recorder:
         recorder.upstream = lw_url  # type: ignore[attr-defined]
@@ -537,8 +541,15 @@ def test_an_agent_turn_through_the_plugin_warns_blocks_aborts_and_ends_the_run(
     tool_messages = [m for m in asked[-1]["messages"] if m.get("role") == "tool"]
     texts = [m["content"] if isinstance(m["content"], str) else json.dumps(m) for m in tool_messages]
     if stops:
-        assert len(asked) == 22  # no model turn after the aborted call: the run ended there
-        assert len(texts) == 21
+        # the run's last entries: the aborted call and its refusal; no model turn after them
+        # (the next model request, if already sent, is aborted unanswered)
+        transcript = [json.loads(line) for line in _transcript_lines(openclaw.home, session_id)]
+        messages = [entry["message"] for entry in transcript if entry.get("type") == "message"]
+        *_, proposed, refused = messages
+        assert [call["id"] for call in proposed["content"]] == ["call_21"]
+        assert (refused["toolCallId"], refused["content"][0]["text"]) == ("call_21", abort)
+        assert len(asked) in (22, 23)
+        assert len(texts) == len(asked) - 1
     else:
         assert len(asked) == CALLS + 1
         assert texts[21:] == [abort] * 4
