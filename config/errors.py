@@ -50,6 +50,14 @@ class ConfigError(LoopwatchError):
         super().__init__(f"invalid configuration{where} ({len(self.problems)} problem(s)):\n{lines}")
 
 
+def _under(source: str | None, path: str) -> str:
+    """A problem's path under its source (``file.json: tools.x``; the source alone for a
+    problem of the whole source)."""
+    if not source:
+        return path
+    return f"{source}: {path}" if path else source
+
+
 def both_or_every_problem(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
     """Two configurations loaded (e.g. the ``LOOPWATCH_*`` settings and the config file), or one
     :class:`ConfigError` with the problems of both, each under its source: an operator fixes
@@ -68,9 +76,7 @@ def both_or_every_problem(first: Callable[[], A], second: Callable[[], B]) -> tu
     if errors:
         raise ConfigError(
             [
-                ConfigProblem(
-                    f"{error.source}: {problem.path}" if error.source else problem.path, problem.message
-                )
+                ConfigProblem(_under(error.source, problem.path), problem.message)
                 for error in errors
                 for problem in error.problems
             ]

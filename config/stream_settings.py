@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 import typing
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -177,12 +177,12 @@ def _check_store(settings: StreamSettings, bad: Callable[[str, str], None]) -> N
         bad("data_dir", "the rocksdb store needs a data directory")
 
 
-def _where(name: str, flags: Collection[str]) -> str:
+def _where(name: str, flags: Mapping[str, str]) -> str:
     """Where a setting was given: its flag when one gave it, else its variable."""
-    return "flag --" + name.replace("_", "-") if name in flags else env_name(name)
+    return f"flag {flags[name]}" if name in flags else env_name(name)
 
 
-def _check(settings: StreamSettings, flags: Collection[str] = ()) -> list[ConfigProblem]:
+def _check(settings: StreamSettings, flags: Mapping[str, str]) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
 
     def bad(name: str, message: str) -> None:
@@ -221,14 +221,20 @@ def _check(settings: StreamSettings, flags: Collection[str] = ()) -> list[Config
 
 
 def parse_stream_settings(
-    env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    flag_names: Mapping[str, str] | None = None,
 ) -> StreamSettings:
-    """Settings from ``LOOPWATCH_*`` variables, then ``overrides`` (flags, by field name).
+    """Settings from ``LOOPWATCH_*`` variables, then ``overrides`` (flags, by field name;
+    ``flag_names``: the flag of a field whose flag is not ``--`` and its name, e.g.
+    ``{"kafka_bootstrap": "--kafka"}``).
 
     Raises :class:`ConfigError` listing every problem.
     """
     env = env or {}
     overrides = {key: value for key, value in (overrides or {}).items() if value is not None}
+    named = flag_names or {}
+    flags = {name: named.get(name, "--" + name.replace("_", "-")) for name in overrides}
     values: dict[str, Any] = {}
     problems: list[ConfigProblem] = []
     hints = typing.get_type_hints(StreamSettings)
@@ -242,10 +248,10 @@ def parse_stream_settings(
         try:
             values[name] = _convert(hint, raw)
         except msgspec.ValidationError:  # every field is tried: all problems are reported at once
-            where = _where(name, overrides)
+            where = _where(name, flags)
             problems.append(ConfigProblem(where, f"cannot read {raw!r} as {_type_name(hint)}"))
     settings = StreamSettings(**values)  # unreadable values keep their defaults for the checks
-    problems.extend(_check(settings, overrides))
+    problems.extend(_check(settings, flags))
     if problems:
         raise ConfigError(problems, "stream settings")
     return settings

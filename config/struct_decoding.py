@@ -12,7 +12,9 @@ Rules:
 * An unknown key is a problem (``unknown key (known: ...)``; a Struct's ``member`` ClassVar
   names its keys otherwise); ``refused`` keys get their own message instead.
 * A Struct's ``ordered`` ClassVar lists (lower, higher) field pairs: a lower value not below
-  the higher one is reported at the lower key, once the object has no other problem.
+  the higher one is reported at the lower key, beside the object's other problems (a pair
+  with a value of its own problem is not compared; ``ordered=False`` leaves the pairs to the
+  caller, e.g. a per-agent object checked once merged over the global one).
 * Keys not given keep ``base``'s values (or the Struct's defaults).
 """
 

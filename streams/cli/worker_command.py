@@ -28,7 +28,8 @@ SETTING_FLAGS: dict[str, tuple[str, str]] = {
 
 def stream_settings_from(args: Any) -> StreamSettings:
     overrides = {field: getattr(args, field, None) for field, _ in SETTING_FLAGS.values()}
-    return parse_stream_settings(os.environ, overrides)
+    flag_names = {field: flag for flag, (field, _) in SETTING_FLAGS.items()}
+    return parse_stream_settings(os.environ, overrides, flag_names)
 
 
 async def _prepare(settings: StreamSettings, config: FleetConfig) -> tuple[FleetConfig, int]:

@@ -491,7 +491,9 @@ async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) 
 
     config, settings = both_or_every_problem(
         lambda: load_config(args.config),
-        lambda: parse_stream_settings(os.environ, {"kafka_bootstrap": args.kafka}),
+        lambda: parse_stream_settings(
+            os.environ, {"kafka_bootstrap": args.kafka}, {"kafka_bootstrap": "--kafka"}
+        ),
     )
     host, port = parse_address(args.listen, "--listen")
     if not tokens and not is_loopback(host) and not getattr(args, "insecure_no_auth", False):

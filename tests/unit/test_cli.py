@@ -196,6 +196,16 @@ def test_the_settings_and_the_config_file_are_refused_together(tmp_path: Path, c
     assert "stream settings: LOOPWATCH_PARTITIONS: cannot read 'abc'" in err
     assert "stream settings: LOOPWATCH_WEB_PORT: must be a port number" in err
     assert "Traceback" not in err
+    missing = subprocess.run(
+        [sys.executable, "-m", "loopwatch", *command, str(tmp_path / "missing.json")],
+        capture_output=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "LOOPWATCH_PARTITIONS": "abc"},
+    )
+    # a problem of the whole file: under the file's name alone
+    assert (
+        f"  - {tmp_path / 'missing.json'}: cannot read config file: No such file" in missing.stderr.decode()
+    )
 
 
 def test_worker_refuses_to_start_without_a_broker() -> None:

@@ -51,6 +51,14 @@ def test_claude_code_s_machine_injected_prompts_go_on_in_the_same_run(source: st
     assert (ended["type"], ended["run_id"]) == ("run_end", "s1#1")
 
 
+def test_claude_code_s_prompt_source_of_another_type_is_no_source() -> None:
+    prompts = MemoryPrompts()
+    prompt = {"hook_event_name": "UserPromptSubmit", "session_id": "s1", "prompt": "go"}
+    for source in (["system"], {"a": 1}, 7, None):
+        claude_code.plan({**prompt, "source": source}, prompts, "claude-code")
+    assert prompts.current("s1") == 4  # each a prompt of the user's, none a crash
+
+
 # Codex
 
 

@@ -38,3 +38,23 @@ def test_finite_seconds_are_taken() -> None:
     env = {"LOOPWATCH_GC_FULL_INTERVAL_S": "0", "LOOPWATCH_EXPIRY_INTERVAL_S": "0.5"}
     settings = parse_stream_settings(env)
     assert (settings.gc_full_interval_s, settings.expiry_interval_s) == (0.0, 0.5)
+
+
+def test_a_flag_named_otherwise_than_its_setting_is_named_as_the_command_has_it() -> None:
+    """``loopwatch worker --kafka … --state-ttl …``: the problems name those flags."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "loopwatch", "worker", "--kafka", "nohost", "--state-ttl", "-1"],
+        capture_output=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert "flag --kafka: 'nohost'" in err
+    assert "flag --state-ttl: must be a positive integer" in err
+    with pytest.raises(ConfigError) as refused:
+        parse_stream_settings({}, {"kafka_bootstrap": "nohost"}, {"kafka_bootstrap": "--kafka"})
+    assert [problem.path for problem in refused.value.problems] == ["flag --kafka"]

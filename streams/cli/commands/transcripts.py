@@ -43,7 +43,9 @@ def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
             from loopwatch.config.stream_settings import parse_stream_settings
             from loopwatch.streams.kafka.connect import aiokafka_auth
 
-            settings = parse_stream_settings(os.environ, {"kafka_bootstrap": args.kafka})
+            settings = parse_stream_settings(
+                os.environ, {"kafka_bootstrap": args.kafka}, {"kafka_bootstrap": "--kafka"}
+            )
             producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, **aiokafka_auth(settings))
             await producer.start()
             publish = publish_to_kafka(producer, settings.topic_events)

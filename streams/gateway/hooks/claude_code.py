@@ -88,7 +88,8 @@ def plan(hook: dict[str, Any], prompts: PromptCounter, agent: str, show_warnings
     if name == "UserPromptSubmit":
         if str(hook.get("prompt") or "").startswith("<task-notification>"):
             return HookPlan()  # a background subagent reporting back: the same run goes on
-        if hook.get("source") in SAME_RUN_SOURCES:
+        source = hook.get("source")
+        if isinstance(source, str) and source in SAME_RUN_SOURCES:
             return HookPlan()  # injected by the machine, not the user: the same run goes on
         previous = prompts.current(session)
         number = prompts.advance(session)
