@@ -91,6 +91,8 @@ class LocalState(MutableMapping[bytes, bytes]):
         #: each send returns, so which keys wait for the disk is not known until it is done
         self._writing = False
         self._on_disk: list[bytes] = []  # deletions on disk, still marked deleted here
+        #: the partitions whose databases this worker reads (those faust opened, those written)
+        self._partitions: set[int] = set()
 
     # -- the mapping -----------------------------------------------------------------------------
 
@@ -100,11 +102,24 @@ class LocalState(MutableMapping[bytes, bytes]):
             return value
         if key in self._deleted:
             raise KeyError(key)
+        self._open_databases()
         stored: bytes | None = self.store.get(key)
         if stored is None:
             raise KeyError(key)
         self._values[key] = stored
         return stored
+
+    def _open_databases(self) -> None:
+        """faust closes its databases at shutdown while the last batch is still applied: its
+        store then finds no database and answers every key absent, and a run read again would
+        start afresh (its verdicts wrong, its reset state sent to the changelog for the next
+        owner). So the databases of the partitions this worker reads are opened again first,
+        as the last commit's persist opens them to write."""
+        databases: dict[int, Any] = self.store._dbs
+        self._partitions.update(databases)
+        for partition in self._partitions:
+            if partition not in databases:
+                self.store._db_for_partition(partition)
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
         self._values[key] = value
@@ -178,6 +193,7 @@ class LocalState(MutableMapping[bytes, bytes]):
         """A changelog record was sent for ``key`` (``value`` None: a deletion)."""
         if key is None or partition is None:
             return
+        self._partitions.add(partition)
         self._sent.setdefault(partition, []).append((key, value, future))
 
     def writing(self, active: bool) -> None:
@@ -241,6 +257,7 @@ class LocalState(MutableMapping[bytes, bytes]):
     def forget(self, partitions: set[int]) -> None:
         """After a revocation (the worker's commit done): drop what was not persisted for
         ``partitions``, and the cache (the next owner may change those runs)."""
+        self._partitions -= partitions
         for partition in partitions:
             self._sent.pop(partition, None)
         waiting = self._waiting()

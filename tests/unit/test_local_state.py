@@ -338,3 +338,24 @@ def test_a_deletion_being_sent_is_not_undone_by_a_commit_persisting_an_older_one
     state.persist()
     assert b"run-a" not in state
     assert state._deleted == set()  # on disk now: no longer marked here
+
+
+def test_a_value_read_after_faust_closed_its_databases_is_read_from_them_opened_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any]
+) -> None:
+    """At shutdown faust closes its stores while the last batch is still applied. A run read
+    again then (its parsed state evicted) found no database, was taken as new, and started
+    afresh: its verdicts came out wrong, and its reset state went to the changelog for the
+    next owner (the sigterm-one-of-two fault scenario with few parsed runs, on rocksdb)."""
+    store = opened(tmp_path, monkeypatch, stores)
+    state = LocalState(store)
+    write(state, b"run-1", b"history", 1).confirm(7)
+    state.persist()
+    state.uncache([b"run-1"])  # the parsed run evicted: its value is read from the disk again
+    databases = store._dbs
+    for database in list(databases.values()):  # what faust's shutdown does to its store
+        database.close()
+    databases.clear()
+    assert state.get(b"run-1") == b"history"
+    del state[b"run-1"]  # (a deletion reads the value first)
+    assert b"run-1" not in state
