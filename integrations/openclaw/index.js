@@ -45,9 +45,9 @@ function loadRunAborter() {
  * without a session id: OpenClaw's function stops every active run when given none. */
 async function stopRun(cfg, ctx, logger) {
   const sessionId = text(ctx?.sessionId);
-  if (!cfg.abortStopsRun || !sessionId) return false;
+  if (!cfg.abortStopsRun || !sessionId) return;
   const abort = await loadRunAborter();
-  if (!abort) return false;
+  if (!abort) return;
   // after this hook's refusal is in the run (and its transcript): stopped at once, the run
   // kept neither the aborted call nor the refusal that says why
   setTimeout(() => {
@@ -57,7 +57,6 @@ async function stopRun(cfg, ctx, logger) {
       logger?.warn?.(`loopwatch: the aborted run was not stopped: ${error.message}`);
     }
   }, 0);
-  return true;
 }
 
 /** OpenClaw's own limit on a before_tool_call handler when neither the plugin nor the operator

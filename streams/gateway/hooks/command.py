@@ -52,15 +52,19 @@ class _Gateway:
         return plan.respond(answer)
 
 
-def _answer_unsent(plan: HookPlan, out: BinaryIO) -> int:
-    """What a plan that decides nothing answers when its events did not reach the gateway: a
-    warning decided before the call, kept for its result (Gemini's AfterTool), still goes to
-    the model; it was taken from the hook's state for this call and would be lost."""
-    answer = plan.respond(None) if plan.decide is None else None
+def _answer(answer: dict[str, Any] | None, out: BinaryIO) -> int:
+    """The hook's output (nothing for ``None``: go on); its exit code."""
     if answer is not None:
         out.write(json.dumps(answer).encode() + b"\n")
         out.flush()
     return 0
+
+
+def _answer_unsent(plan: HookPlan, out: BinaryIO) -> int:
+    """What a plan that decides nothing answers when its events did not reach the gateway: a
+    warning decided before the call, kept for its result (Gemini's AfterTool), still goes to
+    the model; it was taken from the hook's state for this call and would be lost."""
+    return _answer(plan.respond(None) if plan.decide is None else None, out)
 
 
 def run_hook(args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: TextIO) -> int:
@@ -98,7 +102,4 @@ def run_hook(args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: Text
     except OSError as exc:  # the prompt numbers and notes kept between hook calls (not the gateway's)
         print(f"loopwatch hook: cannot keep the hook's state ({exc}); allowing", file=err)
         return 0
-    if answer is not None:
-        out.write(json.dumps(answer).encode() + b"\n")
-        out.flush()
-    return 0
+    return _answer(answer, out)
