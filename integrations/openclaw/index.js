@@ -69,8 +69,14 @@ export const OPENCLAW_HOOK_TIMEOUT_MS = 15_000;
  * operator's plugins.entries.loopwatch.hooks.timeoutMs, if set, still wins). */
 export function hookTimeoutMs(cfg) {
   const own = Number(cfg.timeoutMs);
-  return Number.isFinite(own) ? Math.max(OPENCLAW_HOOK_TIMEOUT_MS, Math.ceil(own) + 5_000) : OPENCLAW_HOOK_TIMEOUT_MS;
+  if (!Number.isFinite(own)) return OPENCLAW_HOOK_TIMEOUT_MS;
+  // at most setTimeout's largest delay: beyond it Node fires the timer after 1 ms, and OpenClaw
+  // would refuse every call at once
+  return Math.min(MAX_TIMER_MS, Math.max(OPENCLAW_HOOK_TIMEOUT_MS, Math.ceil(own) + 5_000));
 }
+
+/** The longest delay setTimeout takes (a 32-bit signed integer of milliseconds). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** Runs remembered (aborted, pending usage, calls); the oldest is forgotten beyond this. */
 export const MAX_RUNS = 10_000;

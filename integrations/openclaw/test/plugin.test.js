@@ -146,6 +146,8 @@ test("OpenClaw's limit on before_tool_call is asked above timeoutMs (its expiry 
   assert.equal(loadPlugin({ gatewayUrl: DEAD }).options.before_tool_call.timeoutMs, 15_000);
   assert.equal(loadPlugin({ gatewayUrl: DEAD, timeoutMs: 20_000 }).options.before_tool_call.timeoutMs, 25_000);
   assert.equal(loadPlugin({ gatewayUrl: DEAD, timeoutMs: 12_000 }).options.before_tool_call.timeoutMs, 17_000);
+  // beyond setTimeout's 32-bit delay Node fires after 1 ms: OpenClaw would refuse every call
+  assert.equal(loadPlugin({ gatewayUrl: DEAD, timeoutMs: 3_000_000_000 }).options.before_tool_call.timeoutMs, 2 ** 31 - 1);
 });
 
 test("a wrong token or a dead gateway fails open, or closed when asked", async () => {
