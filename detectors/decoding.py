@@ -26,6 +26,14 @@ from loopwatch.detectors.stable_json import _float_hook, encodable, loads_with_s
 __all__ = ["decode_event", "validate_event"]
 
 _DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
+_DECODE: Final = _DECODER.decode  # bound once: no method lookup per event
+
+# Compiled, a module's own Final names are C statics; a name imported from an interpreted
+# module (msgspec's, the event Structs) would be a dict lookup at every use.
+_UNSET: Final = UNSET
+_ASTUPLE: Final = astuple
+_TOOL_CALL: Final = ToolCall
+_TOOL_RESULT: Final = ToolResult
 
 
 def _at(kind: type[Event], name: str) -> int:
@@ -61,7 +69,7 @@ def validate_event(event: Event, deep: bool = True, json_size: int | None = None
     ``json_size``: the size of the JSON msgspec decoded the event from, if it did; its strings
     then hold no lone surrogate and at most that many bytes, so only longer ones are measured.
     """
-    values = astuple(event)
+    values = _ASTUPLE(event)
     kind = type(event)
     event_at, run_at, session_at, ts_at = _COMMON[kind]
     if json_size is None or json_size > MAX_ID_BYTES:
@@ -69,7 +77,7 @@ def validate_event(event: Event, deep: bool = True, json_size: int | None = None
     ts = values[ts_at]
     if ts is not None and (problem := int64_problem(ts)) is not None:
         raise InvalidEvent(f"ts: {problem}")
-    if deep and (kind is ToolCall or kind is ToolResult):
+    if deep and (kind is _TOOL_CALL or kind is _TOOL_RESULT):
         for name in ("params", "result", "error"):
             if nesting_exceeds(getattr(event, name, None), MAX_NESTING):
                 raise InvalidEvent(f"{name}: nests more than {MAX_NESTING} arrays and objects")
@@ -78,16 +86,16 @@ def validate_event(event: Event, deep: bool = True, json_size: int | None = None
     run_id, session_id = values[run_at], values[session_at]
     if not (run_id and not run_id.isspace()) and not (session_id and not session_id.isspace()):
         raise InvalidEvent("run_id or session_id: one of them is required")
-    if kind is ToolCall:
+    if kind is _TOOL_CALL:
         _check_call_fields(values[_CALL_TOOL], values[_CALL_PARAMS], values[_CALL_ARGS_DIGEST])
-    elif kind is ToolResult:
+    elif kind is _TOOL_RESULT:
         _check_call_fields(values[_TOOL], values[_PARAMS], values[_ARGS_DIGEST])
         error = values[_ERROR]
         result_digest = values[_RESULT_DIGEST]
         given = (
-            (values[_RESULT] is not UNSET)
-            + (error is not UNSET and error is not None)
-            + (result_digest is not UNSET)
+            (values[_RESULT] is not _UNSET)
+            + (error is not _UNSET and error is not None)
+            + (result_digest is not _UNSET)
         )
         if given != 1:
             raise InvalidEvent("result / error / result_digest: exactly one of them is required")
@@ -99,7 +107,7 @@ def validate_event(event: Event, deep: bool = True, json_size: int | None = None
 def _check_call_fields(tool: str, params: Any, args_digest: Any) -> None:
     if not tool:
         raise InvalidEvent("tool: must be a non-empty string")
-    if (params is UNSET) is (args_digest is UNSET):
+    if (params is _UNSET) is (args_digest is _UNSET):
         raise InvalidEvent("params / args_digest: exactly one of them is required")
 
 
@@ -136,7 +144,7 @@ def _check_digested_outcome(
     result_digest: Any, kind: str | None, no_progress: bool, failure: str | None
 ) -> None:
     """The 2026-08 classification fields come only with ``result_digest`` and agree with it."""
-    if result_digest is UNSET:
+    if result_digest is _UNSET:
         if kind is not None or no_progress or failure is not None:
             raise InvalidEvent(
                 "outcome_kind / no_progress / failure_digest: only with result_digest (digest-only mode)"
@@ -160,7 +168,7 @@ def decode_event(data: bytes | str) -> Event:
     # msgspec's strings hold no lone surrogate and no more bytes than the JSON they came from
     json_size = len(data) if isinstance(data, bytes) else None
     try:
-        event: Event = _DECODER.decode(data)
+        event: Event = _DECODE(data)
     except msgspec.ValidationError as exc:
         raise InvalidEvent(f"invalid event: {exc}") from exc
     except (msgspec.DecodeError, UnicodeEncodeError) as exc:  # (a str holding a lone surrogate)

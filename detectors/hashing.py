@@ -86,7 +86,7 @@ class Digester:
         return f"{tool}:{self.digest(params)}"
 
 
-_DIGESTERS: dict[str, Digester] = {}
+_DIGESTERS: Final[dict[str, Digester]] = {}
 
 
 def digester_for(algorithm: str) -> Digester:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -107,7 +107,11 @@ class Record:
 # An ``argsHash`` with one record in the window (most of them, in a healthy run) is that
 # Record itself, promoted to the list when a second record joins it: one object per record
 # instead of five, which is what the cyclic garbage collector scans.
-_RECORDS, _RUNS, _PENDING, _LAST_HASHED, _VETOES = 0, 1, 2, 3, 4
+_RECORDS: Final = 0
+_RUNS: Final = 1
+_PENDING: Final = 2
+_LAST_HASHED: Final = 3
+_VETOES: Final = 4
 
 
 def _promoted(single: Record) -> list[Any]:

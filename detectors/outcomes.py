@@ -88,6 +88,8 @@ _VOLATILE_KEYS: Final = frozenset(
         "createdAt",
     }
 )
+#: compiled, a module's own Final name is a C static (the imported one, a dict lookup per use)
+_NOTHING: Final = MISSING
 #: the outcome of a no-op ``write`` (revision 2026-08)
 _UNCHANGED: Final = {"status": "unchanged"}
 #: OpenClaw's patterns are non-unicode JavaScript regexes: their white space is JavaScript's
@@ -274,7 +276,7 @@ def hash_outcome(
     any other value thrown as-is.
     """
     rules_2026_08 = revision == "2026-08"
-    if error is not MISSING and error is not None:
+    if error is not _NOTHING and error is not None:
         text = error_text(error)
         return (
             "error:" + digester.digest_text(text),
@@ -283,7 +285,7 @@ def hash_outcome(
             rules_2026_08,
             None,
         )
-    if result is MISSING:
+    if result is _NOTHING:
         return NO_OUTCOME
     if not isinstance(result, dict):
         return digester.digest(result), None, None, False, None

@@ -44,6 +44,12 @@ __all__ = [
 
 NO_POSITION: Final = -1
 
+# Compiled, a module's own Final names are C statics; the event Structs, imported from an
+# interpreted module, would be a dict lookup at every use.
+_RUN_END: Final = RunEnd
+_TOOL_CALL: Final = ToolCall
+_TOOL_RESULT: Final = ToolResult
+
 StepKind = Literal["applied", "redelivered", "late", "ended", "expired"]
 
 
@@ -143,7 +149,7 @@ def step_admitted(
     if position != NO_POSITION:
         slot.position = position
     kind = type(event)
-    if kind is RunEnd:
+    if kind is _RUN_END:
         state = slot.state
         slot.state = None
         if event.event_id.startswith(EXPIRY_EVENT_PREFIX):
@@ -155,14 +161,14 @@ def step_admitted(
     state = slot.state
     if state is None:
         state = slot.state = new_state(event, config, ts)
-    if kind is not ToolCall and kind is not ToolResult:
+    if kind is not _TOOL_CALL and kind is not _TOOL_RESULT:
         return Stepped("applied", apply(state, event, config))
     resolved = config.for_agent(event.agent_id)
     prepared = prepare_for(event, config, resolved, state.history)  # type: ignore[arg-type]
     block = None
     if (
         fleet is not None
-        and kind is ToolCall
+        and kind is _TOOL_CALL
         and not state.has_seen(event.event_id, config.settings.seen_event_ids)
     ):
         block = fleet.fail_fast(scope, event, ts, config)  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ recorded as if they had run. The step reads no clock and makes no ids of its own
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from msgspec import UNSET
 
@@ -57,6 +57,13 @@ from loopwatch.detectors.verdicts import new_abort, new_verdict, verdict_id
 from loopwatch.detectors.warning_buckets import should_emit
 
 __all__ = ["Prepared", "apply", "new_state", "prepare", "prepare_for", "record_outcome", "verdict_id"]
+
+# Compiled, a module's own Final names are C statics; a name imported from an interpreted
+# module (msgspec's UNSET, the event Structs) is a dict lookup at every use.
+_UNSET: Final = UNSET
+_MISSING: Final = MISSING
+_TOOL_CALL: Final = ToolCall
+_TOOL_RESULT: Final = ToolResult
 
 
 def new_state(event: Event, config: FleetConfig, ts: int | None = None) -> RunState:
@@ -129,13 +136,13 @@ def prepare(
     """
     tool = event.tool
     params: Any = event.params
-    digest_only = params is UNSET
+    digest_only = params is _UNSET
     if digest_only:
         params = None
         args_hash = f"{tool}:{event.args_digest}"
     elif (
         history is not None
-        and type(event) is ToolResult
+        and type(event) is _TOOL_RESULT
         and (answered := history.newest_call_hash(tool, event.tool_call_id, params, digester.hex_size))
         is not None
     ):
@@ -144,34 +151,36 @@ def prepare(
         args_hash = digester.args_hash(tool, params)
     else:
         args_hash = f"{tool}:{digester.hex(canonical_bytes(params))}"
-    if isinstance(event, ToolCall):
-        if event.known_poll is not UNSET:
+    if type(event) is _TOOL_CALL:
+        if event.known_poll is not _UNSET:
             known = bool(event.known_poll)
         else:
             known = False if digest_only else is_known_poll(tool, params)
         return Prepared(args_hash, known)
-    if event.result_digest is not UNSET:
-        result_digest = event.result_digest or None
+    answer: ToolResult = event  # type: ignore[assignment]  # (no isinstance: a slower call)
+    if answer.result_digest is not _UNSET:
+        result_digest = answer.result_digest or None
         if revision != "2026-08":
-            return Prepared(args_hash, result_hash=result_digest, unknown_tool_name=event.unknown_tool_name)
+            return Prepared(args_hash, result_hash=result_digest, unknown_tool_name=answer.unknown_tool_name)
         return Prepared(
             args_hash,
             False,
             result_digest,
-            event.unknown_tool_name,
-            event.outcome_kind,
-            event.no_progress,
-            event.failure_digest,
+            answer.unknown_tool_name,
+            answer.outcome_kind,
+            answer.no_progress,
+            answer.failure_digest,
         )
-    error: Any = event.error
-    if error is UNSET or error is None:
-        error = MISSING
+    error: Any = answer.error
+    if error is _UNSET or error is None:
+        error = _MISSING
     elif isinstance(error, str):
         error = ErrorMessage(error)
-    result = MISSING if event.result is UNSET else event.result
-    return Prepared.outcome(
-        args_hash, hash_outcome(tool, params, result, error, digester, send_tools, revision)
+    result = _MISSING if answer.result is _UNSET else answer.result
+    result_hash, unknown, kind, no_progress, failure_id = hash_outcome(
+        tool, params, result, error, digester, send_tools, revision
     )
+    return Prepared(args_hash, False, result_hash, unknown, kind, no_progress, failure_id)
 
 
 def prepare_for(
@@ -208,13 +217,13 @@ def apply(
     if ts is not None and (state.last_ts is None or ts > state.last_ts):
         state.last_ts = ts
     kind = type(event)
-    if kind is ToolCall or kind is ToolResult:
+    if kind is _TOOL_CALL or kind is _TOOL_RESULT:
         settings = config.settings
         if resolved is None:
             resolved = config.for_agent(event.agent_id)
         if prepared is None:
             prepared = prepare_for(event, config, resolved, state.history)  # type: ignore[arg-type]
-        if kind is ToolCall:
+        if kind is _TOOL_CALL:
             outputs = _on_call(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
         else:
             outputs = _on_result(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
@@ -275,7 +284,7 @@ def _on_call(
             None,
             event.ts,
             resolved.history_size,
-            params=None if params is UNSET else params,
+            params=None if params is _UNSET else params,
         )
     for rule in hooks.after_record:
         rule.after_record(ctx, outputs)
