@@ -20,13 +20,14 @@ from loopwatch.detectors.input_limits import (
     int64_problem,
     nesting_exceeds,
 )
-from loopwatch.detectors.json_scan import opening_brackets
+from loopwatch.detectors import json_scan
 from loopwatch.detectors.stable_json import _float_hook, encodable, loads_with_surrogates
 
 __all__ = ["decode_event", "validate_event"]
 
 _DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
 _DECODE: Final = _DECODER.decode  # bound once: no method lookup per event
+_OPENING_BRACKETS: Final = json_scan.opening_brackets
 
 # Compiled, a module's own Final names are C statics; a name imported from an interpreted
 # module (msgspec's, the event Structs) would be a dict lookup at every use.
@@ -184,7 +185,7 @@ def _brackets(data: bytes | str) -> int:
     """An upper bound of the JSON's nesting depth (brackets inside strings counted too)."""
     if isinstance(data, str):
         return data.count("[") + data.count("{")
-    return opening_brackets(data)
+    return _OPENING_BRACKETS(data)
 
 
 def _decode_fallback(data: bytes | str, error: Exception) -> Event:

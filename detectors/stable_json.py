@@ -258,15 +258,19 @@ def _number_json(number: JSNumber) -> str:
     return text if math.isfinite(number.value) else f'"{text}"'
 
 
-_NATIVE: Callable[[Any], bytes | None] | None
-try:  # stableStringify in C, where it was built (_stable_bytes.c)
-    from loopwatch.detectors._stable_bytes import bind as _bind_native
-    from loopwatch.detectors._stable_bytes import stable_bytes as _native_stable_bytes
+def _native_encoder() -> Callable[[Any], bytes | None] | None:
+    """stableStringify in C, where it was built (``_stable_bytes.c``), bound to JavaScript's
+    number and undefined; ``None`` where it was not (no compiler, or sources only)."""
+    try:
+        from loopwatch.detectors._stable_bytes import bind, stable_bytes
+    except ImportError:
+        return None
+    bind(JSNumber, _number_json, UNDEFINED)
+    return stable_bytes
 
-    _bind_native(JSNumber, _number_json, UNDEFINED)
-    _NATIVE = _native_stable_bytes
-except ImportError:  # built without a compiler, or imported from sources only
-    _NATIVE = None
+
+#: Final: a C static when compiled (a plain module name is a dict lookup at every call)
+_NATIVE: Final = _native_encoder()
 
 
 def canonical_bytes(value: Any) -> bytes:
