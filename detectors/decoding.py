@@ -11,6 +11,7 @@ import msgspec
 from msgspec import UNSET
 from msgspec.structs import astuple
 
+from loopwatch.detectors import json_scan
 from loopwatch.detectors.events import CompactionRetry, Event, InvalidEvent, RunEnd, ToolCall, ToolResult
 from loopwatch.detectors.input_limits import (
     IDENTITY_FIELDS,
@@ -20,7 +21,6 @@ from loopwatch.detectors.input_limits import (
     int64_problem,
     nesting_exceeds,
 )
-from loopwatch.detectors import json_scan
 from loopwatch.detectors.stable_json import _float_hook, encodable, loads_with_surrogates
 
 __all__ = ["decode_event", "validate_event"]
