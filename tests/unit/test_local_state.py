@@ -359,3 +359,22 @@ def test_a_value_read_after_faust_closed_its_databases_is_read_from_them_opened_
     assert state.get(b"run-1") == b"history"
     del state[b"run-1"]  # (a deletion reads the value first)
     assert b"run-1" not in state
+
+
+def test_a_scan_after_faust_closed_its_databases_sees_what_is_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any]
+) -> None:
+    """The same closing, met by a scan (iterating the table, e.g. an expiry sweep): it saw
+    no database at all, so every run on disk looked gone."""
+    store = opened(tmp_path, monkeypatch, stores)
+    state = LocalState(store)
+    write(state, b"run-1", b"history", 1).confirm(7)
+    write(state, b"run-2", b"other", 2).confirm(8)
+    state.persist()
+    state.uncache([b"run-1", b"run-2"])
+    databases = store._dbs
+    for database in list(databases.values()):
+        database.close()
+    databases.clear()
+    assert dict(state.scan()) == {b"run-1": b"history", b"run-2": b"other"}
+    assert len(state) == 2
