@@ -150,6 +150,7 @@ class LocalState(MutableMapping[bytes, bytes]):
         (take it whole, e.g. with ``list``, before the next write)."""
         values = self._values
         deleted = self._deleted
+        self._open_databases()  # (see there: at shutdown faust has closed them)
         # the raw keys and values (the table's codec is "raw": decoding them changes nothing)
         stored: Iterator[tuple[bytes, bytes]] = self.store._iteritems()
         if not values and not deleted:
