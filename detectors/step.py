@@ -152,14 +152,16 @@ def prepare(
     else:
         args_hash = f"{tool}:{digester.hex(canonical_bytes(params))}"
     if type(event) is _TOOL_CALL:
-        if event.known_poll is not _UNSET:
-            known = bool(event.known_poll)
+        known_poll = event.known_poll
+        if known_poll is not _UNSET:
+            known = bool(known_poll)
         else:
             known = False if digest_only else is_known_poll(tool, params)
         return Prepared(args_hash, known)
     answer: ToolResult = event  # type: ignore[assignment]  # (no isinstance: a slower call)
-    if answer.result_digest is not _UNSET:
-        result_digest = answer.result_digest or None
+    result_digest = answer.result_digest
+    if result_digest is not _UNSET:
+        result_digest = result_digest or None
         if revision != "2026-08":
             return Prepared(args_hash, result_hash=result_digest, unknown_tool_name=answer.unknown_tool_name)
         return Prepared(
@@ -176,7 +178,9 @@ def prepare(
         error = _MISSING
     elif isinstance(error, str):
         error = ErrorMessage(error)
-    result = _MISSING if answer.result is _UNSET else answer.result
+    result = answer.result
+    if result is _UNSET:
+        result = _MISSING
     result_hash, unknown, kind, no_progress, failure_id = hash_outcome(
         tool, params, result, error, digester, send_tools, revision
     )
