@@ -91,8 +91,6 @@ class LocalState(MutableMapping[bytes, bytes]):
         #: each send returns, so which keys wait for the disk is not known until it is done
         self._writing = False
         self._on_disk: list[bytes] = []  # deletions on disk, still marked deleted here
-        #: the partitions whose databases this worker reads (those faust opened, those written)
-        self._partitions: set[int] = set()
 
     # -- the mapping -----------------------------------------------------------------------------
 
@@ -110,16 +108,22 @@ class LocalState(MutableMapping[bytes, bytes]):
         return stored
 
     def _open_databases(self) -> None:
-        """faust closes its databases at shutdown while the last batch is still applied: its
-        store then finds no database and answers every key absent, and a run read again would
-        start afresh (its verdicts wrong, its reset state sent to the changelog for the next
-        owner). So the databases of the partitions this worker reads are opened again first,
-        as the last commit's persist opens them to write."""
-        databases: dict[int, Any] = self.store._dbs
-        self._partitions.update(databases)
-        for partition in self._partitions:
-            if partition not in databases:
-                self.store._db_for_partition(partition)
+        """faust forgets its databases at shutdown (its store's ``stop``) while the last batch
+        is still applied: its store then finds no database and answers every key absent, and a
+        run read again would start afresh (its verdicts wrong, its reset state sent to the
+        changelog for the next owner). So once faust holds no database at all, those of the
+        partitions it last assigned to this worker are opened again first, as the last
+        commit's persist opens them to write. Never while faust holds any: a partition
+        revoked but not yet dropped by faust must not be opened again once it is. Every access
+        of this class to the store comes here first, so the first after faust's ``stop`` finds
+        no database and opens them all (a write opening only its own would hide the others)."""
+        store = self.store
+        if store._dbs:
+            return
+        topic = store.table.changelog_topic_name
+        for tp in store.app.assignor.assigned_actives():
+            if tp.topic == topic:
+                store._db_for_partition(tp.partition)
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
         self._values[key] = value
@@ -176,6 +180,7 @@ class LocalState(MutableMapping[bytes, bytes]):
         deleted = self._deleted
         store = self.store
         done: set[bytes] = set()
+        self._open_databases()
         for key, value in store._visible_items(store._db_for_partition(partition)):
             if key in deleted:
                 continue
@@ -194,7 +199,6 @@ class LocalState(MutableMapping[bytes, bytes]):
         """A changelog record was sent for ``key`` (``value`` None: a deletion)."""
         if key is None or partition is None:
             return
-        self._partitions.add(partition)
         self._sent.setdefault(partition, []).append((key, value, future))
 
     def writing(self, active: bool) -> None:
@@ -226,6 +230,7 @@ class LocalState(MutableMapping[bytes, bytes]):
             del records[:done]
         if changes:
             changes.sort(key=lambda change: (change.message.partition, change.message.offset))
+            self._open_databases()  # all of them, not only those written (see there)
             self.store.apply_changelog_batch(changes, _same, _same)
             self.persisted += len(changes)
         self._on_disk.extend(deletions)
@@ -258,7 +263,6 @@ class LocalState(MutableMapping[bytes, bytes]):
     def forget(self, partitions: set[int]) -> None:
         """After a revocation (the worker's commit done): drop what was not persisted for
         ``partitions``, and the cache (the next owner may change those runs)."""
-        self._partitions -= partitions
         for partition in partitions:
             self._sent.pop(partition, None)
         waiting = self._waiting()

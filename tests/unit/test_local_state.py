@@ -378,3 +378,41 @@ def test_a_scan_after_faust_closed_its_databases_sees_what_is_on_disk(
     databases.clear()
     assert dict(state.scan()) == {b"run-1": b"history", b"run-2": b"other"}
     assert len(state) == 2
+
+
+def test_a_write_after_faust_closed_its_databases_does_not_hide_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any]
+) -> None:
+    """After faust's ``stop``, the last commit's write opens the database it writes to: a
+    read of another partition must still find its run on disk."""
+    store = opened(tmp_path, monkeypatch, stores)
+    state = LocalState(store)
+    write(state, b"run-2", b"history", 2).confirm(7)
+    state.persist()
+    state.uncache([b"run-2"])
+    store._dbs.clear()  # faust's Store.stop
+    write(state, b"run-1", b"newer", 1).confirm(8)
+    state.persist()  # the last commit
+    assert state.get(b"run-2") == b"history"
+
+
+def test_a_partition_revoked_is_not_opened_again_by_a_read_or_a_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stores: list[Any]
+) -> None:
+    """Between the worker's revocation and faust dropping the databases, a scan (the expiry
+    timer's) or a read must not make this worker open them again later: they would stay open
+    for the life of the process, and faust's reads would search them."""
+    store = opened(tmp_path, monkeypatch, stores)
+    state = LocalState(store)
+    for partition in range(4):
+        write(state, f"run-{partition}".encode(), b"history", partition).confirm(partition)
+    state.persist()
+    state.forget({0, 1, 2, 3})  # the worker's revocation: every partition, eagerly
+    assert len(list(state.scan())) == 4  # faust has not dropped any yet
+    kept = {faust.types.TP(CHANGELOG, p) for p in (0, 1)}
+    monkeypatch.setattr(store.app.assignor, "assigned_actives", lambda: kept)  # the new assignment
+    store.revoke_partitions(store.table, {faust.types.TP(CHANGELOG, p) for p in (2, 3)})
+    assert sorted(store._dbs) == [0, 1]
+    assert sorted(dict(state.scan())) == [b"run-0", b"run-1"]
+    assert state.get(b"run-9") is None
+    assert sorted(store._dbs) == [0, 1]
