@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from loopwatch.detectors.events import Event, encode_output
@@ -18,8 +20,8 @@ from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.dashboard import serve_until_interrupted, serving
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.inputs.config_files import load_config
-from loopwatch.streams.inputs.event_lines import BadLine, read_sourced_events
-from loopwatch.streams.inputs.sources import follow_lines, input_lines
+from loopwatch.streams.inputs.event_lines import BadLine, decode_line, read_sourced_events
+from loopwatch.streams.inputs.sources import InputError, event_files, follow_lines, input_lines
 
 __all__ = ["run_embedded"]
 
@@ -35,9 +37,11 @@ def _valid(items: Iterable[Event | BadLine], err: TextIO, tally: dict[str, int])
 
 
 async def _followed(path: str, max_bytes: int, err: TextIO, tally: dict[str, int]) -> AsyncIterator[Event]:
-    async for where, line in follow_lines(path):
-        for event in _valid(read_sourced_events([(where, line)], max_bytes), err, tally):
-            yield event
+    async for where, number, line in follow_lines(path):
+        item = decode_line(where, number, line, max_bytes)
+        if item is not None:
+            for event in _valid((item,), err, tally):
+                yield event
 
 
 def _verdict_on_input(tally: dict[str, int], source: str, err: TextIO) -> int:
@@ -58,10 +62,35 @@ def _verdict_on_input(tally: dict[str, int], source: str, err: TextIO) -> int:
     return 0
 
 
+def _checked_paths(events: str | None, output: str | None, follow: bool) -> None:
+    """The input and the output, before anything is written: a missing input leaves the output
+    file as it was, and an output that is one of the input files is refused (writing it would
+    empty the input first)."""
+    stdin = events is None or events == "-"
+    if follow and stdin:
+        raise InputError("--follow needs a file; stdin is read to its end without it")
+    inputs = [] if stdin else event_files(str(events))
+    if not output:
+        return
+    target = Path(output)
+    if target.is_dir():
+        raise InputError(f"--output {output}: is a folder, not a file")
+    if not target.parent.is_dir():
+        raise InputError(f"--output {output}: the folder {target.parent} does not exist")
+    if target.exists():
+        for path in inputs:
+            if os.path.samefile(path, target):
+                raise InputError(f"--output {output} is the input {path}: writing would destroy the events")
+
+
 def run_embedded(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     config = load_config(args.config)
     max_bytes = config.settings.max_event_bytes
-    sink: BinaryIO = open(args.output, "wb") if args.output else out  # noqa: SIM115 - closed below
+    _checked_paths(args.events, args.output, args.follow)
+    try:
+        sink: BinaryIO = open(args.output, "wb") if args.output else out  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise InputError(f"--output {args.output}: {exc.strerror}") from exc
     view = FleetView("loopwatch run (embedded)") if args.serve else None
     live = bool(args.follow or args.serve)  # someone watches: flush every verdict
     tally = {"valid": 0, "invalid": 0}

@@ -11,7 +11,7 @@ from pathlib import Path
 from loopwatch.config.errors import LoopwatchError
 from loopwatch.streams.history.transcripts import is_checkpoint_copy
 
-__all__ = ["InputError", "follow_lines", "input_lines", "source_files"]
+__all__ = ["InputError", "event_files", "follow_lines", "input_lines", "source_files"]
 
 
 class InputError(LoopwatchError):
@@ -37,6 +37,12 @@ def _files(source: str, suffixes: tuple[str, ...] = _EVENT_SUFFIXES) -> list[Pat
     return [path]
 
 
+def event_files(source: str) -> list[Path]:
+    """The event files of a source (a file, or every .jsonl file under a folder);
+    :class:`InputError` when there is none."""
+    return _files(source)
+
+
 def source_files(source: str) -> list[Path]:
     """The files of a source (a file, or every .jsonl file under a folder, and every .sqlite
     file: OpenClaw 2026.8+ keeps its transcripts in SQLite)."""
@@ -54,24 +60,27 @@ def input_lines(source: str | None) -> Iterator[tuple[str, bytes]]:
             yield from ((str(path), line) for line in stream)
 
 
-async def follow_lines(source: str, poll_s: float = 0.2) -> AsyncIterator[tuple[str, bytes]]:
-    """Every line of a file, then every line appended to it, for as long as it is read.
+async def follow_lines(source: str, poll_s: float = 0.2) -> AsyncIterator[tuple[str, int, bytes]]:
+    """``(where, number, line)`` for every line of a file, then every line appended to it, for
+    as long as it is read (``number`` counts from 1 in the file as it is now).
 
     A file truncated (shorter than what was read) is read again from its start, and a file
     rotated away (another file at the path: ``logrotate``, ``mv`` and a new one) is left for
-    the new one, read from its start, as ``tail -F`` does."""
+    the new one, read from its start, as ``tail -F`` does; either starts the count again."""
     if Path(source).is_dir():
         raise InputError(f"--follow needs a file, not a folder: {source}")
     [path] = _files(source)
     stream = path.open("rb")
     try:
         buffer = b""
+        number = 0
         while True:
             chunk = stream.readline()
             if chunk:
                 buffer += chunk
                 if buffer.endswith(b"\n"):
-                    yield str(path), buffer
+                    number += 1
+                    yield str(path), number, buffer
                     buffer = b""
                 continue
             await asyncio.sleep(poll_s)
@@ -88,9 +97,9 @@ async def follow_lines(source: str, poll_s: float = 0.2) -> AsyncIterator[tuple[
                 except OSError:  # gone again meanwhile
                     continue
                 stream.close()
-                stream, buffer = rotated, b""
+                stream, buffer, number = rotated, b"", 0
             elif now.st_size < stream.tell():
                 stream.seek(0)
-                buffer = b""
+                buffer, number = b"", 0
     finally:
         stream.close()

@@ -367,3 +367,81 @@ def test_check_config_explains_the_own_rules_per_agent(tmp_path: Path) -> None:
     assert agents["default"]["effective"]["loopwatch"]["detectors"]["editUndo"]["enabled"] is False
     assert any("blocked at $2.00 and aborted at $4.00" in note for note in agents["coder"]["notes"])
     assert any(note.startswith("editUndo on") for note in agents["coder"]["notes"])
+
+
+ABORT_FIXTURE = FIXTURES / "openclaw-post-compaction-abort.events.jsonl"
+
+
+def test_run_leaves_the_output_alone_when_the_input_is_missing(tmp_path: Path) -> None:
+    kept = tmp_path / "verdicts.jsonl"
+    kept.write_bytes(b"earlier verdicts\n")
+    done = loopwatch("run", str(tmp_path / "typo.jsonl"), "-o", str(kept))
+    assert done.returncode == 2
+    assert f"no such file: {tmp_path / 'typo.jsonl'}" in done.stderr.decode()
+    assert kept.read_bytes() == b"earlier verdicts\n"
+
+
+def test_run_refuses_to_write_its_verdicts_over_its_input(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(ABORT_FIXTURE.read_bytes())
+    for output in (events, tmp_path / "." / "events.jsonl"):
+        done = loopwatch("run", str(tmp_path), "-o", str(output))
+        assert done.returncode == 2
+        assert "writing would destroy the events" in done.stderr.decode()
+        assert events.read_bytes() == ABORT_FIXTURE.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("output", "problem"),
+    [(".", "is a folder, not a file"), ("missing/verdicts.jsonl", "does not exist")],
+)
+def test_run_names_an_output_it_cannot_write(tmp_path: Path, output: str, problem: str) -> None:
+    done = loopwatch("run", str(ABORT_FIXTURE), "-o", str(tmp_path / output))
+    assert done.returncode == 2
+    stderr = done.stderr.decode()
+    assert f"--output {tmp_path / output}" in stderr and problem in stderr
+    assert "Traceback" not in stderr
+
+
+def test_run_cannot_follow_stdin_and_says_so() -> None:
+    done = loopwatch("run", "--follow", "-", stdin=ABORT_FIXTURE.read_bytes())
+    assert done.returncode == 2
+    assert "--follow needs a file" in done.stderr.decode()
+
+
+def test_run_reads_an_events_file_that_starts_with_a_byte_order_mark(tmp_path: Path) -> None:
+    marked = tmp_path / "events.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + ABORT_FIXTURE.read_bytes())
+    done = loopwatch("run", str(marked))
+    assert done.returncode == 0, done.stderr.decode()
+    assert "skipped" not in done.stderr.decode()
+    assert done.stdout == loopwatch("run", str(ABORT_FIXTURE)).stdout != b""
+
+
+def test_run_follow_reports_a_bad_line_at_its_own_number(tmp_path: Path) -> None:
+    import select
+
+    events = tmp_path / "events.jsonl"
+    lines = ABORT_FIXTURE.read_bytes().splitlines(keepends=True)
+    events.write_bytes(b"".join(lines[:2]) + b"not json\n" + b"".join(lines[2:4]) + b"{}\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loopwatch", "run", "--follow", str(events)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,  # (a buffered reader could hold the second line where select cannot see it)
+    )
+    try:
+        assert proc.stderr is not None
+        reported: list[str] = []
+        while len(reported) < 2:
+            ready, _, _ = select.select([proc.stderr], [], [], 60)
+            assert ready, f"not both bad lines reported within 60 s: {reported}"
+            reported.append(proc.stderr.readline().decode())
+        assert f"at {events}:3: not valid JSON" in reported[0]
+        assert f"at {events}:6: " in reported[1]
+    finally:
+        proc.kill()
+        proc.wait(10)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()

@@ -10,10 +10,11 @@ from pathlib import Path
 from loopwatch.streams.inputs.sources import follow_lines
 
 
-async def _follow(path: Path, steps: list[tuple[str, bytes, int]]) -> list[bytes]:
+async def _follow(path: Path, steps: list[tuple[str, bytes, int]]) -> tuple[list[bytes], list[int]]:
     """Follow ``path`` through ``steps``: (append / truncate / rotate, the bytes, the lines read
-    by then); each step waits until the lines before it were read."""
+    by then); each step waits until the lines before it were read. The lines and their numbers."""
     seen: list[bytes] = []
+    numbers: list[int] = []
     want = steps[-1][2]
 
     async def act() -> None:
@@ -34,12 +35,13 @@ async def _follow(path: Path, steps: list[tuple[str, bytes, int]]) -> list[bytes
                 await asyncio.sleep(0.01)
 
     actor = asyncio.create_task(act())
-    async for _, line in follow_lines(str(path), poll_s=0.01):
+    async for _, number, line in follow_lines(str(path), poll_s=0.01):
         seen.append(line)
+        numbers.append(number)
         if len(seen) == want:
             break
     await actor
-    return seen
+    return seen, numbers
 
 
 def test_appended_lines_then_a_truncated_file_then_a_rotated_one(tmp_path: Path) -> None:
@@ -52,5 +54,7 @@ def test_appended_lines_then_a_truncated_file_then_a_rotated_one(tmp_path: Path)
         ("rotate", b"b3\n|c1\nc2\n", 8),  # b3 written just before the move: read, not lost
         ("append", b"c3\n", 9),
     ]
-    got = asyncio.run(asyncio.wait_for(_follow(path, steps), 30))
+    got, numbers = asyncio.run(asyncio.wait_for(_follow(path, steps), 30))
     assert got == [b"a1\n", b"a2\n", b"a3\n", b"b1\n", b"b2\n", b"b3\n", b"c1\n", b"c2\n", b"c3\n"]
+    # each line's number in its file as it was then (a bad event is reported at file:number)
+    assert numbers == [1, 2, 3, 1, 2, 3, 1, 2, 3]
