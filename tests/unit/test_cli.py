@@ -399,7 +399,8 @@ def test_run_names_an_output_it_cannot_write(tmp_path: Path, output: str, proble
     done = loopwatch("run", str(ABORT_FIXTURE), "-o", str(tmp_path / output))
     assert done.returncode == 2
     stderr = done.stderr.decode()
-    assert f"--output {tmp_path / output}" in stderr and problem in stderr
+    assert f"--output {tmp_path / output}" in stderr
+    assert problem in stderr
     assert "Traceback" not in stderr
 
 
