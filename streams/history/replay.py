@@ -113,22 +113,48 @@ def replay(
     return runs
 
 
+def _millis(text: str | None, default: int) -> int:
+    return default if text is None else int(datetime.fromisoformat(text).timestamp() * 1000)
+
+
+def _check_window(source: str, since: str | None, until: str | None) -> None:
+    """``--since`` and ``--until``: a Kafka source's, ISO times, in order; else what is wrong."""
+    given = [(flag, text) for flag, text in (("--since", since), ("--until", until)) if text is not None]
+    if not source.startswith("kafka:"):
+        if given:
+            raise InputError(f"{given[0][0]} applies to a Kafka source (kafka:TOPIC) only, not to {source}")
+        return
+    if not source.removeprefix("kafka:"):
+        raise InputError("kafka: names no topic (kafka:TOPIC, e.g. kafka:loopwatch.tool-events)")
+    for flag, text in given:
+        try:
+            datetime.fromisoformat(text)
+        except ValueError:
+            raise InputError(f"{flag} {text!r}: not an ISO time (e.g. 2026-12-01T00:00)") from None
+    if since is not None and until is not None and _millis(until, 0) < _millis(since, 0):
+        raise InputError(f"--until {until} is before --since {since}")
+
+
 def _kafka_lines(topic: str, since: str | None, until: str | None) -> Iterator[tuple[str, bytes]]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.errors import KafkaError
 
     from loopwatch.config.stream_settings import parse_stream_settings
     from loopwatch.streams.kafka.connect import aiokafka_auth
 
     settings = parse_stream_settings(os.environ)
 
-    def millis(text: str | None, default: int) -> int:
-        return default if text is None else int(datetime.fromisoformat(text).timestamp() * 1000)
-
     async def fetch() -> list[tuple[str, bytes]] | None:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **aiokafka_auth(settings)
         )
-        await consumer.start()
+        try:
+            await consumer.start()
+        except KafkaError as exc:
+            await consumer.stop()
+            raise InputError(
+                f"Kafka at {settings.kafka_bootstrap} (LOOPWATCH_KAFKA_BOOTSTRAP): {exc}"
+            ) from exc
         try:
             if topic not in await consumer.topics():
                 return None
@@ -138,7 +164,7 @@ def _kafka_lines(topic: str, since: str | None, until: str | None) -> Iterator[t
                 TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])
             ]
             consumer.assign(partitions)
-            start, stop = millis(since, 0), millis(until, 2**62)
+            start, stop = _millis(since, 0), _millis(until, 2**62)
             starts = await consumer.offsets_for_times(dict.fromkeys(partitions, start))
             ends = await consumer.end_offsets(partitions)
             lines: list[tuple[int, str, bytes]] = []
@@ -284,6 +310,7 @@ def _fired(detectors: dict[str, int]) -> str:
 def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     config = load_config(args.config)
     other = load_config(args.compare) if args.compare else None
+    _check_window(args.source, args.since, args.until)
     events = _load(args.source, args, config.settings.max_event_bytes, err)
     if not events:
         print(

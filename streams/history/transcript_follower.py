@@ -118,6 +118,10 @@ class InvalidInterval(LoopwatchError):
     """``--interval`` out of range (the CLI prints it and exits with 2)."""
 
 
+class UnreadableOffsets(LoopwatchError):
+    """The offsets file exists but cannot be read (the CLI prints it and exits with 2)."""
+
+
 def _interval_problem(value: float) -> str | None:
     if math.isfinite(value) and MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:
         return None
@@ -200,12 +204,22 @@ class Follower:
     # -- the offsets file ------------------------------------------------------------------
 
     def _load(self) -> dict[str, dict[str, Any]]:
+        """The offsets file's records; none before the first start. A file that cannot be read
+        stops the sidecar: starting afresh would publish every transcript again."""
         try:
             value = json.loads(self.offsets_path.read_text())
-        except (OSError, ValueError):
+        except FileNotFoundError:
             return {}
+        except (OSError, ValueError) as exc:
+            raise UnreadableOffsets(
+                f"offsets file {self.offsets_path}: cannot be read ({exc}); mend it, or remove it "
+                "to publish every transcript again"
+            ) from exc
         if not isinstance(value, dict):
-            return {}
+            raise UnreadableOffsets(
+                f"offsets file {self.offsets_path}: not an object of files; mend it, or remove it "
+                "to publish every transcript again"
+            )
         return {k: v for k, v in value.items() if isinstance(v, dict)}
 
     def _save(self) -> None:

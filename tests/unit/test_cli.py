@@ -1,6 +1,7 @@
 """Every subcommand: its normal output and its bad-input paths (clear message, no traceback)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -446,3 +447,37 @@ def test_run_follow_reports_a_bad_line_at_its_own_number(tmp_path: Path) -> None
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (
+            ["--since", "2026-12-01", str(ABORT_FIXTURE)],
+            "--since applies to a Kafka source (kafka:TOPIC) only",
+        ),
+        (["kafka:"], "kafka: names no topic"),
+        (["kafka:t", "--since", "yesterday"], "--since 'yesterday': not an ISO time"),
+        (
+            ["kafka:t", "--since", "2026-12-02", "--until", "2026-12-01"],
+            "--until 2026-12-01 is before --since",
+        ),
+    ],
+)
+def test_replay_checks_its_source_and_window_first(args: list[str], problem: str) -> None:
+    done = loopwatch("replay", *args)
+    assert done.returncode == 2
+    assert problem in done.stderr.decode()
+
+
+def test_replay_names_an_unreachable_kafka_without_a_traceback() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "loopwatch", "replay", "kafka:loopwatch.tool-events"],
+        capture_output=True,
+        env={**os.environ, "LOOPWATCH_KAFKA_BOOTSTRAP": "127.0.0.1:1"},
+        timeout=120,
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode == 2
+    assert "loopwatch: Kafka at 127.0.0.1:1 (LOOPWATCH_KAFKA_BOOTSTRAP): " in stderr
+    assert "Traceback" not in stderr

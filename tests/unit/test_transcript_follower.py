@@ -202,3 +202,50 @@ def test_an_event_the_gateway_refuses_is_skipped_and_the_rest_arrives(gateway: s
         wait_for(lambda: events_seen(gateway) == want)
     finally:
         stop(sidecar)
+
+
+def _import(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loopwatch", "import", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=os.environ,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("flag", ["--gateway", "--kafka"])
+def test_publishing_flags_without_follow_are_refused_not_ignored(flag: str) -> None:
+    done = _import(flag, "http://127.0.0.1:1" if flag == "--gateway" else "127.0.0.1:1", str(SOURCE))
+    assert done.returncode == 2
+    assert f"{flag} publishes with --follow DIR only" in done.stderr
+    assert done.stdout == ""
+
+
+def test_a_gateway_that_is_no_url_is_refused_at_once(tmp_path: Path) -> None:
+    done = _import("--follow", str(tmp_path), "--gateway", "notaurl")
+    assert done.returncode == 2
+    assert "--gateway 'notaurl': not an http:// or https:// URL" in done.stderr
+
+
+def test_an_offsets_file_that_cannot_be_read_stops_the_sidecar(tmp_path: Path) -> None:
+    """Starting afresh would publish every transcript again: the sidecar says so and stops."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / SOURCE.name).write_bytes(SOURCE.read_bytes())
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text("{not json")
+    done = _import("--follow", str(folder), "--gateway", "http://127.0.0.1:1", "--offsets", str(offsets))
+    assert done.returncode == 2
+    assert f"offsets file {offsets}: cannot be read" in done.stderr
+    assert "remove it to publish every transcript again" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert offsets.read_text() == "{not json"
+
+
+def test_an_unreachable_kafka_is_named_without_a_traceback(tmp_path: Path) -> None:
+    done = _import("--follow", str(tmp_path), "--kafka", "127.0.0.1:1")
+    assert done.returncode == 2
+    assert "loopwatch: Kafka at 127.0.0.1:1 (--kafka): " in done.stderr
+    assert "Traceback" not in done.stderr

@@ -6,8 +6,10 @@ import argparse
 import os
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
+from urllib.parse import urlsplit
 
 from loopwatch.streams.cli.flags import interval_seconds
+from loopwatch.streams.inputs.sources import InputError
 
 
 def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
@@ -18,6 +20,9 @@ def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
 
     if bool(args.gateway) == bool(args.kafka):
         print("loopwatch: import --follow needs one of --gateway URL or --kafka BOOTSTRAP", file=err)
+        return 2
+    if args.gateway and urlsplit(args.gateway).scheme not in ("http", "https"):
+        print(f"loopwatch: --gateway {args.gateway!r}: not an http:// or https:// URL", file=err)
         return 2
     folder = Path(args.follow)
     if not folder.is_dir():
@@ -39,6 +44,7 @@ def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
         producer = None
         if args.kafka:
             from aiokafka import AIOKafkaProducer
+            from aiokafka.errors import KafkaError
 
             from loopwatch.config.stream_settings import parse_stream_settings
             from loopwatch.streams.kafka.connect import aiokafka_auth
@@ -47,7 +53,11 @@ def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
                 os.environ, {"kafka_bootstrap": args.kafka}, {"kafka_bootstrap": "--kafka"}
             )
             producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, **aiokafka_auth(settings))
-            await producer.start()
+            try:
+                await producer.start()
+            except KafkaError as exc:
+                await producer.stop()
+                raise InputError(f"Kafka at {settings.kafka_bootstrap} (--kafka): {exc}") from exc
             publish = publish_to_kafka(producer, settings.topic_events)
         else:
             publish = publish_to_gateway(args.gateway, os.environ.get("LOOPWATCH_GATEWAY_TOKEN"))
@@ -66,6 +76,13 @@ def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
 def cmd_import(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     if args.follow:
         return _follow_transcripts(args, err)
+    for flag, value in (("--gateway", args.gateway), ("--kafka", args.kafka)):
+        if value:
+            print(
+                f"loopwatch: {flag} publishes with --follow DIR only; import writes events to stdout",
+                file=err,
+            )
+            return 2
     if not args.paths:
         print("loopwatch: import needs transcript paths, or --follow DIR", file=err)
         return 2
