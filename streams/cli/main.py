@@ -21,15 +21,34 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  loopwatch demo\n  loopwatch run --config openclaw.json events.jsonl\n"
         "  loopwatch conformance vectors.jsonl",
     )
+    parser.add_argument("--version", action="version", version=f"loopwatch {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.register(sub)
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("loopwatch")
+    except PackageNotFoundError:  # run from sources that were never installed
+        return "(not installed)"
+
+
+def _parsed(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments; one a command does not know is reported with that command's usage."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parsed(parser, argv)
     try:
         code: int = args.func(args, sys.stdout.buffer, sys.stderr)
     except LoopwatchError as exc:  # invalid config, input or broker: what and where, no traceback

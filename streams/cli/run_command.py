@@ -17,7 +17,7 @@ from typing import BinaryIO, TextIO
 from loopwatch.detectors.events import Event, encode_output
 from loopwatch.detectors.fleet.alerts import FleetAlert, encode_alert
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
-from loopwatch.streams.fleet_view.dashboard import serve_until_interrupted, serving
+from loopwatch.streams.fleet_view.dashboard import parse_address, serve_until_interrupted, serving
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.inputs.config_files import load_config
 from loopwatch.streams.inputs.event_lines import BadLine, decode_line, read_sourced_events
@@ -86,6 +86,8 @@ def _checked_paths(events: str | None, output: str | None, follow: bool) -> None
 def run_embedded(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     config = load_config(args.config)
     max_bytes = config.settings.max_event_bytes
+    if args.serve:
+        parse_address(args.serve)  # before the input is read
     _checked_paths(args.events, args.output, args.follow)
     try:
         sink: BinaryIO = open(args.output, "wb") if args.output else out  # noqa: SIM115 - closed below

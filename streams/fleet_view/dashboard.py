@@ -20,6 +20,7 @@ Routes (GET):
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -193,7 +194,10 @@ def parse_address(text: str, flag: str = "--serve") -> tuple[str, int]:
     """``PORT`` or ``HOST:PORT`` (port 0 picks a free port), given with ``flag``."""
     host, _, port = text.rpartition(":")
     if not (port.isascii() and port.isdigit()) or int(port) > 65535:
-        raise LoopwatchError(f"{flag} {text!r}: expected PORT or HOST:PORT, e.g. 127.0.0.1:6066")
+        hint = ""
+        if text.endswith((".jsonl", ".json", ".ndjson")) or os.path.isfile(text):
+            hint = f"; {text} looks like an input file: name it before {flag}, whose address is optional"
+        raise LoopwatchError(f"{flag} {text!r}: expected PORT or HOST:PORT, e.g. 127.0.0.1:6066{hint}")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 

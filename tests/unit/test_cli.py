@@ -481,3 +481,42 @@ def test_replay_names_an_unreachable_kafka_without_a_traceback() -> None:
     assert done.returncode == 2
     assert "loopwatch: Kafka at 127.0.0.1:1 (LOOPWATCH_KAFKA_BOOTSTRAP): " in stderr
     assert "Traceback" not in stderr
+
+
+def test_check_config_reads_stdin_given_as_dash() -> None:
+    done = loopwatch("check-config", "-", stdin=b"{tools: {loopDetection: {enabled: true, historySize: 50}}}")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().startswith("<stdin>: valid")
+    assert '"historySize": 50' in done.stdout.decode()
+
+
+def test_check_config_json_reports_an_invalid_config_as_json(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json5"
+    bad.write_text('{tools: {loopDetection: {enabled: "yes", historySize: -1}}}')
+    done = loopwatch("check-config", "--json", str(bad))
+    assert done.returncode == 2
+    report = json.loads(done.stdout)
+    assert report["valid"] is False
+    assert {(p["source"], p["path"]) for p in report["problems"]} == {
+        (str(bad), "tools.loopDetection.enabled"),
+        (str(bad), "tools.loopDetection.historySize"),
+    }
+    valid = loopwatch("check-config", "--json", "-", stdin=b"{}")
+    assert json.loads(valid.stdout)["valid"] is True
+
+
+def test_version_and_an_unknown_flag_with_the_command_s_own_usage() -> None:
+    version = loopwatch("--version")
+    assert version.returncode == 0
+    assert version.stdout.decode().startswith("loopwatch ")
+    unknown = loopwatch("run", "--bogus", str(ABORT_FIXTURE))
+    assert unknown.returncode == 2
+    stderr = unknown.stderr.decode()
+    assert "usage: loopwatch run " in stderr
+    assert "loopwatch run: error: unrecognized arguments: --bogus" in stderr
+
+
+def test_run_serve_given_the_events_file_says_to_name_it_first() -> None:
+    done = loopwatch("run", "--serve", str(ABORT_FIXTURE), stdin=b"")
+    assert done.returncode == 2
+    assert "looks like an input file: name it before --serve" in done.stderr.decode()

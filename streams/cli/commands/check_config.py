@@ -12,15 +12,30 @@ from loopwatch.streams.inputs.config_files import load_config
 def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     import json
     import os
+    import sys
 
     from loopwatch.config import fleet_rules
-    from loopwatch.config.errors import both_or_every_problem
+    from loopwatch.config.errors import ConfigError, both_or_every_problem
     from loopwatch.config.explain import explain
+    from loopwatch.config.fleet import FleetConfig, parse_config_text
     from loopwatch.config.stream_settings import parse_stream_settings
 
-    config, settings = both_or_every_problem(
-        lambda: load_config(args.file), lambda: parse_stream_settings(os.environ)
-    )
+    def config_file() -> FleetConfig:
+        if args.file != "-":
+            return load_config(args.file)
+        return parse_config_text(sys.stdin.read(), source="<stdin>")
+
+    try:
+        config, settings = both_or_every_problem(config_file, lambda: parse_stream_settings(os.environ))
+    except ConfigError as exc:
+        if not args.json:
+            raise
+        problems = [
+            {"source": exc.source, "path": problem.path, "message": problem.message}
+            for problem in exc.problems
+        ]
+        out.write(json.dumps({"valid": False, "problems": problems}, indent=1).encode() + b"\n")
+        return 2
     reports = explain(config)
     fleet = fleet_rules.fleet_rules(config.global_rules)
     if args.json:
@@ -29,10 +44,11 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
             "loopwatch": config.settings.as_dict(),
             "fleet_rules": {"effective": fleet_rules.as_dict(fleet), "notes": fleet_rules.describe(fleet)},
             "stream": settings.masked(),
+            "valid": True,
         }
         out.write(json.dumps(document, indent=1).encode() + b"\n")
         return 0
-    lines = [f"{args.file}: valid", _revision_line(config.settings)]
+    lines = [f"{'<stdin>' if args.file == '-' else args.file}: valid", _revision_line(config.settings)]
     for report in reports:
         lines.append(f"\nagent {report.agent}:")
         lines.append("  " + json.dumps(report.effective))
@@ -68,8 +84,9 @@ def register(sub: Any) -> None:
         "the threshold auto-raise, with a note on every value the runtime changed. Stream settings "
         "come from LOOPWATCH_* variables; secrets are masked.",
         epilog="examples:\n  loopwatch check-config ~/.openclaw/openclaw.json\n"
-        "  loopwatch check-config --json openclaw.json",
+        "  loopwatch check-config --json openclaw.json\n"
+        "  ssh host cat .openclaw/openclaw.json | loopwatch check-config -",
     )
-    check.add_argument("file", metavar="FILE")
+    check.add_argument("file", metavar="FILE", help="the config file, or - for stdin")
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(func=cmd_check_config)
