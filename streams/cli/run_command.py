@@ -19,6 +19,7 @@ from loopwatch.detectors.fleet.alerts import FleetAlert, encode_alert
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.dashboard import parse_address, serve_until_interrupted, serving
 from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.history.transcripts import is_transcript
 from loopwatch.streams.inputs.config_files import load_config
 from loopwatch.streams.inputs.event_lines import BadLine, decode_line, read_sourced_events
 from loopwatch.streams.inputs.sources import InputError, event_files, follow_lines, input_lines
@@ -70,6 +71,14 @@ def _checked_paths(events: str | None, output: str | None, follow: bool) -> None
     if follow and stdin:
         raise InputError("--follow needs a file; stdin is read to its end without it")
     inputs = [] if stdin else event_files(str(events))
+    for path in inputs:
+        with path.open("rb") as stream:
+            first = stream.readline()
+        if is_transcript(first):
+            raise InputError(
+                f"{path} is an OpenClaw session transcript, not event lines: `loopwatch replay {path}` "
+                f"runs it through the detectors, `loopwatch import {path}` turns it into events"
+            )
     if not output:
         return
     target = Path(output)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, ROOT
 
 
 def loopwatch(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -520,3 +520,22 @@ def test_run_serve_given_the_events_file_says_to_name_it_first() -> None:
     done = loopwatch("run", "--serve", str(ABORT_FIXTURE), stdin=b"")
     assert done.returncode == 2
     assert "looks like an input file: name it before --serve" in done.stderr.decode()
+
+
+def test_run_given_a_transcript_points_to_replay_and_import_at_once() -> None:
+    transcript = ROOT / "tests" / "data" / "transcripts" / "openclaw-process-poll-loop.session.jsonl"
+    done = loopwatch("run", str(transcript))
+    assert done.returncode == 2
+    stderr = done.stderr.decode()
+    assert f"{transcript} is an OpenClaw session transcript, not event lines" in stderr
+    assert f"`loopwatch replay {transcript}`" in stderr
+    assert "skipped invalid event" not in stderr
+
+
+def test_the_event_lines_of_run_s_help_are_valid_events() -> None:
+    helped = loopwatch("run", "--help").stdout.decode()
+    shown = [line.strip() for line in helped.splitlines() if line.strip().startswith('{"type"')]
+    assert len(shown) == 4
+    done = loopwatch("run", "-", stdin="\n".join(shown).encode())
+    assert done.returncode == 0
+    assert "skipped" not in done.stderr.decode()

@@ -21,7 +21,16 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Reads event JSON lines (file or stdin) and writes verdict and abort JSON "
         "lines to stdout, in input order. Invalid lines are reported on stderr and skipped.",
-        epilog="examples:\n  loopwatch run --config openclaw.json events.jsonl\n"
+        epilog='event lines (one JSON object each; README, "Events and verdicts"):\n'
+        '  {"type": "tool_call", "event_id": "e1", "run_id": "r1", "tool": "read", '
+        '"params": {"path": "a.txt"}, "tool_call_id": "c1"}\n'
+        '  {"type": "tool_result", "event_id": "e2", "run_id": "r1", "tool": "read", '
+        '"params": {"path": "a.txt"}, "tool_call_id": "c1", "result": {"content": []}}\n'
+        '  {"type": "compaction_retry", "event_id": "e3", "run_id": "r1"}\n'
+        '  {"type": "run_end", "event_id": "e4", "run_id": "r1"}\n'
+        "  optional on each: agent_id, session_id (instead of run_id), ts (ms); a tool_result "
+        "has result or error\n\n"
+        "examples:\n  loopwatch run --config openclaw.json events.jsonl\n"
         "  cat events.jsonl | loopwatch run -\n"
         "  loopwatch run --follow /var/log/agents/events.jsonl -o verdicts.jsonl\n"
         "  loopwatch run --serve 127.0.0.1:8080 --follow events.jsonl -o verdicts.jsonl",
