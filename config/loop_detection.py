@@ -74,7 +74,7 @@ def _check_object(
         return
     for key, item in value.items():
         if key not in allowed:
-            problems.append(ConfigProblem(f"{path}.{key}", "unknown key"))
+            problems.append(ConfigProblem(f"{path}.{key}", f"unknown key (known: {', '.join(allowed)})"))
         elif check == "bool" and not isinstance(item, bool):
             problems.append(ConfigProblem(f"{path}.{key}", "must be a boolean"))
         elif check == "positive" and not _is_positive_int(item):
@@ -110,7 +110,7 @@ def validate_block(block: object, path: str) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
     for key in block:
         if key not in _TOP_KEYS:
-            problems.append(ConfigProblem(f"{path}.{key}", "unknown key"))
+            problems.append(ConfigProblem(f"{path}.{key}", f"unknown key (known: {', '.join(_TOP_KEYS)})"))
     if "enabled" in block and not isinstance(block["enabled"], bool):
         problems.append(ConfigProblem(f"{path}.enabled", "must be a boolean"))
     for key in _NUMERIC_KEYS:

@@ -173,8 +173,6 @@ def _check_store(settings: StreamSettings, bad: Callable[[str, str], None]) -> N
             "standby_replicas",
             "standby replicas need LOOPWATCH_STORE=rocksdb (the memory store keeps no copy for a failover)",
         )
-    if settings.store == "rocksdb" and not settings.data_dir.strip():
-        bad("data_dir", "the rocksdb store needs a data directory")
 
 
 def _where(name: str, flags: Mapping[str, str]) -> str:
@@ -210,6 +208,10 @@ def _check(settings: StreamSettings, flags: Mapping[str, str]) -> list[ConfigPro
         bad("gc_full_interval_s", "must be 0 (CPython's own schedule) or a positive number of seconds")
     if not 0 < settings.web_port < 65536:
         bad("web_port", "must be a port number (1-65535)")
+    if not settings.web_host.strip() or settings.web_host != settings.web_host.strip():
+        bad("web_host", "must be an address without spaces (127.0.0.1; 0.0.0.0 for every interface)")
+    if not settings.data_dir.strip():
+        bad("data_dir", "must name a folder (the worker's lock and faust's data are kept there)")
     if settings.redis_url is not None and not re.match(r"^(redis|rediss|unix)://", settings.redis_url):
         bad("redis_url", "must start with redis://, rediss:// (TLS) or unix://")
     _check_store(settings, bad)

@@ -67,11 +67,18 @@ def test_validation_lists_every_problem_with_its_path() -> None:
         "tools.loopDetection",
     )
     text = [str(p) for p in problems]
-    assert "tools.loopDetection.bogus: unknown key" in text
+    assert (
+        "tools.loopDetection.bogus: unknown key (known: enabled, historySize, warningThreshold, "
+        "unknownToolThreshold, criticalThreshold, globalCircuitBreakerThreshold, detectors, "
+        "postCompactionGuard)"
+    ) in text
     assert "tools.loopDetection.enabled: must be a boolean" in text
     assert "tools.loopDetection.historySize: must be a positive integer" in text
     assert "tools.loopDetection.detectors.pingPong: must be a boolean" in text
-    assert "tools.loopDetection.detectors.x: unknown key" in text
+    assert (
+        "tools.loopDetection.detectors.x: unknown key (known: genericRepeat, knownPollNoProgress, pingPong)"
+        in text
+    )
     assert "tools.loopDetection.warningThreshold: must be lower than criticalThreshold." in text
 
 

@@ -58,3 +58,25 @@ def test_a_flag_named_otherwise_than_its_setting_is_named_as_the_command_has_it(
     with pytest.raises(ConfigError) as refused:
         parse_stream_settings({}, {"kafka_bootstrap": "nohost"}, {"kafka_bootstrap": "--kafka"})
     assert [problem.path for problem in refused.value.problems] == ["flag --kafka"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("LOOPWATCH_WEB_HOST", ""),
+        ("LOOPWATCH_WEB_HOST", " "),
+        ("LOOPWATCH_WEB_HOST", " 127.0.0.1"),
+        ("LOOPWATCH_DATA_DIR", ""),
+        ("LOOPWATCH_DATA_DIR", "  "),
+    ],
+)
+def test_an_address_or_a_folder_set_but_empty_is_refused(variable: str, value: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_stream_settings({variable: value})
+    assert [problem.path for problem in raised.value.problems] == [variable]
+
+
+def test_the_default_address_and_folder_are_taken() -> None:
+    settings = parse_stream_settings({})
+    assert (settings.web_host, settings.data_dir) == ("127.0.0.1", ".loopwatch-data")
+    assert parse_stream_settings({"LOOPWATCH_WEB_HOST": "0.0.0.0"}).web_host == "0.0.0.0"
