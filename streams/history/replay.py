@@ -336,6 +336,9 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         for now, alt in changed
     ]
     detectors: Counter[str] = Counter()
+    other_detectors: Counter[str] = Counter()  # with --compare
+    for summary in (compared or {}).values():
+        other_detectors.update(summary.detectors)
     agents: dict[str, Counter[str]] = {}
     for summary in runs.values():
         detectors.update(summary.detectors)
@@ -355,6 +358,7 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         document["alerts"] = [msgspec.to_builtins(alert) for alert in alerts]
         if compared is not None:
             document["differences"] = differences
+            document["compare_detectors"] = dict(other_detectors)
             document["compare_spend"] = other_spend.summary()
         out.write(json.dumps(document, indent=1).encode() + b"\n")
         return 0
@@ -365,9 +369,6 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
             _table("per detector", [(d, str(n)) for d, n in detectors.most_common()], ("detector", "fired"))
         )
     else:
-        other_detectors: Counter[str] = Counter()
-        for summary in compared.values():
-            other_detectors.update(summary.detectors)
         names = sorted(set(detectors) | set(other_detectors), key=lambda d: (-detectors[d], d))
         console.print(
             _table(

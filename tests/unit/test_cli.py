@@ -38,6 +38,9 @@ def test_replay_compare_reports_the_known_differences(tmp_path: Path) -> None:
     assert difference["config"]["first_warning"] is None
     # expected-lowered: warning at event 13 (the 7th call), block at event 17 (the 9th)
     assert (difference["compare"]["first_warning"], difference["compare"]["first_block"]) == (7, 9)
+    # per detector, as the text table's "with --compare" column: nothing at the defaults
+    assert report["detectors"] == {}
+    assert sum(report["compare_detectors"].values()) == difference["compare"]["verdicts"] > 0
 
 
 def test_replay_per_run_first_verdicts(tmp_path: Path) -> None:
