@@ -4,6 +4,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -275,18 +277,33 @@ def wait_until_read_to(pid: int, path: Path, size: int, timeout: float = 60) -> 
     raise AssertionError(f"{path} was not read to {size} bytes in {timeout}s")
 
 
+@contextmanager
+def following(events: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``loopwatch run --follow events``, killed at the end. Unbuffered pipes: a buffered reader
+    could hold a line where ``select`` cannot see it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loopwatch", "run", "--follow", str(events)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+    )
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(10)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
 def test_run_follows_a_growing_file(tmp_path: Path) -> None:
     import select
 
     events = tmp_path / "events.jsonl"
     lines = (FIXTURES / "openclaw-post-compaction-abort.events.jsonl").read_bytes().splitlines(keepends=True)
     events.write_bytes(b"".join(lines[:10]))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loopwatch", "run", "--follow", str(events)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
+    with following(events) as proc:
         wait_until_read_to(proc.pid, events, events.stat().st_size)  # it follows the end now
         with events.open("ab") as stream:
             stream.write(b"".join(lines[10:]))
@@ -295,12 +312,6 @@ def test_run_follows_a_growing_file(tmp_path: Path) -> None:
         assert ready, "no verdict within 60 s of the file growing"
         first = proc.stdout.readline()
         assert json.loads(first)["reason"] == "compaction_loop_persisted"
-    finally:
-        proc.kill()
-        proc.wait(10)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
 
 
 def test_run_on_input_without_one_valid_event_says_so_and_fails(tmp_path: Path) -> None:
@@ -429,13 +440,7 @@ def test_run_follow_reports_a_bad_line_at_its_own_number(tmp_path: Path) -> None
     events = tmp_path / "events.jsonl"
     lines = ABORT_FIXTURE.read_bytes().splitlines(keepends=True)
     events.write_bytes(b"".join(lines[:2]) + b"not json\n" + b"".join(lines[2:4]) + b"{}\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loopwatch", "run", "--follow", str(events)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        bufsize=0,  # (a buffered reader could hold the second line where select cannot see it)
-    )
-    try:
+    with following(events) as proc:
         assert proc.stderr is not None
         reported: list[str] = []
         while len(reported) < 2:
@@ -444,12 +449,6 @@ def test_run_follow_reports_a_bad_line_at_its_own_number(tmp_path: Path) -> None
             reported.append(proc.stderr.readline().decode())
         assert f"at {events}:3: not valid JSON" in reported[0]
         assert f"at {events}:6: " in reported[1]
-    finally:
-        proc.kill()
-        proc.wait(10)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
 
 
 @pytest.mark.parametrize(
