@@ -71,14 +71,6 @@ def _checked_paths(events: str | None, output: str | None, follow: bool) -> None
     if follow and stdin:
         raise InputError("--follow needs a file; stdin is read to its end without it")
     inputs = [] if stdin else event_files(str(events))
-    for path in inputs:
-        with path.open("rb") as stream:
-            first = stream.readline()
-        if is_transcript(first):
-            raise InputError(
-                f"{path} is an OpenClaw session transcript, not event lines: `loopwatch replay {path}` "
-                f"runs it through the detectors, `loopwatch import {path}` turns it into events"
-            )
     if not output:
         return
     target = Path(output)
@@ -92,12 +84,32 @@ def _checked_paths(events: str | None, output: str | None, follow: bool) -> None
                 raise InputError(f"--output {output} is the input {path}: writing would destroy the events")
 
 
+def _a_transcript(events: str | None) -> Path | None:
+    """The first file of the input that is an OpenClaw session transcript, if one is."""
+    if events is None or events == "-":
+        return None
+    for path in event_files(events):
+        with path.open("rb") as stream:
+            if is_transcript(stream.readline()):
+                return path
+    return None
+
+
 def run_embedded(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     config = load_config(args.config)
     max_bytes = config.settings.max_event_bytes
     if args.serve:
         parse_address(args.serve)  # before the input is read
     _checked_paths(args.events, args.output, args.follow)
+    transcript = _a_transcript(args.events)
+    if transcript is not None:  # no event line to run, as for any input without one (exit 1)
+        print(
+            f"loopwatch: {transcript} is an OpenClaw session transcript, not event lines: "
+            f"`loopwatch replay {transcript}` runs it through the detectors, "
+            f"`loopwatch import {transcript}` turns it into events",
+            file=err,
+        )
+        return 1
     try:
         sink: BinaryIO = open(args.output, "wb") if args.output else out  # noqa: SIM115 - closed below
     except OSError as exc:
