@@ -76,7 +76,10 @@ def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
 def cmd_import(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     if args.follow:
         return _follow_transcripts(args, err)
-    for flag, value in (("--gateway", args.gateway), ("--kafka", args.kafka)):
+    for flag, value in (
+        ("--gateway", getattr(args, "gateway", None)),
+        ("--kafka", getattr(args, "kafka", None)),
+    ):
         if value:
             print(
                 f"loopwatch: {flag} publishes with --follow DIR only; import writes events to stdout",
