@@ -269,14 +269,52 @@ static int key_less(PyObject *a, PyObject *b) {
     return PyUnicode_Compare(a, b) < 0; /* code points: both keys are BMP here */
 }
 
+/* Sorts count keys (and their values alongside) with a bottom-up merge sort, through the
+ * scratch arrays spare_keys and spare_values of the same size: O(n log n), where the
+ * insertion sort of small dicts would take a big dict's request past any deadline. */
+static void merge_sort(PyObject **keys, PyObject **values, PyObject **spare_keys, PyObject **spare_values,
+                       Py_ssize_t count) {
+    PyObject **from_keys = keys, **from_values = values, **to_keys = spare_keys, **to_values = spare_values;
+    for (Py_ssize_t width = 1; width < count; width *= 2) {
+        for (Py_ssize_t start = 0; start < count; start += 2 * width) {
+            Py_ssize_t middle = start + width < count ? start + width : count;
+            Py_ssize_t end = start + 2 * width < count ? start + 2 * width : count;
+            Py_ssize_t left = start, right = middle, at = start;
+            while (left < middle && right < end) {
+                Py_ssize_t take = key_less(from_keys[right], from_keys[left]) ? right++ : left++;
+                to_keys[at] = from_keys[take];
+                to_values[at++] = from_values[take];
+            }
+            while (left < middle) {
+                to_keys[at] = from_keys[left];
+                to_values[at++] = from_values[left++];
+            }
+            while (right < end) {
+                to_keys[at] = from_keys[right];
+                to_values[at++] = from_values[right++];
+            }
+        }
+        PyObject **swap = from_keys;
+        from_keys = to_keys;
+        to_keys = swap;
+        swap = from_values;
+        from_values = to_values;
+        to_values = swap;
+    }
+    if (from_keys != keys) {
+        memcpy(keys, from_keys, sizeof(PyObject *) * (size_t)count);
+        memcpy(values, from_values, sizeof(PyObject *) * (size_t)count);
+    }
+}
+
 static int put_dict(Out *out, PyObject *dict, int depth) {
     Py_ssize_t count = PyDict_GET_SIZE(dict), position = 0, index = 0;
     PyObject *small_keys[SMALL_DICT], *small_values[SMALL_DICT];
     PyObject **keys = small_keys, **values = small_values;
     PyObject *key, *item;
     int status = DONE;
-    if (count > SMALL_DICT) {
-        keys = PyMem_Malloc(sizeof(PyObject *) * (size_t)count * 2);
+    if (count > SMALL_DICT) { /* keys, values, and the merge sort's scratch copies of both */
+        keys = PyMem_Malloc(sizeof(PyObject *) * (size_t)count * 4);
         if (keys == NULL) {
             PyErr_NoMemory();
             return FAILED;
@@ -288,6 +326,11 @@ static int put_dict(Out *out, PyObject *dict, int depth) {
             status = UNSURE;
             goto done;
         }
+        if (count > SMALL_DICT) { /* sorted below */
+            keys[index] = key;
+            values[index++] = item;
+            continue;
+        }
         /* insertion sort: the dicts of tool calls hold a handful of keys */
         Py_ssize_t at = index++;
         while (at > 0 && key_less(key, keys[at - 1])) {
@@ -297,6 +340,9 @@ static int put_dict(Out *out, PyObject *dict, int depth) {
         }
         keys[at] = key;
         values[at] = item;
+    }
+    if (count > SMALL_DICT) {
+        merge_sort(keys, values, keys + 2 * count, keys + 3 * count, count);
     }
     if ((status = put(out, "{", 1)) != DONE) {
         goto done;

@@ -195,6 +195,22 @@ def test_stable_bytes_is_stable_stringify(value: Any) -> None:
     _every_scan(check)
 
 
+@given(
+    st.dictionaries(
+        st.text(alphabet=st.sampled_from("ab_\u00e9\u0100\ue000\uffff"), max_size=6),
+        st.integers(min_value=0, max_value=9),
+        min_size=17,  # past the encoder's small array: the merge sort
+        max_size=300,
+    )
+)
+@example({f"{95 - n:02x}": n for n in range(96)})  # keys given in reverse order
+def test_stable_bytes_orders_the_keys_of_big_objects(value: dict[str, int]) -> None:
+    def check(encoder: ModuleType) -> None:
+        assert encoder.stable_bytes(value) == stable_stringify(value).encode()
+
+    _every_scan(check)
+
+
 def test_stable_bytes_leaves_what_it_cannot_be_sure_of() -> None:
     cyclic: list[Any] = []
     cyclic.append(cyclic)
