@@ -541,3 +541,18 @@ def test_the_event_lines_of_run_s_help_are_valid_events() -> None:
     done = loopwatch("run", "-", stdin="\n".join(shown).encode())
     assert done.returncode == 0
     assert "skipped" not in done.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["hook", "claude"], ["hook"], ["hook", "claude-code", "--bogus"], ["hook", "codex", "--timeout-ms", "0"]],
+)
+def test_a_mistake_in_the_hook_s_command_lets_the_call_through_unless_fail_closed(args: list[str]) -> None:
+    """argparse's exit 2 is what Claude Code, Codex and Gemini CLI take for a refusal."""
+    call = b'{"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Read", "tool_input": {}}'
+    opened = loopwatch(*args, stdin=call)
+    assert opened.returncode == 1
+    assert "the call is let through: fix the hook command" in opened.stderr.decode()
+    closed = loopwatch(*args, "--fail-closed", stdin=call)
+    assert closed.returncode == 2
+    assert "refused (--fail-closed)" in closed.stderr.decode()

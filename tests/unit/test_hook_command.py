@@ -38,6 +38,7 @@ class _Peer(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.requests += 1  # type: ignore[attr-defined]
         mode: str = self.server.mode  # type: ignore[attr-defined]
         if mode == "drip":  # one byte a second: a socket timeout alone never fires
             self.send_response(200)
@@ -72,6 +73,7 @@ def peer() -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Peer)
     server.daemon_threads = True
     server.mode = "allow"  # type: ignore[attr-defined]
+    server.requests = 0  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -236,3 +238,43 @@ def test_a_warning_kept_for_a_gemini_result_reaches_the_model_with_the_gateway_g
     assert "allowing (fail open)" in err
     context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
     assert "called 10 times with identical arguments [generic_repeat]" in context
+
+
+@pytest.mark.parametrize(
+    ("runtime", "stdin", "said"),
+    [
+        ("claude-code", b"", "no hook input on stdin"),
+        ("claude-code", b'{"session_id": "s"}', "no hook_event_name (claude-code sends one with every call)"),
+        (
+            "claude-code",
+            b'{"session_id": "s", "hook_event_name": "BeforeTool", "tool_name": "x", "tool_input": {}}',
+            "BeforeTool is a hook event of gemini, not of claude-code: check the hook's command",
+        ),
+        (
+            "gemini",
+            b'{"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "x", "tool_input": {}}',
+            "PreToolUse is a hook event of claude-code and codex, not of gemini",
+        ),
+        (
+            "codex",
+            b'{"session_id": "s", "hook_event_name": "PreToolUseX"}',
+            "no codex hook event 'PreToolUseX'",
+        ),
+    ],
+)
+def test_a_hook_call_loopwatch_cannot_act_on_says_why_and_lets_the_call_through(
+    runtime: str, stdin: bytes, said: str, peer: ThreadingHTTPServer
+) -> None:
+    code, out, err = hook(stdin, url_of(peer), runtime=runtime, agent_id=runtime)
+    assert (code, out) == (0, "")
+    assert said in err
+    assert peer.requests == 0  # type: ignore[attr-defined]  # nothing reached the gateway
+
+
+def test_a_call_without_a_session_is_checked_and_the_shared_run_named(peer: ThreadingHTTPServer) -> None:
+    code, _, err = hook(
+        b'{"hook_event_name": "PreToolUse", "tool_name": "Read", "tool_input": {}}', url_of(peer)
+    )
+    assert code == 0
+    assert "no session_id in the hook input: its calls share one run" in err
+    assert peer.requests == 1  # type: ignore[attr-defined]  # still decided

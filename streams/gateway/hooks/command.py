@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, TextIO
 
 from loopwatch.streams.gateway.gateway_post import GatewayRefused, GatewayUnavailable, post_json
 from loopwatch.streams.gateway.hooks.plan import FilePrompts, HookPlan, session_problem
-from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES
+from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES, event_problem
 
 __all__ = ["DEFAULT_GATEWAY", "run_hook"]
 
@@ -68,8 +68,12 @@ def _answer_unsent(plan: HookPlan, out: BinaryIO) -> int:
 
 
 def run_hook(args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: TextIO) -> int:
+    raw = stdin.read()
+    if not raw:
+        print("loopwatch hook: no hook input on stdin; allowing", file=err)
+        return 0
     try:
-        hook = json.loads(stdin.read() or b"{}")
+        hook = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         print(f"loopwatch hook: the hook input is not JSON ({why}); allowing", file=err)
@@ -82,6 +86,12 @@ def run_hook(args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: Text
         print(f"loopwatch hook: {problem}; allowing", file=err)
         return 0
     runtime = RUNTIMES[args.runtime]
+    mistake = event_problem(runtime, hook)
+    if mistake is not None:
+        print(f"loopwatch hook: {mistake}; allowing", file=err)
+        return 0
+    if not hook.get("session_id"):
+        print("loopwatch hook: no session_id in the hook input: its calls share one run", file=err)
     gateway = _Gateway(args.gateway, os.environ.get("LOOPWATCH_GATEWAY_TOKEN"), args.timeout_ms / 1000)
     try:
         plan = runtime.plan(

@@ -10,7 +10,7 @@ from typing import Any
 from loopwatch.streams.gateway.hooks import claude_code, codex, gemini
 from loopwatch.streams.gateway.hooks.plan import HookPlan, PromptCounter
 
-__all__ = ["RUNTIMES", "Runtime"]
+__all__ = ["RUNTIMES", "Runtime", "event_problem"]
 
 
 @dataclass(frozen=True)
@@ -18,10 +18,53 @@ class Runtime:
     name: str
     plan: Callable[[dict[str, Any], PromptCounter, str, bool], HookPlan]
     default_agent: str
+    #: the hook events the plan acts on (``hook_event_name``), as the README wires them
+    events: frozenset[str]
 
 
 RUNTIMES: dict[str, Runtime] = {
-    "claude-code": Runtime("claude-code", claude_code.plan, "claude-code"),
-    "codex": Runtime("codex", codex.plan, "codex"),
-    "gemini": Runtime("gemini", gemini.plan, "gemini"),
+    "claude-code": Runtime(
+        "claude-code",
+        claude_code.plan,
+        "claude-code",
+        frozenset(
+            {
+                "UserPromptSubmit",
+                "PreToolUse",
+                "PostToolUse",
+                "PostToolUseFailure",
+                "SubagentStop",
+                "SessionStart",
+                "SessionEnd",
+            }
+        ),
+    ),
+    "codex": Runtime(
+        "codex",
+        codex.plan,
+        "codex",
+        frozenset({"PreToolUse", "PostToolUse", "SubagentStop", "Stop", "PostCompact"}),
+    ),
+    "gemini": Runtime(
+        "gemini",
+        gemini.plan,
+        "gemini",
+        frozenset({"BeforeAgent", "BeforeTool", "AfterTool", "PreCompress", "AfterAgent", "SessionEnd"}),
+    ),
 }
+
+
+def event_problem(runtime: Runtime, hook: dict[str, Any]) -> str | None:
+    """Why loopwatch does nothing with this hook call, when that is surely a mistake (a hook
+    wired to the wrong runtime's command, or to an event it does not act on); None otherwise."""
+    name = hook.get("hook_event_name")
+    if not isinstance(name, str):
+        return f"the hook input has no hook_event_name ({runtime.name} sends one with every call)"
+    if name in runtime.events:
+        return None
+    owners = [other.name for other in RUNTIMES.values() if name in other.events]
+    if owners:
+        owner = " and ".join(owners)
+        return f"{name} is a hook event of {owner}, not of {runtime.name}: check the hook's command"
+    known = ", ".join(sorted(runtime.events))
+    return f"loopwatch acts on no {runtime.name} hook event {name!r} (it does on {known})"
