@@ -545,7 +545,12 @@ def test_the_event_lines_of_run_s_help_are_valid_events() -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["hook", "claude"], ["hook"], ["hook", "claude-code", "--bogus"], ["hook", "codex", "--timeout-ms", "0"]],
+    [
+        ["hook", "claude"],
+        ["hook"],
+        ["hook", "claude-code", "--bogus"],
+        ["hook", "codex", "--timeout-ms", "0"],
+    ],
 )
 def test_a_mistake_in_the_hook_s_command_lets_the_call_through_unless_fail_closed(args: list[str]) -> None:
     """argparse's exit 2 is what Claude Code, Codex and Gemini CLI take for a refusal."""
