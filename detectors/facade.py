@@ -93,7 +93,9 @@ class BatchDecision:
 
     @property
     def refused(self) -> bool:
-        return self.refused_by is not None
+        """Whether no call of the batch may run: one of its calls refused it, or the run was
+        aborted before it (every call then answers the sticky abort; ``refused_by`` is None)."""
+        return self.refused_by is not None or any(not decision.proceed for decision in self.decisions)
 
 
 def batch_decision_of(outcome: BatchOutcome, aborted: tuple[str, str] | None = None) -> BatchDecision:

@@ -75,6 +75,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: The longest a client may take to send a body.
 BODY_TIMEOUT_S = 10.0
+#: The paths that take POST (any other method on them answers 405).
+POST_ROUTES = frozenset({"/v1/events", "/v1/decide", "/v1/traces"})
+
 #: Requests handled at once; more answer 503 at once (hooks fail open, nothing piles up).
 MAX_IN_FLIGHT = 1024
 #: ``/health`` is unhealthy when events wait and none was processed for this long.
@@ -323,7 +326,8 @@ class _Guard:
         )
         if refusal is not None:
             return _error(refusal.status, refusal.reason)
-        if self.in_flight >= MAX_IN_FLIGHT:
+        if self.in_flight >= MAX_IN_FLIGHT and request.path.rstrip("/") != "/health":
+            # (/health answers what it means: stalled or not, never a full house)
             return _error(503, f"more than {MAX_IN_FLIGHT} requests at once: try again")
         self.in_flight += 1
         try:
@@ -450,9 +454,21 @@ class _Routes:
             await self.backend.events(mapped.events)
         return web.Response(body=otlp.export_response(mapped, protobuf), content_type=media)
 
+    async def unrouted(self, request: web.Request) -> web.StreamResponse:
+        """A method no route of the path takes: 405 where the path is a POST route, else 404."""
+        if request.path.rstrip("/") in POST_ROUTES or request.path.startswith("/v1/hooks/"):
+            return web.json_response(
+                {"error": f"{request.path} takes POST, not {request.method}"},
+                status=405,
+                headers={"Allow": "POST"},
+            )
+        return _error(404, f"no route {request.path}")
+
     async def other(self, request: web.Request) -> web.StreamResponse:
         if request.path == "/":
             raise web.HTTPFound("/dashboard")
+        if request.path.rstrip("/") in POST_ROUTES or request.path.startswith("/v1/hooks/"):
+            return await self.unrouted(request)
         if request.path.rstrip("/") == "/health" and self.backend.stalled():
             return _error(503, f"stalled: events wait and none was processed for {STALL_S:g} s")
         answer = self.dashboard.respond(request.path, request.query)
@@ -478,6 +494,7 @@ def gateway_app(
     app.router.add_post("/v1/hooks/{runtime}", routes.hook)
     app.router.add_post("/v1/traces", routes.traces)
     app.router.add_get("/{tail:.*}", routes.other)
+    app.router.add_route("*", "/{tail:.*}", routes.unrouted)
     return app
 
 

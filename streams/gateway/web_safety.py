@@ -133,7 +133,9 @@ class WebSafety:
     def token_ok(self, authorization: str | None) -> bool:
         if not self._token_bytes:
             return True
-        given = _as_bytes((authorization or "").removeprefix("Bearer ").strip())
+        text = (authorization or "").strip()
+        scheme, _, credentials = text.partition(" ")
+        given = _as_bytes(credentials.strip() if scheme.lower() == "bearer" else text)  # (any case)
         ok = False
         for token in self._token_bytes:  # every token compared: the time says nothing
             ok |= hmac.compare_digest(given, token)
@@ -155,7 +157,9 @@ class WebSafety:
         if not self.origin_allowed(origin, host):
             return Refusal(403, f"origin {origin!r} is not allowed (--allowed-origins adds origins)")
         if path not in OPEN_PATHS and not self.token_ok(authorization):
-            return Refusal(401, "a bearer token is required (Authorization: Bearer <token>)")
+            if not (authorization or "").strip():
+                return Refusal(401, "a bearer token is required (Authorization: Bearer <token>)")
+            return Refusal(401, "the bearer token is not one of the gateway's (LOOPWATCH_GATEWAY_TOKENS)")
         if method == "POST":
             media = (content_type or "").split(";", 1)[0].strip().lower()
             if (

@@ -160,3 +160,72 @@ def test_the_command_serves_until_sigterm() -> None:
         assert proc.wait(5) == 0
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def test_a_wrong_method_is_405_and_a_wrong_path_404_each_as_json() -> None:
+    async def scenario() -> None:
+        async with gateway() as client:
+            for path in ("/v1/decide", "/v1/events", "/v1/hooks/claude-code"):
+                answer = await client.get(path)
+                assert answer.status == 405, path
+                assert answer.headers["Allow"] == "POST"
+                assert "takes POST, not GET" in (await answer.json())["error"]
+            put = await client.put("/v1/decide", json={})
+            assert put.status == 405
+            for method in ("post", "delete"):
+                answer = await getattr(client, method)("/v1/nope", json={})
+                assert answer.status == 404, method
+                assert (await answer.json())["error"] == "no route /v1/nope"
+
+    run(scenario)
+
+
+def test_a_wrong_token_is_told_from_a_missing_one_and_the_scheme_ignores_case() -> None:
+    async def scenario() -> None:
+        async with gateway(tokens=frozenset({"s3cret"})) as client:
+            call = {"run_id": "r", "tool": "read", "params": {}}
+            missing = await client.post("/v1/decide", json=call)
+            assert "a bearer token is required" in (await missing.json())["error"]
+            wrong = await client.post("/v1/decide", json=call, headers={"Authorization": "Bearer nope"})
+            assert wrong.status == 401
+            assert "not one of the gateway's" in (await wrong.json())["error"]
+            for scheme in ("bearer", "BEARER"):
+                ok = await client.post("/v1/decide", json=call, headers={"Authorization": f"{scheme} s3cret"})
+                assert ok.status == 200, scheme
+
+    run(scenario)
+
+
+def test_health_answers_when_every_request_slot_is_taken() -> None:
+    from loopwatch.streams.gateway import server
+
+    async def scenario() -> None:
+        async with gateway() as client:
+            original = server.MAX_IN_FLIGHT
+            server.MAX_IN_FLIGHT = 0  # every slot taken
+            try:
+                full = await client.post("/v1/decide", json={"run_id": "r", "tool": "read", "params": {}})
+                assert full.status == 503
+                health = await client.get("/health")
+                assert health.status == 200
+            finally:
+                server.MAX_IN_FLIGHT = original
+
+    run(scenario)
+
+
+def test_a_batch_of_an_aborted_run_is_refused_as_a_whole() -> None:
+    async def scenario() -> None:
+        async with gateway() as client:
+            for n in range(22):  # as above: the 22nd call aborts the run
+                call = {"run_id": "r", "tool": "read", "params": {"path": "/x"}, "tool_call_id": f"c{n}"}
+                await client.post("/v1/decide", json=call)
+                result = {"type": "tool_result", "event_id": f"res-{n}", "run_id": "r", "tool": "read"}
+                await client.post("/v1/events", json={**result, "params": {"path": "/x"}, "error": "ENOENT"})
+            batch = [{"run_id": "r", "tool": "ls", "params": {"n": n}} for n in range(2)]
+            answer = await (await client.post("/v1/decide", json=batch)).json()
+            assert [d["decision"] for d in answer["decisions"]] == ["abort", "abort"]
+            assert answer["refused"] is True
+            assert answer["refused_by"] is None
+
+    run(scenario)
