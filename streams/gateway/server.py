@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import os
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TextIO
 
@@ -75,6 +76,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: The longest a client may take to send a body.
 BODY_TIMEOUT_S = 10.0
+#: Answers kept for calls whose clients named their event ids (a retry gets the same answer).
+ANSWERS_KEPT = 16_384
+
 #: The paths that take POST (any other method on them answers 405).
 POST_ROUTES = frozenset({"/v1/events", "/v1/decide", "/v1/traces"})
 
@@ -368,6 +372,10 @@ class _Routes:
         self.backend = backend
         self.dashboard = Dashboard(view, serve_metrics=True)
         self.prompts = MemoryPrompts()  # each session's prompt number (HTTP hooks: a run per prompt)
+        #: (run scope, event id) -> the answer given to a call whose client named its event id:
+        #: a retry of it (its answer lost on the way) gets the same answer, not the "allow" of
+        #: an event the run has already seen
+        self.answered: OrderedDict[tuple[str, str], bytes] = OrderedDict()
 
     async def read(self, request: web.Request, parse: Callable[[bytes], Any]) -> Any:
         from aiohttp.web_protocol import RequestPayloadError
@@ -397,8 +405,19 @@ class _Routes:
         proposed = await self.read(request, _proposed)
         if isinstance(proposed, list):
             return _batch_answer(proposed, await self.backend.decide_batch(proposed))
+        named = not proposed.event_id.startswith("gateway-")  # the client's own id: it may retry
+        key = (run_scope(proposed), proposed.event_id)
+        if named and (given := self.answered.get(key)) is not None:
+            self.answered.move_to_end(key)
+            return web.Response(body=given, content_type="application/json")
         decision, timed_out = await self.backend.decide(proposed)
-        return _answer(_decision_fields(decision, proposed, timed_out), list(decision.outputs), "verdicts")
+        fields = _decision_fields(decision, proposed, timed_out)
+        body = _answer_body(fields, list(decision.outputs), "verdicts")
+        if named and not timed_out:  # (a retry after a timeout asks again)
+            self.answered[key] = body
+            if len(self.answered) > ANSWERS_KEPT:
+                self.answered.popitem(last=False)
+        return web.Response(body=body, content_type="application/json")
 
     async def hook(self, request: web.Request) -> web.Response:
         """A runtime's HTTP hook: its hook JSON in, its hook JSON out (an empty object: go on)."""

@@ -229,3 +229,22 @@ def test_a_batch_of_an_aborted_run_is_refused_as_a_whole() -> None:
             assert answer["refused_by"] is None
 
     run(scenario)
+
+
+def test_a_retried_call_with_its_own_event_id_gets_the_same_answer() -> None:
+    async def scenario() -> None:
+        async with gateway() as client:
+            answers = []
+            for n in range(21):
+                call = {"run_id": "r", "event_id": f"rc-{n}", "tool": "read", "params": {"path": "/x"}}
+                answers.append(await (await client.post("/v1/decide", json=call)).json())
+                result = {"type": "tool_result", "event_id": f"res-{n}", "run_id": "r", "tool": "read"}
+                await client.post("/v1/events", json={**result, "params": {"path": "/x"}, "error": "ENOENT"})
+            assert [answers[10]["decision"], answers[20]["decision"]] == ["warn", "block"]
+            for n in (10, 20, 3):  # the answer lost on the way: the retry is answered the same
+                call = {"run_id": "r", "event_id": f"rc-{n}", "tool": "read", "params": {"path": "/x"}}
+                assert await (await client.post("/v1/decide", json=call)).json() == answers[n]
+            metrics = await (await client.get("/metrics")).text()
+            assert 'loopwatch_events_total{type="tool_call"} 21.0' in metrics  # retries add nothing
+
+    run(scenario)
