@@ -22,13 +22,17 @@ def loads(body: bytes) -> tuple[Any, bool]:
         return msgspec.json.decode(body), False
     except msgspec.DecodeError as exc:
         try:  # lone UTF-16 surrogates: JavaScript sends them, msgspec refuses them
-            return json.loads(body), True
+            return json.loads(body, parse_constant=_not_json), True
         except (ValueError, TypeError):
             raise InvalidEvent(f"not valid JSON: {exc}") from exc
         except RecursionError:
             raise InvalidEvent(TOO_DEEP) from exc
     except RecursionError as exc:
         raise InvalidEvent(TOO_DEEP) from exc
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # (the standard library reads NaN and Infinity)
 
 
 def dumps(value: Any, surrogates: bool) -> bytes:

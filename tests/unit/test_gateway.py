@@ -248,3 +248,19 @@ def test_a_retried_call_with_its_own_event_id_gets_the_same_answer() -> None:
             assert 'loopwatch_events_total{type="tool_call"} 21.0' in metrics  # retries add nothing
 
     run(scenario)
+
+
+def test_nan_and_infinity_are_refused_where_they_stand() -> None:
+    async def scenario() -> None:
+        async with gateway() as client:
+            for constant in (b"NaN", b"Infinity", b"-Infinity"):
+                body = b'{"run_id":"r","tool":"read","params":{"n":' + constant + b"}}"
+                answer = await client.post("/v1/decide", data=body)
+                assert answer.status == 400
+                error = (await answer.json())["error"]
+                assert error.startswith("not valid JSON"), error
+                at = int(re.search(r"\(byte (\d+)\)", error).group(1))  # type: ignore[union-attr]
+                start = body.index(constant)
+                assert start <= at < start + len(constant), error  # in the body as it was sent
+
+    run(scenario)
