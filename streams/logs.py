@@ -10,7 +10,7 @@ import structlog
 
 from loopwatch.detectors.events import Verdict
 
-__all__ = ["configure_logging", "verdict_log_fields"]
+__all__ = ["configure_logging", "quiet_malformed_requests", "verdict_log_fields"]
 
 
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
@@ -29,6 +29,24 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+class _MalformedRequest(logging.Filter):
+    """Drops aiohttp's traceback for a request it could not parse (a header line over 8 KB, a
+    bad request line): the client was answered 400, and any client could fill the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, HttpProcessingError)
+
+
+def quiet_malformed_requests() -> None:
+    """Install :class:`_MalformedRequest` on aiohttp's server logger (once per process)."""
+    server = logging.getLogger("aiohttp.server")
+    if not any(isinstance(existing, _MalformedRequest) for existing in server.filters):
+        server.addFilter(_MalformedRequest())
 
 
 def verdict_log_fields(output: Any, session_key: str) -> dict[str, Any]:

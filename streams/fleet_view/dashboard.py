@@ -34,6 +34,7 @@ import msgspec
 from loopwatch.config.errors import LoopwatchError
 from loopwatch.streams.fleet_view.run_activity import CHAIN_ROWS
 from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.logs import quiet_malformed_requests
 
 __all__ = [
     "PATHS",
@@ -184,6 +185,7 @@ async def start_server(dashboard: Dashboard, host: str, port: int) -> Any:
 
     application = web.Application()
     application.router.add_get("/{tail:.*}", handle)
+    quiet_malformed_requests()
     runner = web.AppRunner(application, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

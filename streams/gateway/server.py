@@ -58,6 +58,7 @@ from loopwatch.streams.gateway.hooks.plan import MemoryPrompts, session_problem
 from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES
 from loopwatch.streams.gateway.tolerant_json import TOO_DEEP, dumps, loads
 from loopwatch.streams.gateway.web_safety import WebSafety, is_loopback
+from loopwatch.streams.logs import quiet_malformed_requests
 
 __all__ = [
     "BODY_TIMEOUT_S",
@@ -585,6 +586,7 @@ def gateway_runner(app: web.Application) -> web.AppRunner:
     in the middle of a request's headers) is closed. aiohttp's default is an hour, so a client
     that opens connections and sends nothing, or half a header, held a file descriptor each
     until the gateway could accept no more."""
+    quiet_malformed_requests()
     return web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_TIMEOUT_S)
 
 
