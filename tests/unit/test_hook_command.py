@@ -278,3 +278,11 @@ def test_a_call_without_a_session_is_checked_and_the_shared_run_named(peer: Thre
     assert code == 0
     assert "no session_id in the hook input: its calls share one run" in err
     assert peer.requests == 1  # type: ignore[attr-defined]  # still decided
+
+
+def test_a_session_id_with_a_lone_surrogate_is_named_plainly(state_dir: Path) -> None:
+    call = {**PRE_TOOL_USE, "session_id": "s\ud800"}
+    code, out, err = hook(json.dumps(call).encode())
+    assert (code, out) == (0, "")
+    assert "session_id: must be valid Unicode (it holds a lone UTF-16 surrogate); allowing" in err
+    assert not state_dir.exists() or not any(state_dir.iterdir())

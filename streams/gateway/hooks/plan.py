@@ -71,7 +71,9 @@ def session_problem(hook: dict[str, Any], agent: str = "default") -> str | None:
     session = str(hook.get("session_id") or "unknown-session")
     problem = identity_problem(f"{session}#{2**63}")  # the longest run id it gives
     if problem is not None:
-        return f"session_id: {problem.replace('holds', 'gives run ids of')}"
+        if problem.startswith("holds "):  # the size of the longest run id, not of the session id
+            problem = "gives run ids of " + problem.removeprefix("holds ")
+        return f"session_id: {problem}"
     problem = identity_problem(agent)
     return None if problem is None else f"agent_id: {problem}"
 
