@@ -109,6 +109,15 @@ def _wants_reply(record: Any) -> bool:
     return any(name == REPLY_HEADER for name, _ in headers)
 
 
+def _misrouted(given: bytes | None, key: bytes) -> str:
+    """Why a record keyed otherwise than its event's run scope is refused (wire contract)."""
+    had = "no key" if given is None else f"the key {given[:100].decode('utf-8', 'replace')!r}"
+    return (
+        f"the record's key must be its run scope {key.decode('utf-8', 'replace')!r} (run_id, or "
+        f"session:<session_id>), not {had}: a run's events must share one partition, in order"
+    )
+
+
 class Record(Protocol):
     """What is read of an aiokafka ``ConsumerRecord``."""
 
@@ -376,6 +385,9 @@ class RunProcessor:
             return "invalid"
         except Exception as exc:  # noqa: BLE001 - whatever one record breaks, the worker goes on
             await self._refuse(record, f"undecodable: {type(exc).__name__}: {exc}")
+            return "invalid"
+        if record.key != key:  # its run's other events are elsewhere: applied, it would drop some
+            await self._refuse(record, _misrouted(record.key, key))
             return "invalid"
         try:
             return await self._apply_event(record, event, key)

@@ -9,7 +9,7 @@ from typing import Any
 
 from loopwatch.config import parse_config_text
 from loopwatch.config.fleet import FleetConfig
-from loopwatch.detectors.events import Event, ToolCall, ToolResult, encode_event
+from loopwatch.detectors.events import Event, ToolCall, ToolResult, encode_event, run_scope
 from loopwatch.detectors.fleet.facts import decode_facts
 from loopwatch.detectors.stable_json import from_python
 from loopwatch.streams.fleet_view.metrics import WorkerMetrics
@@ -32,7 +32,9 @@ def failing(run: str, n: int) -> list[Event]:
 
 
 async def run_batch(processor: RunProcessor, events: list[Event], start: int = 0, headers: Any = ()) -> None:
-    records = [Record("in", 0, start + i, 0, None, encode_event(e)) for i, e in enumerate(events)]
+    records = [
+        Record("in", 0, start + i, 0, run_scope(e).encode(), encode_event(e)) for i, e in enumerate(events)
+    ]
     for record in records:
         record.headers = headers  # type: ignore[attr-defined]
     await processor.process({TP("in", 0): records})

@@ -612,3 +612,30 @@ def test_an_expiry_decided_before_the_run_went_on_changes_nothing() -> None:
         assert b"run-1" not in data  # decided at the run's last offset: expired
 
     asyncio.run(go())
+
+
+def test_a_record_not_keyed_by_its_run_scope_is_dead_lettered_and_the_run_goes_on() -> None:
+    """A run's events must share one partition, in order: a keyless record (many producers'
+    default) or one keyed otherwise would be taken for a redelivery and dropped in silence."""
+
+    async def go() -> None:
+        broker = Broker()
+        events = loop_trace().events
+        wire = records(events)
+        run = events[0].run_id
+        wire[5] = Record("in", 0, 5, 1_005, None, wire[5].value)
+        wire[6] = Record("in", 0, 6, 1_006, b"another-run", wire[6].value)
+        proc = processor(broker)
+        proc.cursors.start(0, 0)
+        await feed(proc, wire)
+        letters = [json.loads(v) for v in broker.on("dl")]
+        assert [letter["offset"] for letter in letters] == [5, 6]
+        assert (
+            f"the record's key must be its run scope {run!r} (run_id, or session:<session_id>), not no key"
+            in (letters[0]["reason"])
+        )
+        assert "not the key 'another-run'" in letters[1]["reason"]
+        assert broker.on("v") == expected([e for n, e in enumerate(events) if n not in (5, 6)])
+        assert proc.metrics.redelivered == 0
+
+    asyncio.run(go())
