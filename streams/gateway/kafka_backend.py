@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from loopwatch.config.errors import LoopwatchError
 from loopwatch.config.stream_settings import StreamSettings
 from loopwatch.detectors.events import (
     Abort,
@@ -54,6 +55,18 @@ class _Reply(msgspec.Struct):
 
 #: Aborted runs the gateway remembers (beyond them, the workers' answers still say it).
 ABORTED_KEPT = 100_000
+#: How long ``/v1/events`` waits for the broker to take its events (then: 503).
+EVENTS_TIMEOUT_S = 5.0
+
+
+class BrokerUnavailable(LoopwatchError):
+    """The broker did not take the events in time (the gateway answers 503)."""
+
+
+def _ignore_outcome(send: asyncio.Future[Any]) -> None:
+    """A send left to finish after its answer was given: its failure is nobody's to read."""
+    if not send.cancelled():
+        send.exception()
 
 
 _REPLY: Any = msgspec.json.Decoder(_Reply)
@@ -75,6 +88,7 @@ class KafkaBackend:
         self._waiting: dict[str, asyncio.Future[tuple[list[Output], tuple[str, str] | None]]] = {}
         self._aborted: dict[str, tuple[str, str]] = {}  # run scope -> its abort, oldest first
         self._timed_out_since: float | None = None  # first timeout since the last answer
+        self._refused_since: float | None = None  # first events the broker did not take in time
 
     async def start(self) -> None:
         auth = aiokafka_auth(self.settings)
@@ -125,11 +139,24 @@ class KafkaBackend:
     async def events(self, events: list[Event]) -> list[Output] | None:
         """Produce the events; returns once the broker has all of them."""
         assert self._producer is not None
-        sent = [
-            await self._producer.send(self.settings.topic_events, encode_event(e), key=run_scope(e).encode())
-            for e in events
-        ]
-        await asyncio.gather(*sent)
+        producer = self._producer
+
+        async def send_all() -> None:
+            topic = self.settings.topic_events
+            sent = [await producer.send(topic, encode_event(e), key=run_scope(e).encode()) for e in events]
+            await asyncio.gather(*sent)
+
+        sending = asyncio.ensure_future(send_all())
+        try:
+            await asyncio.wait_for(asyncio.shield(sending), EVENTS_TIMEOUT_S)
+        except TimeoutError:
+            sending.add_done_callback(_ignore_outcome)
+            if self._refused_since is None:
+                self._refused_since = time.monotonic()
+            raise BrokerUnavailable(
+                f"the broker did not take the events within {EVENTS_TIMEOUT_S:g} s: try again"
+            ) from None
+        self._refused_since = None
         for event in events:
             if type(event) is RunEnd:
                 self._aborted.pop(run_scope(event), None)
@@ -156,16 +183,21 @@ class KafkaBackend:
         waiter = asyncio.get_running_loop().create_future()
         self._waiting[call.event_id] = waiter
         deadline = time.monotonic() + self.decide_timeout_s
-        try:
-            await self._producer.send_and_wait(
+        sending = asyncio.ensure_future(
+            self._producer.send_and_wait(
                 self.settings.topic_events,
                 encode_event(call),
                 key=scope.encode(),
                 headers=[(REPLY_HEADER, b"1")],
             )
-            try:
+        )
+        try:
+            try:  # the deadline holds for the send too: a broker that is down answers nothing
+                await asyncio.wait_for(asyncio.shield(sending), max(0.0, deadline - time.monotonic()))
                 outputs, aborted = await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
             except TimeoutError:
+                if not sending.done():  # delivered later, if ever: the call ran (allowed) meanwhile
+                    sending.add_done_callback(_ignore_outcome)
                 if self._timed_out_since is None:
                     self._timed_out_since = time.monotonic()
                 self._observe(call, [])
@@ -195,11 +227,15 @@ class KafkaBackend:
                 del self._aborted[next(iter(self._aborted))]
 
     def stalled(self) -> bool:
-        """Decisions have been timing out for ``STALL_S`` seconds, none answered since."""
+        """Decisions have been timing out, or the broker refusing events, for ``STALL_S``
+        seconds, none answered (taken) since."""
         from loopwatch.streams.gateway.server import STALL_S
 
-        since = self._timed_out_since
-        return since is not None and time.monotonic() - since > STALL_S
+        now = time.monotonic()
+        return any(
+            since is not None and now - since > STALL_S
+            for since in (self._timed_out_since, self._refused_since)
+        )
 
     async def refuse(self, body: bytes, reason: str) -> None:
         """Invalid input: to the dead-letter topic, with the reason."""

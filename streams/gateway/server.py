@@ -358,6 +358,8 @@ class _Guard:
             return answer
         if isinstance(exc, BatchUnsupported):
             return _error(501, str(exc))
+        if type(exc).__name__ == "BrokerUnavailable":  # (the Kafka backend's, imported only with it)
+            return _error(503, str(exc))
         if isinstance(exc, _BodyTimeout):
             return _error(408, f"the body was not sent within {BODY_TIMEOUT_S:g} s")
         if isinstance(exc, (ConnectionError, asyncio.IncompleteReadError)):
