@@ -413,9 +413,14 @@ class LoopwatchClient:
         verdicts only for warnings, blocks and aborts). With ``fail_fast``, a call to a tool
         under an open outage is blocked at once.
         """
-        aborted = self._latest.get(self._call_runs.get(event_id, ""))
+        run = self._call_runs.get(event_id, "")
+        aborted = self._latest.get(run)
         if isinstance(aborted, Abort) and aborted.enforced:
             return RunDecision.of(aborted)  # an aborted run stays aborted: every later call too
+        if run and self._redis is not None and aborted is None:  # a run this client has not seen
+            kept = await self.decision(run)  # aborted before this client started: Redis knows
+            if kept.action == "abort":
+                return kept
         blocked = self._outage_block(event_id)
         if blocked is not None:
             return blocked

@@ -211,3 +211,17 @@ def test_a_redis_hash_the_workers_did_not_write_falls_back_to_the_stream() -> No
         assert (await lw.decision("r")).verdict_id == "v-9"
 
     asyncio.run(scenario())
+
+
+def test_a_client_started_after_an_abort_learns_it_from_redis_at_its_first_gate() -> None:
+    async def scenario() -> None:
+        lw, _ = client()
+        lw._redis = _Redis({b"action": b"abort", b"message": b"stop", b"verdict_id": b"v-9"})
+        event_id = await lw.tool_call("r", "write", {"path": "a"})
+        gated = await lw.gate(event_id, timeout=0.01)
+        assert (gated.action, gated.message, gated.verdict_id) == ("abort", "stop", "v-9")
+        lw._redis = _Redis({b"action": b"warn", b"message": b"careful"})  # an earlier warning only
+        other = await lw.tool_call("r", "write", {"path": "b"})
+        assert (await lw.gate(other, timeout=0.01)).action == "allow"  # nothing for this call
+
+    asyncio.run(scenario())
