@@ -155,7 +155,11 @@ async def ensure_topics(settings: StreamSettings) -> None:
         ]
         missing = [topic for topic in wanted if topic.name not in existing]
         if missing:
-            await admin.create_topics(missing)
+            refused = creation_problems(await admin.create_topics(missing), settings)
+            if refused:
+                raise TopicMismatch(
+                    "the broker did not create loopwatch's topics:\n  " + "\n  ".join(refused)
+                )
         needed = {topic.name: topic.num_partitions for topic in wanted}
         # the tables' changelogs (faust creates them) go with the input's partitions too
         for table in ("runs", "fleet"):
@@ -175,6 +179,24 @@ async def ensure_topics(settings: StreamSettings) -> None:
             "existing topics do not have the partitions loopwatch needs "
             "(LOOPWATCH_PARTITIONS, or recreate the topics):\n  " + "\n  ".join(problems)
         )
+
+
+#: Kafka's TOPIC_ALREADY_EXISTS: another worker created it meanwhile (not a problem)
+_ALREADY_EXISTS = 36
+
+
+def creation_problems(response: Any, settings: StreamSettings) -> list[str]:
+    """Each topic the broker refused to create, with its reason (a replication factor above
+    the brokers' count names LOOPWATCH_REPLICATION_FACTOR)."""
+    problems = []
+    for entry in getattr(response, "topic_errors", ()):
+        topic, code = entry[0], entry[1]
+        if code in (0, _ALREADY_EXISTS):
+            continue
+        reason = entry[2] if len(entry) > 2 and entry[2] else f"error code {code}"
+        hint = " (LOOPWATCH_REPLICATION_FACTOR)" if "replication" in reason.lower() else ""
+        problems.append(f"{topic}: {reason}{hint}")
+    return problems
 
 
 def partition_problems(needed: dict[str, int], found: dict[str, int]) -> list[str]:
