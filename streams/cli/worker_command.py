@@ -73,11 +73,31 @@ def _faust_worker_class() -> Any:
     return QuietWorker
 
 
+def _check_web_port(host: str, port: int) -> None:
+    """The worker's web server's address, free: taken, faust fails late with a long traceback
+    (a second worker on one machine needs a port of its own)."""
+    import errno
+    import socket
+
+    from loopwatch.config.errors import LoopwatchError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will bind it
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            taken = exc.errno == errno.EADDRINUSE
+            why = "is in use (each worker on a machine needs its own)" if taken else f"cannot be bound: {exc}"
+            raise LoopwatchError(f"LOOPWATCH_WEB_PORT {port} on LOOPWATCH_WEB_HOST {host} {why}") from exc
+
+
 def run_worker(args: Any) -> int:
     settings, config = both_or_every_problem(
         lambda: stream_settings_from(args), lambda: load_config(args.config)
     )
     configure_logging(settings.log_format, settings.log_level)
+    _check_web_port(settings.web_host, settings.web_port)
     worker = build_worker(settings, config)
     from loopwatch.streams.kafka import gc_policy
 

@@ -225,6 +225,29 @@ def test_worker_refuses_to_start_without_a_broker() -> None:
     assert "unreachable after 2s" in done.stderr.decode()
 
 
+def test_worker_names_a_web_port_in_use_before_it_starts() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "loopwatch", "worker", "--kafka", "127.0.0.1:1"],
+            capture_output=True,
+            timeout=60,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "LOOPWATCH_WEB_PORT": str(port),
+                "LOOPWATCH_STARTUP_TIMEOUT_S": "2",
+            },
+        )
+    stderr = done.stderr.decode()
+    assert done.returncode == 2
+    assert f"LOOPWATCH_WEB_PORT {port} on LOOPWATCH_WEB_HOST 127.0.0.1 is in use" in stderr
+    assert "Traceback" not in stderr
+
+
 def test_every_subcommand_has_help_with_examples() -> None:
     for command in ("run", "replay", "conformance", "demo", "check-config", "worker"):
         done = loopwatch(command, "--help")
