@@ -28,8 +28,8 @@
 # Environment: KAFKA_NODES (1), KAFKA_PORT (19092), KAFKA_CONTROLLER_PORT (19093; cluster:
 # KAFKA_PORT+100), KAFKA_PARTITIONS (4), KAFKA_HOME_DIR (.kafka), KAFKA_LIB_DIR
 # (KAFKA_HOME_DIR/lib: jars may be shared between homes), KAFKA_HEAP_OPTS (-Xms256m -Xmx768m;
-# cluster: -Xms128m -Xmx384m per node), KAFKA_START_TIMEOUT (120), PYTHON (python3, needs
-# aiokafka for the readiness probe).
+# cluster: -Xms128m -Xmx384m per node), KAFKA_START_TIMEOUT (120), PYTHON (the project's
+# .venv/bin/python when there is one, else python3; needs aiokafka for the readiness probe).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,6 +41,9 @@ PORT="${KAFKA_PORT:-19092}"
 PARTITIONS="${KAFKA_PARTITIONS:-4}"
 JVM_OPTS="-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true"
 JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+if [ -z "${PYTHON:-}" ] && [ -x "$REPO/.venv/bin/python" ]; then
+  PYTHON="$REPO/.venv/bin/python" # (the system's python3 rarely has aiokafka)
+fi
 PYTHON="${PYTHON:-python3}"
 
 case "$NODES" in

@@ -372,7 +372,11 @@ class RunProcessor:
     async def _apply(self, record: Record) -> str:
         """Apply one record; the kind counted for it."""
         config = self._config()
-        value: bytes = record.value or b""
+        if not record.value:
+            what = "no value (a tombstone)" if record.value is None else "an empty value"
+            await self._refuse(record, f"the record has {what}: not an event")
+            return "invalid"
+        value: bytes = record.value
         if len(value) > config.settings.max_event_bytes:
             limit = config.settings.max_event_bytes
             await self._refuse(record, f"event of {len(value)} bytes exceeds the limit of {limit}")
@@ -534,9 +538,11 @@ class RunProcessor:
     async def _refuse(self, record: Record, reason: str) -> None:
         reason = reason.encode("utf-8", "backslashreplace").decode()  # the log line encodes too
         self.metrics.invalid += 1
+        key = None if record.key is None else record.key[:200].decode("utf-8", "replace")
         _log.warning(
             "invalid event sent to dead-letter topic",
             reason=reason,
+            key=key,  # (the run id, when the producer keyed the record by it, as it must)
             partition=record.partition,
             offset=record.offset,
         )

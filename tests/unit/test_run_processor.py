@@ -639,3 +639,22 @@ def test_a_record_not_keyed_by_its_run_scope_is_dead_lettered_and_the_run_goes_o
         assert proc.metrics.redelivered == 0
 
     asyncio.run(go())
+
+
+def test_an_empty_value_and_a_tombstone_are_told_apart_in_their_letters() -> None:
+    async def go() -> None:
+        broker = Broker()
+        events = loop_trace().events[:2]
+        wire = records(events)
+        key = wire[0].key
+        wire += [Record("in", 0, 2, 1_002, key, None), Record("in", 0, 3, 1_003, key, b"")]
+        proc = processor(broker)
+        proc.cursors.start(0, 0)
+        await feed(proc, wire)
+        reasons = [json.loads(v)["reason"] for v in broker.on("dl")]
+        assert reasons == [
+            "the record has no value (a tombstone): not an event",
+            "the record has an empty value: not an event",
+        ]
+
+    asyncio.run(go())
