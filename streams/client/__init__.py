@@ -1,5 +1,10 @@
 """The orchestrator's Python client over Kafka and Redis."""
 
-from loopwatch.streams.client.kafka_client import LoopwatchClient, ProposedCall, RunDecision
+from loopwatch.streams.client.kafka_client import (
+    BrokerUnreachable,
+    LoopwatchClient,
+    ProposedCall,
+    RunDecision,
+)
 
-__all__ = ["LoopwatchClient", "ProposedCall", "RunDecision"]
+__all__ = ["BrokerUnreachable", "LoopwatchClient", "ProposedCall", "RunDecision"]

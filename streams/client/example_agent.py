@@ -48,4 +48,10 @@ async def main(run_id: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "example-run"))
+    from loopwatch.config.errors import LoopwatchError
+
+    try:
+        asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "example-run"))
+    except LoopwatchError as exc:
+        print(f"loopwatch: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -39,8 +39,10 @@ from typing import Any
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from msgspec import UNSET
 
+from loopwatch.config.errors import LoopwatchError
 from loopwatch.config.settings import DetectorSettings
 from loopwatch.config.stream_settings import StreamSettings, parse_stream_settings
 from loopwatch.detectors.batch_admission import SIBLING_MESSAGE
@@ -112,6 +114,10 @@ def _redis_decision(fields: dict[bytes, bytes]) -> RunDecision | None:
     return RunDecision(action, data.get("message"), data.get("detector"), data.get("verdict_id"))  # type: ignore[arg-type]
 
 
+class BrokerUnreachable(LoopwatchError):
+    """The client could not connect to Kafka (what and where in the message)."""
+
+
 class LoopwatchClient:
     """Publishes one agent runtime's events and answers decisions for its runs."""
 
@@ -165,6 +171,16 @@ class LoopwatchClient:
         await self.stop()
 
     async def start(self) -> None:
+        """Connect; :class:`BrokerUnreachable` (a :class:`LoopwatchError`) when Kafka does not answer."""
+        try:
+            await self._start()
+        except KafkaError as exc:
+            await self.stop()
+            raise BrokerUnreachable(
+                f"Kafka at {self.settings.kafka_bootstrap} (LOOPWATCH_KAFKA_BOOTSTRAP): {exc}"
+            ) from exc
+
+    async def _start(self) -> None:
         auth = aiokafka_auth(self.settings)
         self._producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka_bootstrap,

@@ -225,3 +225,20 @@ def test_a_client_started_after_an_abort_learns_it_from_redis_at_its_first_gate(
         assert (await lw.gate(other, timeout=0.01)).action == "allow"  # nothing for this call
 
     asyncio.run(scenario())
+
+
+def test_a_client_that_cannot_reach_kafka_says_where_without_a_traceback() -> None:
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "loopwatch.streams.client.example_agent"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LOOPWATCH_KAFKA_BOOTSTRAP": "127.0.0.1:1"},
+    )
+    assert done.returncode == 2
+    assert "loopwatch: Kafka at 127.0.0.1:1 (LOOPWATCH_KAFKA_BOOTSTRAP): " in done.stderr
+    assert "Traceback" not in done.stderr
