@@ -10,7 +10,13 @@ import structlog
 
 from loopwatch.detectors.events import Verdict
 
-__all__ = ["configure_logging", "quiet_malformed_requests", "verdict_log_fields"]
+__all__ = [
+    "RepeatLimit",
+    "configure_logging",
+    "limit_repeats",
+    "quiet_malformed_requests",
+    "verdict_log_fields",
+]
 
 
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
@@ -47,6 +53,47 @@ def quiet_malformed_requests() -> None:
     server = logging.getLogger("aiohttp.server")
     if not any(isinstance(existing, _MalformedRequest) for existing in server.filters):
         server.addFilter(_MalformedRequest())
+
+
+class RepeatLimit(logging.Filter):
+    """Lets one record of a kind (logger and message template) through per ``window_s``; the
+    next one let through says how many were held back. A broker that is down makes aiokafka log
+    the same few errors about 200 times a second, which buries everything else."""
+
+    def __init__(self, window_s: float = 10.0, clock: Any = None) -> None:
+        super().__init__()
+        import time
+
+        self.window_s = window_s
+        self.clock = clock or time.monotonic
+        self._last: dict[tuple[str, str], float] = {}
+        self._held: dict[tuple[str, str], int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = (record.name, str(record.msg))
+        now = self.clock()
+        last = self._last.get(kind)
+        if last is not None and now - last < self.window_s:
+            self._held[kind] = self._held.get(kind, 0) + 1
+            return False
+        self._last[kind] = now
+        held = self._held.pop(kind, 0)
+        if held:
+            record.msg = f"{record.msg} ({held} more like it in the last {self.window_s:g} s not shown)"
+        if len(self._last) > 1000:  # (kinds are few; a bound all the same)
+            self._last.clear()
+        return True
+
+
+def limit_repeats(prefix: str = "aiokafka", window_s: float = 10.0) -> None:
+    """Install one :class:`RepeatLimit` on every logger named ``prefix`` or under it (a filter
+    acts on the logger that makes the record: each module's own)."""
+    limit = RepeatLimit(window_s)
+    names = [prefix, *(name for name in logging.root.manager.loggerDict if name.startswith(prefix + "."))]
+    for name in names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(existing, RepeatLimit) for existing in logger.filters):
+            logger.addFilter(limit)
 
 
 def verdict_log_fields(output: Any, session_key: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.stream_settings import StreamSettings, parse_stream_settings
 from loopwatch.streams.inputs.config_files import load_config
 from loopwatch.streams.kafka.connect import check_session_timeout, ensure_topics, wait_for_broker
-from loopwatch.streams.logs import configure_logging
+from loopwatch.streams.logs import configure_logging, limit_repeats
 
 __all__ = ["SETTING_FLAGS", "build_worker", "run_worker", "stream_settings_from"]
 
@@ -69,6 +69,7 @@ def _faust_worker_class() -> Any:
             self.spinner = None
             logger.setLevel(level or logging.INFO)
             logging.getLogger("aiokafka").setLevel(max(level, logging.WARNING))
+            limit_repeats("aiokafka")  # a broker outage: the same errors, 200 a second
 
     return QuietWorker
 

@@ -43,6 +43,7 @@ from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.kafka.connect import aiokafka_auth
 from loopwatch.streams.kafka.dead_letter import dead_letter
 from loopwatch.streams.kafka.run_processor import REPLY_HEADER
+from loopwatch.streams.logs import limit_repeats
 
 __all__ = ["KafkaBackend"]
 
@@ -91,6 +92,7 @@ class KafkaBackend:
         self._refused_since: float | None = None  # first events the broker did not take in time
 
     async def start(self) -> None:
+        limit_repeats("aiokafka")  # a broker outage: the same errors, 200 a second
         auth = aiokafka_auth(self.settings)
         self._producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True, acks="all", **auth

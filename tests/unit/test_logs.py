@@ -47,3 +47,32 @@ def test_one_line_per_verdict_with_the_loop_event_fields() -> None:
         10,
     )
     assert line["sessionId"] == "unknown"
+
+
+def test_a_repeated_library_error_is_let_through_once_a_window_with_the_count_held_back() -> None:
+    import logging
+
+    from loopwatch.streams.logs import RepeatLimit
+
+    now = [0.0]
+    limit = RepeatLimit(window_s=10, clock=lambda: now[0])
+
+    def record(msg: str, name: str = "aiokafka.conn") -> logging.LogRecord:
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, None, None)
+
+    shown = []
+    for second in range(25):  # one outage: the same two errors, twice a second
+        now[0] = float(second)
+        for msg in ("Unable connect to %r", "Unable connect to %r", "Unable to update metadata"):
+            made = record(msg)
+            if limit.filter(made):
+                shown.append((second, made.msg))
+    assert shown == [
+        (0, "Unable connect to %r"),
+        (0, "Unable to update metadata"),
+        (10, "Unable connect to %r (19 more like it in the last 10 s not shown)"),
+        (10, "Unable to update metadata (9 more like it in the last 10 s not shown)"),
+        (20, "Unable connect to %r (19 more like it in the last 10 s not shown)"),
+        (20, "Unable to update metadata (9 more like it in the last 10 s not shown)"),
+    ]
+    assert limit.filter(record("Unable connect to %r", "aiokafka.cluster"))  # another logger's own
