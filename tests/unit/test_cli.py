@@ -513,6 +513,8 @@ def test_check_config_reads_stdin_given_as_dash() -> None:
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode().startswith("<stdin>: valid")
     assert '"historySize": 50' in done.stdout.decode()
+    near = loopwatch("check-config", "-", stdin=b"{agents: {lisst: []}}")
+    assert "loopwatch: <stdin>: warning: agents.lisst: did you mean `agents.list`?" in near.stderr.decode()
 
 
 def test_check_config_json_reports_an_invalid_config_as_json(tmp_path: Path) -> None:

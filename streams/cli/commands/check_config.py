@@ -23,7 +23,10 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
     def config_file() -> FleetConfig:
         if args.file != "-":
             return load_config(args.file)
-        return parse_config_text(sys.stdin.read(), source="<stdin>")
+        config = parse_config_text(sys.stdin.read(), source="<stdin>")
+        for warning in config.warnings:
+            print(f"loopwatch: <stdin>: warning: {warning}", file=err)
+        return config
 
     try:
         config, settings = both_or_every_problem(config_file, lambda: parse_stream_settings(os.environ))
