@@ -39,10 +39,8 @@ from typing import Any
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.errors import KafkaError
 from msgspec import UNSET
 
-from loopwatch.config.errors import LoopwatchError
 from loopwatch.config.settings import DetectorSettings
 from loopwatch.config.stream_settings import StreamSettings, parse_stream_settings
 from loopwatch.detectors.batch_admission import SIBLING_MESSAGE
@@ -67,7 +65,7 @@ from loopwatch.detectors.fleet.alerts import decode_alert
 from loopwatch.detectors.fleet.fail_fast import DETECTOR as OUTAGE_DETECTOR
 from loopwatch.detectors.fleet.fail_fast import block_message
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
-from loopwatch.streams.kafka.connect import aiokafka_auth
+from loopwatch.streams.kafka.connect import KafkaUnreachable, aiokafka_auth, start_client
 
 __all__ = ["LoopwatchClient", "ProposedCall", "RunDecision", "refuse_together"]
 
@@ -114,8 +112,20 @@ def _redis_decision(fields: dict[bytes, bytes]) -> RunDecision | None:
     return RunDecision(action, data.get("message"), data.get("detector"), data.get("verdict_id"))  # type: ignore[arg-type]
 
 
-class BrokerUnreachable(LoopwatchError):
-    """The client could not connect to Kafka (what and where in the message)."""
+BrokerUnreachable = KafkaUnreachable  # the client could not connect (what and where in the message)
+
+
+class _Starting:
+    """The client's own start and stop, as :func:`start_client` calls them."""
+
+    def __init__(self, client: LoopwatchClient) -> None:
+        self.client = client
+
+    async def start(self) -> None:
+        await self.client._start()
+
+    async def stop(self) -> None:
+        await self.client.stop()
 
 
 class LoopwatchClient:
@@ -172,13 +182,7 @@ class LoopwatchClient:
 
     async def start(self) -> None:
         """Connect; :class:`BrokerUnreachable` (a :class:`LoopwatchError`) when Kafka does not answer."""
-        try:
-            await self._start()
-        except KafkaError as exc:
-            await self.stop()
-            raise BrokerUnreachable(
-                f"Kafka at {self.settings.kafka_bootstrap} (LOOPWATCH_KAFKA_BOOTSTRAP): {exc}"
-            ) from exc
+        await start_client(_Starting(self), self.settings.kafka_bootstrap, "LOOPWATCH_KAFKA_BOOTSTRAP")
 
     async def _start(self) -> None:
         auth = aiokafka_auth(self.settings)

@@ -137,10 +137,9 @@ def _check_window(source: str, since: str | None, until: str | None) -> None:
 
 def _kafka_lines(topic: str, since: str | None, until: str | None) -> Iterator[tuple[str, bytes]]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
-    from aiokafka.errors import KafkaError
 
     from loopwatch.config.stream_settings import parse_stream_settings
-    from loopwatch.streams.kafka.connect import aiokafka_auth
+    from loopwatch.streams.kafka.connect import aiokafka_auth, start_client
 
     settings = parse_stream_settings(os.environ)
 
@@ -148,13 +147,7 @@ def _kafka_lines(topic: str, since: str | None, until: str | None) -> Iterator[t
         consumer = AIOKafkaConsumer(
             bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **aiokafka_auth(settings)
         )
-        try:
-            await consumer.start()
-        except KafkaError as exc:
-            await consumer.stop()
-            raise InputError(
-                f"Kafka at {settings.kafka_bootstrap} (LOOPWATCH_KAFKA_BOOTSTRAP): {exc}"
-            ) from exc
+        await start_client(consumer, settings.kafka_bootstrap, "LOOPWATCH_KAFKA_BOOTSTRAP")
         try:
             if topic not in await consumer.topics():
                 return None

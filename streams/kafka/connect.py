@@ -17,15 +17,18 @@ from loopwatch.config.stream_settings import StreamSettings
 
 __all__ = [
     "BrokerUnavailable",
+    "KafkaUnreachable",
     "SessionTimeoutRefused",
     "TopicMismatch",
     "aiokafka_auth",
     "check_session_timeout",
     "ensure_topics",
     "faust_credentials",
+    "creation_problems",
     "partition_problems",
     "replication_configs",
     "session_timeout_problems",
+    "start_client",
     "wait_for_broker",
 ]
 
@@ -38,6 +41,23 @@ MIN_INSYNC_REPLICAS: Final = 2
 
 class BrokerUnavailable(LoopwatchError):
     """The Kafka broker did not answer within the configured startup timeout."""
+
+
+class KafkaUnreachable(LoopwatchError):
+    """A command's Kafka client could not connect (what and where in the message)."""
+
+
+async def start_client(client: Any, bootstrap: str, given_by: str) -> None:
+    """``await client.start()`` (an aiokafka producer, consumer or a client of them): when
+    Kafka does not answer, the client stopped and :class:`KafkaUnreachable` naming the
+    bootstrap and where it was given (``given_by``: a flag or a variable), not a traceback."""
+    from aiokafka.errors import KafkaError
+
+    try:
+        await client.start()
+    except KafkaError as exc:
+        await client.stop()
+        raise KafkaUnreachable(f"Kafka at {bootstrap} ({given_by}): {exc}") from exc
 
 
 class SessionTimeoutRefused(LoopwatchError):

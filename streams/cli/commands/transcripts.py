@@ -9,7 +9,6 @@ from typing import Any, BinaryIO, TextIO
 from urllib.parse import urlsplit
 
 from loopwatch.streams.cli.flags import interval_seconds
-from loopwatch.streams.inputs.sources import InputError
 
 
 def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
@@ -44,20 +43,15 @@ def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
         producer = None
         if args.kafka:
             from aiokafka import AIOKafkaProducer
-            from aiokafka.errors import KafkaError
 
             from loopwatch.config.stream_settings import parse_stream_settings
-            from loopwatch.streams.kafka.connect import aiokafka_auth
+            from loopwatch.streams.kafka.connect import aiokafka_auth, start_client
 
             settings = parse_stream_settings(
                 os.environ, {"kafka_bootstrap": args.kafka}, {"kafka_bootstrap": "--kafka"}
             )
             producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, **aiokafka_auth(settings))
-            try:
-                await producer.start()
-            except KafkaError as exc:
-                await producer.stop()
-                raise InputError(f"Kafka at {settings.kafka_bootstrap} (--kafka): {exc}") from exc
+            await start_client(producer, settings.kafka_bootstrap, "--kafka")
             publish = publish_to_kafka(producer, settings.topic_events)
         else:
             publish = publish_to_gateway(args.gateway, os.environ.get("LOOPWATCH_GATEWAY_TOKEN"))

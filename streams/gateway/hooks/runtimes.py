@@ -18,39 +18,15 @@ class Runtime:
     name: str
     plan: Callable[[dict[str, Any], PromptCounter, str, bool], HookPlan]
     default_agent: str
-    #: the hook events the plan acts on (``hook_event_name``), as the README wires them
+    #: the hook events the plan acts on (``hook_event_name``: the module's ``EVENTS``, as the
+    #: README wires them)
     events: frozenset[str]
 
 
 RUNTIMES: dict[str, Runtime] = {
-    "claude-code": Runtime(
-        "claude-code",
-        claude_code.plan,
-        "claude-code",
-        frozenset(
-            {
-                "UserPromptSubmit",
-                "PreToolUse",
-                "PostToolUse",
-                "PostToolUseFailure",
-                "SubagentStop",
-                "SessionStart",
-                "SessionEnd",
-            }
-        ),
-    ),
-    "codex": Runtime(
-        "codex",
-        codex.plan,
-        "codex",
-        frozenset({"PreToolUse", "PostToolUse", "SubagentStop", "Stop", "PostCompact"}),
-    ),
-    "gemini": Runtime(
-        "gemini",
-        gemini.plan,
-        "gemini",
-        frozenset({"BeforeAgent", "BeforeTool", "AfterTool", "PreCompress", "AfterAgent", "SessionEnd"}),
-    ),
+    "claude-code": Runtime("claude-code", claude_code.plan, "claude-code", frozenset(claude_code.EVENTS)),
+    "codex": Runtime("codex", codex.plan, "codex", frozenset(codex.EVENTS)),
+    "gemini": Runtime("gemini", gemini.plan, "gemini", frozenset(gemini.EVENTS)),
 }
 
 
