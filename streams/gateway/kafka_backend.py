@@ -26,7 +26,6 @@ from typing import Any
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from loopwatch.config.errors import LoopwatchError
 from loopwatch.config.stream_settings import StreamSettings
 from loopwatch.detectors.events import (
     Abort,
@@ -58,10 +57,6 @@ class _Reply(msgspec.Struct):
 ABORTED_KEPT = 100_000
 #: How long ``/v1/events`` waits for the broker to take its events (then: 503).
 EVENTS_TIMEOUT_S = 5.0
-
-
-class BrokerUnavailable(LoopwatchError):
-    """The broker did not take the events in time (the gateway answers 503)."""
 
 
 def _ignore_outcome(send: asyncio.Future[Any]) -> None:
@@ -155,7 +150,9 @@ class KafkaBackend:
             sending.add_done_callback(_ignore_outcome)
             if self._refused_since is None:
                 self._refused_since = time.monotonic()
-            raise BrokerUnavailable(
+            from loopwatch.streams.gateway.server import BackendUnavailable
+
+            raise BackendUnavailable(
                 f"the broker did not take the events within {EVENTS_TIMEOUT_S:g} s: try again"
             ) from None
         self._refused_since = None

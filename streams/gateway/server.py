@@ -83,6 +83,12 @@ ANSWERS_KEPT = 16_384
 #: The paths that take POST (any other method on them answers 405).
 POST_ROUTES = frozenset({"/v1/events", "/v1/decide", "/v1/traces"})
 
+
+def _posts_only(path: str) -> bool:
+    """Whether ``path`` is one of the routes that take POST only."""
+    return path.rstrip("/") in POST_ROUTES or path.startswith("/v1/hooks/")
+
+
 #: Requests handled at once; more answer 503 at once (hooks fail open, nothing piles up).
 MAX_IN_FLIGHT = 1024
 #: ``/health`` is unhealthy when events wait and none was processed for this long.
@@ -308,6 +314,10 @@ class BatchUnsupported(LoopwatchError):
     """A backend that cannot decide a batch of calls together (answered 501)."""
 
 
+class BackendUnavailable(LoopwatchError):
+    """A backend that could not take the request in time (answered 503: the client tries again)."""
+
+
 class _Guard:
     """Every request: the web-safety checks first, at most :data:`MAX_IN_FLIGHT` at once, and
     every failure answered (4xx for the client's, one logged line and 500 for a bug)."""
@@ -358,7 +368,7 @@ class _Guard:
             return answer
         if isinstance(exc, BatchUnsupported):
             return _error(501, str(exc))
-        if type(exc).__name__ == "BrokerUnavailable":  # (the Kafka backend's, imported only with it)
+        if isinstance(exc, BackendUnavailable):
             return _error(503, str(exc))
         if isinstance(exc, _BodyTimeout):
             return _error(408, f"the body was not sent within {BODY_TIMEOUT_S:g} s")
@@ -478,7 +488,7 @@ class _Routes:
 
     async def unrouted(self, request: web.Request) -> web.StreamResponse:
         """A method no route of the path takes: 405 where the path is a POST route, else 404."""
-        if request.path.rstrip("/") in POST_ROUTES or request.path.startswith("/v1/hooks/"):
+        if _posts_only(request.path):
             return web.json_response(
                 {"error": f"{request.path} takes POST, not {request.method}"},
                 status=405,
@@ -489,7 +499,7 @@ class _Routes:
     async def other(self, request: web.Request) -> web.StreamResponse:
         if request.path == "/":
             raise web.HTTPFound("/dashboard")
-        if request.path.rstrip("/") in POST_ROUTES or request.path.startswith("/v1/hooks/"):
+        if _posts_only(request.path):
             return await self.unrouted(request)
         if request.path.rstrip("/") == "/health" and self.backend.stalled():
             return _error(503, f"stalled: events wait and none was processed for {STALL_S:g} s")
