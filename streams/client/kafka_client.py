@@ -115,19 +115,6 @@ def _redis_decision(fields: dict[bytes, bytes]) -> RunDecision | None:
 BrokerUnreachable = KafkaUnreachable  # the client could not connect (what and where in the message)
 
 
-class _Starting:
-    """The client's own start and stop, as :func:`start_client` calls them."""
-
-    def __init__(self, client: LoopwatchClient) -> None:
-        self.client = client
-
-    async def start(self) -> None:
-        await self.client._start()
-
-    async def stop(self) -> None:
-        await self.client.stop()
-
-
 class LoopwatchClient:
     """Publishes one agent runtime's events and answers decisions for its runs."""
 
@@ -182,7 +169,7 @@ class LoopwatchClient:
 
     async def start(self) -> None:
         """Connect; :class:`BrokerUnreachable` (a :class:`LoopwatchError`) when Kafka does not answer."""
-        await start_client(_Starting(self), self.settings.kafka_bootstrap, "LOOPWATCH_KAFKA_BOOTSTRAP")
+        await start_client(self._start, self.stop, self.settings.kafka_bootstrap, "LOOPWATCH_KAFKA_BOOTSTRAP")
 
     async def _start(self) -> None:
         auth = aiokafka_auth(self.settings)

@@ -147,7 +147,9 @@ def _kafka_lines(topic: str, since: str | None, until: str | None) -> Iterator[t
         consumer = AIOKafkaConsumer(
             bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **aiokafka_auth(settings)
         )
-        await start_client(consumer, settings.kafka_bootstrap, "LOOPWATCH_KAFKA_BOOTSTRAP")
+        await start_client(
+            consumer.start, consumer.stop, settings.kafka_bootstrap, "LOOPWATCH_KAFKA_BOOTSTRAP"
+        )
         try:
             if topic not in await consumer.topics():
                 return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import structlog
@@ -47,16 +48,18 @@ class KafkaUnreachable(LoopwatchError):
     """A command's Kafka client could not connect (what and where in the message)."""
 
 
-async def start_client(client: Any, bootstrap: str, given_by: str) -> None:
-    """``await client.start()`` (an aiokafka producer, consumer or a client of them): when
-    Kafka does not answer, the client stopped and :class:`KafkaUnreachable` naming the
-    bootstrap and where it was given (``given_by``: a flag or a variable), not a traceback."""
+async def start_client(
+    start: Callable[[], Awaitable[Any]], stop: Callable[[], Awaitable[Any]], bootstrap: str, given_by: str
+) -> None:
+    """``await start()`` (of an aiokafka producer, consumer or a client of them): when Kafka
+    does not answer, ``stop()`` and :class:`KafkaUnreachable` naming the bootstrap and where it
+    was given (``given_by``: a flag or a variable), not a traceback."""
     from aiokafka.errors import KafkaError
 
     try:
-        await client.start()
+        await start()
     except KafkaError as exc:
-        await client.stop()
+        await stop()
         raise KafkaUnreachable(f"Kafka at {bootstrap} ({given_by}): {exc}") from exc
 
 
@@ -175,7 +178,7 @@ async def ensure_topics(settings: StreamSettings) -> None:
         ]
         missing = [topic for topic in wanted if topic.name not in existing]
         if missing:
-            refused = creation_problems(await admin.create_topics(missing), settings)
+            refused = creation_problems(await admin.create_topics(missing))
             if refused:
                 raise TopicMismatch(
                     "the broker did not create loopwatch's topics:\n  " + "\n  ".join(refused)
@@ -205,7 +208,7 @@ async def ensure_topics(settings: StreamSettings) -> None:
 _ALREADY_EXISTS = 36
 
 
-def creation_problems(response: Any, settings: StreamSettings) -> list[str]:
+def creation_problems(response: Any) -> list[str]:
     """Each topic the broker refused to create, with its reason (a replication factor above
     the brokers' count names LOOPWATCH_REPLICATION_FACTOR)."""
     problems = []

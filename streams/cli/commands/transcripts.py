@@ -51,7 +51,7 @@ def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
                 os.environ, {"kafka_bootstrap": args.kafka}, {"kafka_bootstrap": "--kafka"}
             )
             producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, **aiokafka_auth(settings))
-            await start_client(producer, settings.kafka_bootstrap, "--kafka")
+            await start_client(producer.start, producer.stop, settings.kafka_bootstrap, "--kafka")
             publish = publish_to_kafka(producer, settings.topic_events)
         else:
             publish = publish_to_gateway(args.gateway, os.environ.get("LOOPWATCH_GATEWAY_TOKEN"))
