@@ -223,14 +223,29 @@ def test_health_answers_when_every_request_slot_is_taken() -> None:
     run(scenario)
 
 
+async def failing_reads(client: Client, calls: int, named: bool = False) -> list[dict[str, Any]]:
+    """``calls`` identical reads of run ``r``, each failing; their answers (``named``: each
+    call names its own event id, ``rc-N``)."""
+    answers = []
+    for n in range(calls):
+        call: dict[str, Any] = {
+            "run_id": "r",
+            "tool": "read",
+            "params": {"path": "/x"},
+            "tool_call_id": f"c{n}",
+        }
+        if named:
+            call["event_id"] = f"rc-{n}"
+        answers.append(await (await client.post("/v1/decide", json=call)).json())
+        result = {"type": "tool_result", "event_id": f"res-{n}", "run_id": "r", "tool": "read"}
+        await client.post("/v1/events", json={**result, "params": {"path": "/x"}, "error": "ENOENT"})
+    return answers
+
+
 def test_a_batch_of_an_aborted_run_is_refused_as_a_whole() -> None:
     async def scenario() -> None:
         async with gateway() as client:
-            for n in range(22):  # as above: the 22nd call aborts the run
-                call = {"run_id": "r", "tool": "read", "params": {"path": "/x"}, "tool_call_id": f"c{n}"}
-                await client.post("/v1/decide", json=call)
-                result = {"type": "tool_result", "event_id": f"res-{n}", "run_id": "r", "tool": "read"}
-                await client.post("/v1/events", json={**result, "params": {"path": "/x"}, "error": "ENOENT"})
+            await failing_reads(client, 22)  # as above: the 22nd call aborts the run
             batch = [{"run_id": "r", "tool": "ls", "params": {"n": n}} for n in range(2)]
             answer = await (await client.post("/v1/decide", json=batch)).json()
             assert [d["decision"] for d in answer["decisions"]] == ["abort", "abort"]
@@ -243,15 +258,11 @@ def test_a_batch_of_an_aborted_run_is_refused_as_a_whole() -> None:
 def test_a_retried_call_with_its_own_event_id_gets_the_same_answer() -> None:
     async def scenario() -> None:
         async with gateway() as client:
-            answers = []
-            for n in range(21):
-                call = {"run_id": "r", "event_id": f"rc-{n}", "tool": "read", "params": {"path": "/x"}}
-                answers.append(await (await client.post("/v1/decide", json=call)).json())
-                result = {"type": "tool_result", "event_id": f"res-{n}", "run_id": "r", "tool": "read"}
-                await client.post("/v1/events", json={**result, "params": {"path": "/x"}, "error": "ENOENT"})
+            answers = await failing_reads(client, 21, named=True)
             assert [answers[10]["decision"], answers[20]["decision"]] == ["warn", "block"]
             for n in (10, 20, 3):  # the answer lost on the way: the retry is answered the same
-                call = {"run_id": "r", "event_id": f"rc-{n}", "tool": "read", "params": {"path": "/x"}}
+                call = {"run_id": "r", "tool": "read", "params": {"path": "/x"}, "tool_call_id": f"c{n}"}
+                call["event_id"] = f"rc-{n}"  # the same call, sent again
                 assert await (await client.post("/v1/decide", json=call)).json() == answers[n]
             metrics = await (await client.get("/metrics")).text()
             assert 'loopwatch_events_total{type="tool_call"} 21.0' in metrics  # retries add nothing
