@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -55,7 +56,7 @@ from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.dashboard import Dashboard
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.gateway.hooks.plan import MemoryPrompts, session_problem
-from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES
+from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES, event_problem
 from loopwatch.streams.gateway.tolerant_json import TOO_DEEP, dumps, loads
 from loopwatch.streams.gateway.web_safety import WebSafety, is_loopback
 from loopwatch.streams.logs import quiet_malformed_requests
@@ -82,6 +83,10 @@ ANSWERS_KEPT = 16_384
 
 #: The paths that take POST (any other method on them answers 405).
 POST_ROUTES = frozenset({"/v1/events", "/v1/decide", "/v1/traces"})
+
+
+#: The event id the gateway gives a call whose client named none (``gateway-`` and a uuid4).
+_GENERATED_ID = re.compile(r"gateway-[0-9a-f]{32}")
 
 
 def _posts_only(path: str) -> bool:
@@ -418,7 +423,7 @@ class _Routes:
         proposed = await self.read(request, _proposed)
         if isinstance(proposed, list):
             return _batch_answer(proposed, await self.backend.decide_batch(proposed))
-        named = not proposed.event_id.startswith("gateway-")  # the client's own id: it may retry
+        named = _GENERATED_ID.fullmatch(proposed.event_id) is None  # the client's own id: it may retry
         key = (run_scope(proposed), proposed.event_id)
         if named and (given := self.answered.get(key)) is not None:
             self.answered.move_to_end(key)
@@ -445,6 +450,10 @@ class _Routes:
         problem = session_problem(value, agent)  # before a prompt number is kept for it
         if problem is not None:
             raise InvalidEvent(problem)
+        mistake = event_problem(runtime, value)
+        if mistake is not None:  # answered "go on"; told where the operator looks
+            _log.warning("hook call loopwatch cannot act on", runtime=name, problem=mistake)
+            return web.json_response({})
         plan = runtime.plan(value, self.prompts, agent, request.query.get("show_warnings") in ("1", "true"))
         if plan.events:
             await self.backend.events([decode_event(dumps(event, surrogates)) for event in plan.events])

@@ -284,3 +284,37 @@ def test_nan_and_infinity_are_refused_where_they_stand() -> None:
                 assert start <= at < start + len(constant), error  # in the body as it was sent
 
     run(scenario)
+
+
+def test_a_client_id_that_merely_starts_like_the_gateway_s_own_is_still_the_client_s() -> None:
+    async def scenario() -> None:
+        async with gateway() as client:
+            answers = await failing_reads(client, 21)
+            assert answers[20]["decision"] == "block"
+            call = {"run_id": "r", "tool": "read", "params": {"path": "/x"}, "event_id": "gateway-mine"}
+            first = await (await client.post("/v1/decide", json=call)).json()
+            assert first["decision"] == "abort"  # the run's second critical
+            assert await (await client.post("/v1/decide", json=call)).json() == first
+
+    run(scenario)
+
+
+def test_an_http_hook_call_loopwatch_cannot_act_on_is_answered_go_on_and_logged() -> None:
+    from structlog.testing import capture_logs
+
+    async def scenario() -> None:
+        async with gateway() as client:
+            gemini_call = {
+                "session_id": "s",
+                "hook_event_name": "BeforeTool",
+                "tool_name": "x",
+                "tool_input": {},
+            }
+            with capture_logs() as logs:
+                answer = await client.post("/v1/hooks/claude-code", json=gemini_call)
+            assert answer.status == 200
+            assert await answer.json() == {}
+            [entry] = [e for e in logs if e["event"] == "hook call loopwatch cannot act on"]
+            assert entry["problem"].startswith("BeforeTool is a hook event of gemini, not of claude-code")
+
+    run(scenario)
