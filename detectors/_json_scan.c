@@ -3,6 +3,8 @@
  *
  * opening_brackets(data): how many '[' and '{' bytes ``data`` holds (strings included): an
  *     upper bound of its nesting depth. memchr finds them many bytes at a time.
+ * longest_text(values, positions): the most code points of a str among ``values`` (a tuple)
+ *     at ``positions`` (a tuple of indices): whether an event's ids can be long at all.
  * javascript_safe(out): whether sorted JSON from msgspec is byte-identical to JavaScript's
  *     stableStringify: no run of 16 digits (an integer beyond 2**53 may be one) and no byte
  *     >= 0xEE (a code point >= U+E000, whose UTF-8 order can differ from UTF-16 order).
@@ -88,7 +90,34 @@ static PyObject *javascript_safe(PyObject *module, PyObject *out) {
     Py_RETURN_TRUE;
 }
 
+static PyObject *longest_text(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "longest_text() takes a tuple of values and a tuple of positions");
+        return NULL;
+    }
+    PyObject *values = args[0], *positions = args[1];
+    Py_ssize_t size = PyTuple_GET_SIZE(values), longest = 0;
+    for (Py_ssize_t index = 0; index < PyTuple_GET_SIZE(positions); index++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(positions, index));
+        if (at == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (at < 0 || at >= size) {
+            PyErr_SetString(PyExc_IndexError, "longest_text() position out of range");
+            return NULL;
+        }
+        PyObject *value = PyTuple_GET_ITEM(values, at);
+        if (PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) > longest) {
+            longest = PyUnicode_GET_LENGTH(value);
+        }
+    }
+    return PyLong_FromSsize_t(longest);
+}
+
 static PyMethodDef methods[] = {
+    {"longest_text", (PyCFunction)(void (*)(void))longest_text, METH_FASTCALL,
+     "The most code points of a str among values at positions."},
     {"opening_brackets", opening_brackets, METH_O, "How many '[' and '{' bytes data holds."},
     {"javascript_safe", javascript_safe, METH_O,
      "Whether msgspec's sorted JSON is stableStringify's: no 16-digit run, no byte >= 0xEE."},

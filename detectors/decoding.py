@@ -28,6 +28,7 @@ __all__ = ["decode_event", "validate_event"]
 _DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
 _DECODE: Final = _DECODER.decode  # bound once: no method lookup per event
 _OPENING_BRACKETS: Final = json_scan.opening_brackets
+_LONGEST_TEXT: Final = json_scan.longest_text
 
 # Compiled, a module's own Final names are C statics; a name imported from an interpreted
 # module (msgspec's, the event Structs) would be a dict lookup at every use.
@@ -48,6 +49,9 @@ _COMMON: Final = {
     kind: (_at(kind, "event_id"), _at(kind, "run_id"), _at(kind, "session_id"), _at(kind, "ts"))
     for kind in (ToolCall, ToolResult, CompactionRetry, RunEnd)
 }
+#: the common fields' positions of the two kinds nearly every event is (C statics, no lookup)
+_CALL_COMMON: Final = _COMMON[ToolCall]
+_RESULT_COMMON: Final = _COMMON[ToolResult]
 _CALL_TOOL: Final = _at(ToolCall, "tool")
 _CALL_PARAMS: Final = _at(ToolCall, "params")
 _CALL_ARGS_DIGEST: Final = _at(ToolCall, "args_digest")
@@ -72,9 +76,16 @@ def validate_event(event: Event, deep: bool = True, json_size: int | None = None
     """
     values = _ASTUPLE(event)
     kind = type(event)
-    event_at, run_at, session_at, ts_at = _COMMON[kind]
-    if json_size is None or json_size > MAX_ID_BYTES:
-        _check_identities(kind, values, json_size is not None)
+    if kind is _TOOL_CALL:
+        event_at, run_at, session_at, ts_at = _CALL_COMMON
+    elif kind is _TOOL_RESULT:
+        event_at, run_at, session_at, ts_at = _RESULT_COMMON
+    else:
+        event_at, run_at, session_at, ts_at = _COMMON[kind]
+    if json_size is None:
+        _check_identities(kind, values, False)
+    elif json_size > MAX_ID_BYTES and _LONGEST_TEXT(values, _IDENTITIES[kind]) > _SURELY_SHORT:
+        _check_identities(kind, values, True)
     ts = values[ts_at]
     if ts is not None and (problem := int64_problem(ts)) is not None:
         raise InvalidEvent(f"ts: {problem}")
@@ -85,7 +96,7 @@ def validate_event(event: Event, deep: bool = True, json_size: int | None = None
     if not values[event_at]:
         raise InvalidEvent("event_id: must be a non-empty string")
     run_id, session_id = values[run_at], values[session_at]
-    if not (run_id and not run_id.isspace()) and not (session_id and not session_id.isspace()):
+    if not _present(run_id) and not _present(session_id):
         raise InvalidEvent("run_id or session_id: one of them is required")
     if kind is _TOOL_CALL:
         _check_call_fields(values[_CALL_TOOL], values[_CALL_PARAMS], values[_CALL_ARGS_DIGEST])
@@ -103,6 +114,14 @@ def validate_event(event: Event, deep: bool = True, json_size: int | None = None
         _check_digested_outcome(
             result_digest, values[_OUTCOME_KIND], values[_NO_PROGRESS], values[_FAILURE_DIGEST]
         )
+
+
+def _present(text: str | None) -> bool:
+    """Whether ``text`` holds a character that is not white space (one test when it starts
+    with a printable ASCII one, as ids do)."""
+    if not text:
+        return False
+    return "!" <= text[0] <= "~" or not text.isspace()
 
 
 def _check_call_fields(tool: str, params: Any, args_digest: Any) -> None:

@@ -2,6 +2,8 @@
 
 * :func:`opening_brackets`: how many ``[`` and ``{`` bytes the data holds (inside strings
   too): an upper bound of its nesting depth, so the exact walk runs only past the limit.
+* :func:`longest_text`: the most code points of a string among an event's fields at the
+  given positions (its ids): only an event with a long one has its ids measured in bytes.
 * :func:`javascript_safe`: whether msgspec's sorted JSON is byte-identical to OpenClaw's
   ``stableStringify`` (see :func:`detectors.stable_json.canonical_bytes`): no run of sixteen
   digits (an integer beyond 2**53 may be one) and no byte >= 0xEE (a code point >= U+E000,
@@ -17,7 +19,14 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["javascript_safe", "opening_brackets", "python_javascript_safe", "python_opening_brackets"]
+__all__ = [
+    "javascript_safe",
+    "longest_text",
+    "opening_brackets",
+    "python_javascript_safe",
+    "python_longest_text",
+    "python_opening_brackets",
+]
 
 _OPENERS: Final = b"[{"
 # digits map to "0", everything else to " ": a run of sixteen "0" is a run of sixteen digits
@@ -35,8 +44,14 @@ def python_javascript_safe(out: bytes) -> bool:
     return (out.isascii() or max(out) < 0xEE) and _SIXTEEN_DIGITS not in out.translate(_DIGIT_MAP)
 
 
+def python_longest_text(values: tuple[object, ...], positions: tuple[int, ...]) -> int:
+    """The most code points of a ``str`` (exactly) among ``values`` at ``positions``."""
+    return max((len(value) for at in positions if type(value := values[at]) is str), default=0)
+
+
 try:
-    from loopwatch.detectors._json_scan import javascript_safe, opening_brackets
+    from loopwatch.detectors._json_scan import javascript_safe, longest_text, opening_brackets
 except ImportError:  # built without a compiler, or imported from sources only
     javascript_safe = python_javascript_safe
+    longest_text = python_longest_text
     opening_brackets = python_opening_brackets

@@ -30,7 +30,11 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from loopwatch.detectors.json_scan import python_javascript_safe, python_opening_brackets
+from loopwatch.detectors.json_scan import (
+    python_javascript_safe,
+    python_longest_text,
+    python_opening_brackets,
+)
 from loopwatch.detectors.stable_json import (
     UNDEFINED,
     JSNumber,
@@ -143,6 +147,33 @@ def test_javascript_safe_matches_python(data: bytes) -> None:
 @example(b"")
 def test_opening_brackets_matches_python(data: bytes) -> None:
     assert NATIVE.opening_brackets(data) == python_opening_brackets(data)
+
+
+# what an event's fields hold: text (ASCII, any code point), absent values, numbers, subclasses
+_FIELD = st.one_of(
+    st.text(max_size=300),
+    st.text(alphabet="ab", min_size=120, max_size=140),
+    st.none(),
+    st.integers(),
+    st.booleans(),
+    st.builds(lambda text: type("Id", (str,), {})(text), st.text(min_size=200, max_size=210)),
+)
+
+
+@given(st.lists(_FIELD, min_size=1, max_size=20), st.data())
+@example([], None)
+def test_longest_text_matches_python(values: list[Any], data: Any) -> None:
+    positions = tuple(data.draw(st.lists(st.integers(0, len(values) - 1), max_size=25))) if values else ()
+    assert NATIVE.longest_text(tuple(values), positions) == python_longest_text(tuple(values), positions)
+
+
+def test_longest_text_refuses_what_it_cannot_read() -> None:
+    with pytest.raises(IndexError, match="out of range"):
+        NATIVE.longest_text(("a",), (1,))
+    with pytest.raises(IndexError, match="out of range"):
+        NATIVE.longest_text(("a",), (-1,))
+    with pytest.raises(TypeError, match="a tuple of values and a tuple of positions"):
+        NATIVE.longest_text(["a"], (0,))
 
 
 @pytest.mark.parametrize("scan", ["javascript_safe", "opening_brackets"])

@@ -65,6 +65,12 @@ def test_the_limits_let_their_edges_through() -> None:
     assert decode_event(call(params={}, run_id="é" * (MAX_ID_BYTES // 2))).run_id == "é" * 256
     with pytest.raises(InvalidEvent, match="run_id: holds 514 bytes"):
         decode_event(call(params={}, run_id="é" * 257))
+    # unescaped UTF-8: an id of four-byte characters is measured once it can pass the limit
+    raw = {"type": "tool_call", "event_id": "e", "run_id": "r", "tool": "t", "params": {}}
+    edge = json.dumps({**raw, "tool": "\U0001f600" * 128}, ensure_ascii=False).encode()
+    assert len(decode_event(edge).tool) == 128  # type: ignore[union-attr]
+    with pytest.raises(InvalidEvent, match="tool: holds 516 bytes"):
+        decode_event(json.dumps({**raw, "tool": "\U0001f600" * 129}, ensure_ascii=False).encode())
     assert decode_event(call(params={}, ts=2**63 - 1)).ts == 2**63 - 1
     # lone surrogates stay valid inside params (OpenClaw sanitises them before hashing)
     assert params_of(call(params={"q": "\ud800"})) == {"q": "\ud800"}
