@@ -1,10 +1,17 @@
-"""structlog setup: JSON lines in production, readable console output in development."""
+"""structlog setup: JSON lines in production, readable console output in development.
+
+loopwatch's own records go through structlog; the libraries' (faust, mode, aiokafka,
+aiohttp) through the standard ``logging`` module. Under ``LOOPWATCH_LOG_FORMAT=json`` both
+come out as one JSON object a line on standard error, with the same ``event``, ``level`` and
+``timestamp`` keys (a library's record adds its ``logger``), so a log pipeline reads every
+line; under ``console`` the libraries keep their own readable format.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -13,17 +20,21 @@ from loopwatch.detectors.events import Verdict
 __all__ = [
     "RepeatLimit",
     "configure_logging",
+    "json_library_handler",
     "limit_repeats",
     "quiet_malformed_requests",
+    "route_library_records_as_json",
     "verdict_log_fields",
 ]
 
 
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
-    """Configure structlog once per process."""
+    """Configure structlog once per process (and, under ``json``, the libraries' records)."""
     renderer: Any = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     )
+    if fmt == "json":
+        route_library_records_as_json(logging.getLogger())
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -35,6 +46,38 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def json_library_handler(stream: TextIO | None = None) -> logging.Handler:
+    """A ``logging`` handler writing each record as loopwatch's JSON log lines are written:
+    ``event`` (the message, its arguments filled in), ``level``, ``logger``, ``timestamp``
+    (ISO 8601, UTC) and ``exception`` (the traceback, when there is one)."""
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+        ],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+    )
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(formatter)
+    handler.set_name(_JSON_HANDLER)
+    return handler
+
+
+_JSON_HANDLER = "loopwatch-json"
+
+
+def route_library_records_as_json(root: logging.Logger) -> None:
+    """Make ``root``'s handlers the one :func:`json_library_handler` (faust's worker installs
+    its own text handlers at start: it calls this again after)."""
+    if [handler.get_name() for handler in root.handlers] != [_JSON_HANDLER]:
+        root.handlers[:] = [json_library_handler()]
 
 
 class _MalformedRequest(logging.Filter):

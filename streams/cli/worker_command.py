@@ -11,7 +11,7 @@ from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.stream_settings import StreamSettings, parse_stream_settings
 from loopwatch.streams.inputs.config_files import load_config
 from loopwatch.streams.kafka.connect import check_session_timeout, ensure_topics, wait_for_broker
-from loopwatch.streams.logs import configure_logging, limit_repeats
+from loopwatch.streams.logs import configure_logging, limit_repeats, route_library_records_as_json
 
 __all__ = ["SETTING_FLAGS", "build_worker", "run_worker", "stream_settings_from"]
 
@@ -56,17 +56,20 @@ def build_worker(settings: StreamSettings, config: FleetConfig) -> Any:
     return LoopwatchWorker(settings, config, offset, cache)
 
 
-def _faust_worker_class() -> Any:
+def _faust_worker_class(log_format: str = "console") -> Any:
     import logging
 
     import faust
 
     class QuietWorker(faust.Worker):
         """faust's worker without its terminal spinner, which sets the root logger to DEBUG:
-        every library debug call then builds a log record (7 % of a busy worker's time)."""
+        every library debug call then builds a log record (7 % of a busy worker's time); under
+        ``LOOPWATCH_LOG_FORMAT=json`` its records are JSON lines as loopwatch's own are."""
 
         def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
             self.spinner = None
+            if log_format == "json":  # (faust has just put its own text handlers in place)
+                route_library_records_as_json(logger)
             logger.setLevel(level or logging.INFO)
             logging.getLogger("aiokafka").setLevel(max(level, logging.WARNING))
             limit_repeats("aiokafka")  # a broker outage: the same errors, 200 a second
@@ -103,6 +106,6 @@ def run_worker(args: Any) -> int:
     from loopwatch.streams.kafka import gc_policy
 
     gc_policy.install(worker.app, settings.gc_full_interval_s)  # full collections on a clock
-    worker_class = _faust_worker_class()
+    worker_class = _faust_worker_class(settings.log_format)
     worker_class(worker.app, loglevel=settings.log_level.upper(), quiet=True).execute_from_commandline()
     return 0

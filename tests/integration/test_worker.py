@@ -96,6 +96,10 @@ def test_round_trip_gives_exactly_the_core_verdicts(
     got = run(consume(kafka_bootstrap, names.verdicts, until=len(expected), timeout=120, settle=2))
     assert per_run(got) == per_run(expected)
     assert len(got) == len(expected)
+    # LOOPWATCH_LOG_FORMAT=json: every line of its log is a JSON object, faust's and aiokafka's too
+    lines = worker.log.read_text().splitlines()
+    assert any('"logger": "faust.' in line for line in lines)
+    assert [line for line in lines if not line.startswith("{") or not isinstance(json.loads(line), dict)] == []
 
 
 def test_bad_input_is_dead_lettered_and_nothing_else_changes(

@@ -76,3 +76,55 @@ def test_a_repeated_library_error_is_let_through_once_a_window_with_the_count_he
         (20, "Unable to update metadata (9 more like it in the last 10 s not shown)"),
     ]
     assert limit.filter(record("Unable connect to %r", "aiokafka.cluster"))  # another logger's own
+
+
+def test_library_records_are_json_lines_like_loopwatch_s_own_under_json() -> None:
+    import io
+    import json
+    import logging
+
+    from loopwatch.streams.logs import json_library_handler, route_library_records_as_json
+
+    out = io.StringIO()
+    logger = logging.getLogger("faust.tables.recovery.test")
+    logger.propagate = False
+    logger.addHandler(json_library_handler(out))
+    try:
+        logger.warning("Highwater for %s:\n| topic | %d |", "active", 3)
+        try:
+            raise RuntimeError("broker gone")
+        except RuntimeError:
+            logger.exception("fetch failed")
+    finally:
+        logger.handlers.clear()
+        logger.propagate = True
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert first["event"] == "Highwater for active:\n| topic | 3 |"
+    assert (first["level"], first["logger"]) == ("warning", "faust.tables.recovery.test")
+    assert first["timestamp"].endswith("Z")
+    assert second["event"] == "fetch failed"
+    assert "RuntimeError: broker gone" in second["exception"]
+
+    root = logging.Logger("root-for-test")  # what faust's worker leaves: its own text handler
+    root.addHandler(logging.StreamHandler(io.StringIO()))
+    route_library_records_as_json(root)
+    route_library_records_as_json(root)  # once only, however often it is asked
+    [handler] = root.handlers
+    assert isinstance(handler.formatter, structlog.stdlib.ProcessorFormatter)
+
+
+def test_the_worker_puts_its_json_handler_back_after_faust_s_own() -> None:
+    import logging
+
+    from loopwatch.streams.cli.worker_command import _faust_worker_class
+
+    worker_class = _faust_worker_class("json")
+    root = logging.Logger("root-for-test")
+    root.addHandler(logging.StreamHandler())
+    worker_class.on_setup_root_logger(object.__new__(worker_class), root, logging.INFO)
+    [handler] = root.handlers
+    assert isinstance(handler.formatter, structlog.stdlib.ProcessorFormatter)
+    console = logging.Logger("root-for-test")
+    console.addHandler(logging.StreamHandler())
+    _faust_worker_class("console").on_setup_root_logger(object.__new__(worker_class), console, logging.INFO)
+    assert not isinstance(console.handlers[0].formatter, structlog.stdlib.ProcessorFormatter)
