@@ -99,7 +99,7 @@ def test_round_trip_gives_exactly_the_core_verdicts(
     # LOOPWATCH_LOG_FORMAT=json: every line of its log is a JSON object, faust's and aiokafka's too
     lines = worker.log.read_text().splitlines()
     assert any('"logger": "faust.' in line for line in lines)
-    assert [line for line in lines if not line.startswith("{") or not isinstance(json.loads(line), dict)] == []
+    assert [line for line in lines if not (line.startswith("{") and isinstance(json.loads(line), dict))] == []
 
 
 def test_bad_input_is_dead_lettered_and_nothing_else_changes(
