@@ -57,7 +57,7 @@ from loopwatch.streams.fleet_view.dashboard import Dashboard
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.gateway.hooks.plan import MemoryPrompts, session_problem
 from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES, event_problem
-from loopwatch.streams.gateway.tolerant_json import TOO_DEEP, dumps, loads
+from loopwatch.streams.gateway.tolerant_json import TOO_DEEP, as_utf8, dumps, loads
 from loopwatch.streams.gateway.web_safety import WebSafety, is_loopback
 from loopwatch.streams.logs import quiet_malformed_requests
 
@@ -407,7 +407,7 @@ class _Routes:
             encoding = request.headers.get("Content-Encoding", "")
             raise _BodyUndecodable(f"the body does not decode as its Content-Encoding ({encoding})") from exc
         try:
-            return parse(body)
+            return parse(as_utf8(body))
         except InvalidEvent as exc:
             await self.backend.refuse(body, exc.reason)
             raise

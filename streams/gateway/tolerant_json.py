@@ -10,9 +10,32 @@ import msgspec
 
 from loopwatch.detectors.events import InvalidEvent
 
-__all__ = ["TOO_DEEP", "dumps", "loads"]
+__all__ = ["TOO_DEEP", "as_utf8", "dumps", "loads"]
 
 TOO_DEEP = "not valid JSON: nested too deeply"
+
+
+_BOM_UTF8 = b"\xef\xbb\xbf"
+
+
+def as_utf8(body: bytes) -> bytes:
+    """``body`` as UTF-8 JSON: without a UTF-8 byte order mark, and from UTF-16 or UTF-32
+    (what PowerShell and .NET clients may send; told by their byte order mark or their zero
+    bytes, as RFC 4627 says) transcoded, a lone surrogate kept as its ``\\u`` escape."""
+    if body.startswith(_BOM_UTF8):
+        return body[len(_BOM_UTF8) :]
+    if not body or (0 < body[0] < 0x80 and (len(body) < 2 or body[1])):  # (UTF-8 JSON: ASCII first)
+        return body
+    encoding = json.detect_encoding(body)
+    if not encoding.startswith(("utf-16", "utf-32")):
+        return body
+    try:
+        text = body.decode(encoding, "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise InvalidEvent(
+            f"not valid JSON: the body looks like {encoding.upper()} but does not decode: {exc}"
+        ) from exc
+    return text.encode("utf-8", "backslashreplace")  # (a lone surrogate can only be in a string)
 
 
 def loads(body: bytes) -> tuple[Any, bool]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import Event, InvalidEvent
 
-__all__ = ["BadLine", "decode_line", "read_events", "read_sourced_events"]
+__all__ = ["WIDE_TEXT", "BadLine", "decode_line", "is_wide_text", "read_events", "read_sourced_events"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +27,25 @@ class BadLine:
 _BOM = b"\xef\xbb\xbf"
 
 
+#: byte order marks of UTF-16 and UTF-32 (PowerShell's ``>`` writes UTF-16 with one)
+_WIDE_MARKS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+WIDE_TEXT = (
+    "the input is UTF-16 or UTF-32 text (PowerShell's `>` writes UTF-16); event lines are UTF-8 "
+    "JSON: convert it first (PowerShell: `Get-Content IN | Set-Content -Encoding utf8 OUT`; "
+    "elsewhere: `iconv -f UTF-16 -t UTF-8 IN > OUT`)"
+)
+
+
+def is_wide_text(first_line: bytes) -> bool:
+    """Whether a file's first line is UTF-16 or UTF-32: a byte order mark of theirs, or a zero
+    byte among the first two (JSON text starts with ASCII, which UTF-8 writes without zeros)."""
+    return first_line.startswith(_WIDE_MARKS) or b"\x00" in first_line[:2]
+
+
 def decode_line(source: str, number: int, raw: bytes, max_bytes: int = 1_048_576) -> Event | BadLine | None:
     """Line ``number`` of ``source``: its event, a :class:`BadLine`, or ``None`` when blank."""
+    if number == 1 and is_wide_text(raw):
+        return BadLine(source, number, WIDE_TEXT)
     line = raw.strip()
     if number == 1 and line.startswith(_BOM):
         line = line[len(_BOM) :].strip()
@@ -45,12 +62,18 @@ def decode_line(source: str, number: int, raw: bytes, max_bytes: int = 1_048_576
 def read_sourced_events(
     lines: Iterable[tuple[str, bytes]], max_bytes: int = 1_048_576
 ) -> Iterator[Event | BadLine]:
-    """Decode each non-blank ``(source, line)``; yield the event or a :class:`BadLine`."""
+    """Decode each non-blank ``(source, line)``; yield the event or a :class:`BadLine` (one for
+    a source in UTF-16 or UTF-32, whose other lines are not read)."""
     numbers: dict[str, int] = {}
+    wide: set[str] = set()
     for source, raw in lines:
+        if source in wide:
+            continue
         number = numbers[source] = numbers.get(source, 0) + 1
         item = decode_line(source, number, raw, max_bytes)
         if item is not None:
+            if type(item) is BadLine and item.reason is WIDE_TEXT:
+                wide.add(source)
             yield item
 
 

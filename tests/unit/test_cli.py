@@ -339,7 +339,7 @@ def test_run_follows_a_growing_file(tmp_path: Path) -> None:
 
 def test_run_on_input_without_one_valid_event_says_so_and_fails(tmp_path: Path) -> None:
     binary = tmp_path / "binary.jsonl"
-    binary.write_bytes(b"\xff\xfe\x00garbage\n" + bytes(range(128, 256)) + b"\n")
+    binary.write_bytes(b"\x80\x01\x00garbage\n" + bytes(range(128, 256)) + b"\n")  # (no UTF-16 mark)
     done = loopwatch("run", str(binary))
     assert done.returncode == 1
     stderr = done.stderr.decode()
@@ -455,6 +455,20 @@ def test_run_reads_an_events_file_that_starts_with_a_byte_order_mark(tmp_path: P
     assert done.returncode == 0, done.stderr.decode()
     assert "skipped" not in done.stderr.decode()
     assert done.stdout == loopwatch("run", str(ABORT_FIXTURE)).stdout != b""
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32"])
+def test_run_names_a_utf_16_file_once_and_how_to_convert_it(tmp_path: Path, encoding: str) -> None:
+    wide = tmp_path / "events.jsonl"  # what PowerShell's `>` writes
+    wide.write_bytes(ABORT_FIXTURE.read_text().encode(encoding))
+    done = loopwatch("run", str(wide))
+    assert done.returncode == 1
+    stderr = done.stderr.decode()
+    assert stderr.count("skipped invalid event") == 1
+    assert f"{wide}:1: the input is UTF-16 or UTF-32 text" in stderr
+    assert "Set-Content -Encoding utf8" in stderr
+    replayed = loopwatch("replay", str(wide))
+    assert replayed.stderr.decode().count("UTF-16 or UTF-32") == 1, replayed.stderr.decode()
 
 
 def test_run_follow_reports_a_bad_line_at_its_own_number(tmp_path: Path) -> None:

@@ -318,3 +318,44 @@ def test_an_http_hook_call_loopwatch_cannot_act_on_is_answered_go_on_and_logged(
             assert entry["problem"].startswith("BeforeTool is a hook event of gemini, not of claude-code")
 
     run(scenario)
+
+
+def test_a_body_in_utf_16_or_32_or_with_a_byte_order_mark_is_read_as_utf_8_on_every_route() -> None:
+    """PowerShell and .NET clients may send UTF-16; JSON may begin with a byte order mark. Each
+    encoding of the same loop gives the core's verdicts, through events, decide and a hook; a
+    lone surrogate in a string (JavaScript's) survives the transcoding."""
+    encodings = ["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le"]
+
+    def encoded(value: Any, encoding: str) -> bytes:
+        return json.dumps(value, ensure_ascii=False).encode(encoding, "surrogatepass")
+
+    async def scenario() -> None:
+        async with gateway() as client:
+            for encoding in encodings:
+                trace = Trace(f"r-{encoding}")
+                for _ in range(11):
+                    trace.both("read", {"path": "/missing\ud800"}, error="ENOENT")
+                wire = [json.loads(encode_event(e)) for e in trace.events]
+                engine = Engine(FleetConfig.enabled_default())
+                expected = [o.verdict_id for e in trace.events for o in engine.process(e)]
+                assert expected  # the loop warns at the last call
+                answer = await client.post("/v1/events", data=encoded(wire[:-2], encoding))
+                assert answer.status == 200, (encoding, await answer.text())
+                got = [o["verdict_id"] for o in (await answer.json())["outputs"]]
+                decided = await client.post("/v1/decide", data=encoded(wire[-2], encoding))
+                assert decided.status == 200, (encoding, await decided.text())
+                got += [o["verdict_id"] for o in (await decided.json())["verdicts"]]
+                assert got == expected, encoding
+                hook = {
+                    "session_id": f"s-{encoding}",
+                    "hook_event_name": "PreToolUse",
+                    "tool_name": "Read",
+                    "tool_input": {"file_path": "/x\ud800"},
+                }
+                hooked = await client.post("/v1/hooks/claude-code", data=encoded(hook, encoding))
+                assert hooked.status == 200, (encoding, await hooked.text())
+            broken = await client.post("/v1/events", data=b"\xff\xfe{\x00\x00")  # half a code unit
+            assert broken.status == 400
+            assert "looks like UTF-16 but does not decode" in (await broken.json())["error"]
+
+    run(scenario)
