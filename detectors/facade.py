@@ -24,7 +24,7 @@ from msgspec import UNSET
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.batch_admission import SIBLING_MESSAGE, BatchOutcome, step_batch
 from loopwatch.detectors.engine import Engine
-from loopwatch.detectors.event_builders import call_event, result_event
+from loopwatch.detectors.event_builders import call_event, checked, result_event
 from loopwatch.detectors.events import (
     Abort,
     Action,
@@ -251,9 +251,11 @@ class LoopDetector:
     def on_compaction_retry(self, run_id: str, *, agent_id: str | None = None) -> None:
         """A compaction after context overflow succeeded: arm the run's guard."""
         self._engine.process(
-            CompactionRetry(event_id=self._event_id(), run_id=run_id, agent_id=agent_id or self._agent_id)
+            checked(
+                CompactionRetry(event_id=self._event_id(), run_id=run_id, agent_id=agent_id or self._agent_id)
+            )
         )
 
     def end_run(self, run_id: str) -> None:
         """Forget a finished run."""
-        self._engine.process(RunEnd(event_id=self._event_id(), run_id=run_id))
+        self._engine.process(checked(RunEnd(event_id=self._event_id(), run_id=run_id)))

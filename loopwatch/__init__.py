@@ -10,11 +10,13 @@ are (this folder links to them):
 
 The in-process API::
 
-    from loopwatch import LoopDetector
+    from loopwatch import Decision, FleetConfig, InvalidEvent, LoopDetector, ProposedCall
 """
 
-from loopwatch.detectors.facade import LoopDetector
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.events import InvalidEvent
+from loopwatch.detectors.facade import BatchDecision, Decision, LoopDetector, ProposedCall
 
-__all__ = ["LoopDetector", "__version__"]
+__all__ = ["BatchDecision", "Decision", "FleetConfig", "InvalidEvent", "LoopDetector", "ProposedCall", "__version__"]
 
 __version__ = "0.2.0"

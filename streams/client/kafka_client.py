@@ -41,11 +41,12 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from msgspec import UNSET
 
+from loopwatch.config.errors import LoopwatchError
 from loopwatch.config.settings import DetectorSettings
 from loopwatch.config.stream_settings import StreamSettings, parse_stream_settings
 from loopwatch.detectors.batch_admission import SIBLING_MESSAGE
 from loopwatch.detectors.digest_only import digest_only
-from loopwatch.detectors.event_builders import call_event, result_event
+from loopwatch.detectors.event_builders import call_event, checked, result_event
 from loopwatch.detectors.events import (
     Abort,
     Action,
@@ -67,7 +68,14 @@ from loopwatch.detectors.fleet.fail_fast import block_message
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.kafka.connect import KafkaUnreachable, aiokafka_auth, start_client
 
-__all__ = ["LoopwatchClient", "ProposedCall", "RunDecision", "refuse_together"]
+__all__ = [
+    "RUNS_KEPT",
+    "ClientNotRunning",
+    "LoopwatchClient",
+    "ProposedCall",
+    "RunDecision",
+    "refuse_together",
+]
 
 _OUTPUT = msgspec.json.Decoder(Verdict | Abort)
 
@@ -114,6 +122,14 @@ def _redis_decision(fields: dict[bytes, bytes]) -> RunDecision | None:
 
 BrokerUnreachable = KafkaUnreachable  # the client could not connect (what and where in the message)
 
+#: the runs whose latest verdict the client keeps from the verdict topic (the whole fleet's
+#: verdicts pass by; the least recently decided run is forgotten first)
+RUNS_KEPT = 100_000
+
+
+class ClientNotRunning(LoopwatchError):
+    """The client was used before :meth:`LoopwatchClient.start` or after :meth:`~LoopwatchClient.stop`."""
+
 
 class LoopwatchClient:
     """Publishes one agent runtime's events and answers decisions for its runs."""
@@ -152,6 +168,7 @@ class LoopwatchClient:
         self._alert_follower: asyncio.Task[None] | None = None
         self._call_tools: dict[str, str] = {}  # event id of a call -> its tool (for the gate)
         self._call_runs: dict[str, str] = {}  # event id of a call -> its run scope (for the gate)
+        self._running = False
 
     @classmethod
     def from_env(cls, agent_id: str = "default", **kwargs: Any) -> LoopwatchClient:
@@ -170,6 +187,14 @@ class LoopwatchClient:
     async def start(self) -> None:
         """Connect; :class:`BrokerUnreachable` (a :class:`LoopwatchError`) when Kafka does not answer."""
         await start_client(self._start, self.stop, self.settings.kafka_bootstrap, "LOOPWATCH_KAFKA_BOOTSTRAP")
+        self._running = True
+
+    def _check_running(self, what: str) -> None:
+        if not self._running:
+            raise ClientNotRunning(
+                f"{what}: the client is not running (start() it first, or use `async with`; "
+                "a stopped client publishes nothing)"
+            )
 
     async def _start(self) -> None:
         auth = aiokafka_auth(self.settings)
@@ -214,6 +239,7 @@ class LoopwatchClient:
             self._alert_follower = asyncio.create_task(self._follow_alerts())
 
     async def stop(self) -> None:
+        self._running = False
         for task in (self._follower, self._alert_follower):
             if task is not None:
                 task.cancel()
@@ -233,7 +259,8 @@ class LoopwatchClient:
         return f"{self._prefix}-{next(self._ids)}"
 
     async def _publish(self, event: Event) -> str:
-        assert self._producer is not None, "start() the client first"
+        self._check_running(f"publishing a {type(event).__struct_config__.tag}")
+        assert self._producer is not None
         await self._producer.send_and_wait(
             self.settings.topic_events, encode_event(event), key=run_scope(event).encode()
         )
@@ -345,19 +372,25 @@ class LoopwatchClient:
     async def compaction_retry(self, run_id: str) -> str:
         """Publish that a compaction after context overflow succeeded and the run retries."""
         return await self._publish(
-            CompactionRetry(
-                event_id=self._event_id(), run_id=run_id, agent_id=self.agent_id, ts=int(time.time() * 1000)
+            checked(
+                CompactionRetry(
+                    event_id=self._event_id(),
+                    run_id=run_id,
+                    agent_id=self.agent_id,
+                    ts=int(time.time() * 1000),
+                )
             )
         )
 
     async def run_end(self, run_id: str) -> str:
         """Publish the end of a run."""
-        self._latest.pop(run_id, None)
-        return await self._publish(
+        event = checked(
             RunEnd(
                 event_id=self._event_id(), run_id=run_id, agent_id=self.agent_id, ts=int(time.time() * 1000)
             )
         )
+        self._latest.pop(run_scope(event), None)
+        return await self._publish(event)
 
     # -- decisions -----------------------------------------------------------------------
 
@@ -369,9 +402,12 @@ class LoopwatchClient:
                 scope = (message.key or b"").decode()
             except (msgspec.DecodeError, TypeError, UnicodeDecodeError):
                 continue
-            previous = self._latest.get(scope)
-            if not (isinstance(previous, Abort) and previous.enforced):
-                self._latest[scope] = output
+            previous = self._latest.pop(scope, None)
+            self._latest[scope] = (  # (the newest decided run last: the oldest is forgotten first)
+                previous if isinstance(previous, Abort) and previous.enforced else output
+            )
+            if len(self._latest) > RUNS_KEPT:
+                del self._latest[next(iter(self._latest))]
             self._by_trigger.setdefault(output.trigger_event_id, []).append(output)
             if len(self._by_trigger) > 10_000:
                 del self._by_trigger[next(iter(self._by_trigger))]
@@ -420,6 +456,11 @@ class LoopwatchClient:
         verdicts only for warnings, blocks and aborts). With ``fail_fast``, a call to a tool
         under an open outage is blocked at once.
         """
+        self._check_running("gate")
+        if timeout is None or not timeout >= 0:
+            raise ValueError(
+                f"gate: timeout must be seconds (0 or more), not {timeout!r}: no verdict in time is allow"
+            )
         run = self._call_runs.get(event_id, "")
         aborted = self._latest.get(run)
         if isinstance(aborted, Abort) and aborted.enforced:

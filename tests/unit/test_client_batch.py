@@ -6,9 +6,11 @@ a recorder and the verdicts are those the client's follower would have read."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import msgspec
+import pytest
 
 from loopwatch.config.stream_settings import parse_stream_settings
 from loopwatch.detectors.batch_admission import SIBLING_MESSAGE
@@ -26,11 +28,15 @@ class Recorder:
     async def send_and_wait(self, topic: str, value: bytes, key: bytes) -> None:
         self.sent.append((topic, msgspec.json.decode(value), key))
 
+    async def stop(self) -> None:
+        pass
+
 
 def client() -> tuple[LoopwatchClient, Recorder]:
     lw = LoopwatchClient(parse_stream_settings({}), "coder", follow_verdicts=False, follow_alerts=False)
     recorder = Recorder()
     lw._producer = recorder  # type: ignore[assignment,unused-ignore]
+    lw._running = True  # (as start() leaves it, without a broker)
     return lw, recorder
 
 
@@ -242,3 +248,55 @@ def test_a_client_that_cannot_reach_kafka_says_where_without_a_traceback() -> No
     assert done.returncode == 2
     assert "loopwatch: Kafka at 127.0.0.1:1 (LOOPWATCH_KAFKA_BOOTSTRAP): " in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_client_not_running_says_so_and_gate_needs_a_bound() -> None:
+    async def scenario() -> None:
+        from loopwatch.streams.client.kafka_client import ClientNotRunning
+
+        idle = LoopwatchClient(parse_stream_settings({}), "coder", follow_verdicts=False, follow_alerts=False)
+        with pytest.raises(ClientNotRunning, match="publishing a tool_call: the client is not running"):
+            await idle.tool_call("r", "read", {})  # (it used to wait forever after stop())
+        with pytest.raises(ClientNotRunning, match="gate: the client is not running"):
+            await idle.gate("some-id")  # (it used to answer allow)
+        lw, recorder = client()
+        for bound in (None, -1.0, float("nan")):
+            with pytest.raises(ValueError, match="timeout must be seconds"):
+                await lw.gate("some-id", bound)  # type: ignore[arg-type]
+        assert (await lw.gate("some-id", 0)).action == "allow"
+        await lw.stop()
+        with pytest.raises(ClientNotRunning):
+            await lw.run_end("r")
+        assert len(recorder.sent) == 0
+
+    asyncio.run(scenario())
+
+
+def test_the_client_refuses_an_event_no_worker_would_take_before_publishing_it() -> None:
+    from loopwatch.detectors.events import InvalidEvent
+
+    async def scenario() -> None:
+        lw, recorder = client()
+        deep: Any = []
+        for _ in range(70):
+            deep = [deep]
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"tool": None}, "tool: must be a string, not None"),
+            ({"run_id": None}, "run_id or session_id: one of them is required"),
+            ({"run_id": 5}, "run_id: must be a string, not int"),
+            ({"params": deep}, "params: nests more than 64"),
+            ({"tool": "t" * 600}, "tool: holds 600 bytes"),
+            ({"ts": 2**70}, "ts: must fit in a signed 64-bit integer"),
+            ({"params": {"o": object()}}, "params: a object has no JSON form"),
+        ]
+        for change, reason in cases:
+            fields: dict[str, Any] = {"run_id": "r", "tool": "read", "params": {}, **change}
+            with pytest.raises(InvalidEvent, match=re.escape(reason)):
+                await lw.tool_call(fields.pop("run_id"), fields.pop("tool"), fields.pop("params"), **fields)
+        with pytest.raises(InvalidEvent, match="result: nests more than 64"):
+            await lw.tool_result("r", "read", {}, result=deep)
+        with pytest.raises(InvalidEvent, match="run_id or session_id"):
+            await lw.run_end("")
+        assert recorder.sent == []  # nothing reached the topic
+
+    asyncio.run(scenario())
