@@ -17,6 +17,14 @@ from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.events import InvalidEvent
 from loopwatch.detectors.facade import BatchDecision, Decision, LoopDetector, ProposedCall
 
-__all__ = ["BatchDecision", "Decision", "FleetConfig", "InvalidEvent", "LoopDetector", "ProposedCall", "__version__"]
+__all__ = [
+    "BatchDecision",
+    "Decision",
+    "FleetConfig",
+    "InvalidEvent",
+    "LoopDetector",
+    "ProposedCall",
+    "__version__",
+]
 
 __version__ = "0.2.0"

@@ -300,3 +300,40 @@ def test_the_client_refuses_an_event_no_worker_would_take_before_publishing_it()
         assert recorder.sent == []  # nothing reached the topic
 
     asyncio.run(scenario())
+
+
+def test_the_client_keeps_the_latest_verdicts_of_a_bounded_number_of_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The whole fleet's verdicts pass by a client: it forgets the run least recently decided."""
+    from loopwatch.streams.client import kafka_client
+
+    monkeypatch.setattr(kafka_client, "RUNS_KEPT", 3)
+
+    class Message:
+        def __init__(self, run: str, output: Verdict) -> None:
+            self.key = run.encode()
+            self.value = msgspec.json.encode(output)
+
+    def decided(run: str, trigger: str, action: str) -> Message:
+        return Message(run, msgspec.structs.replace(verdict(trigger, action), run_id=run))
+
+    async def messages() -> Any:
+        for message in [
+            decided("a", "a1", "warn"),
+            decided("b", "b1", "warn"),
+            decided("c", "c1", "block"),
+            decided("a", "a2", "block"),  # a is decided again: b is now the oldest
+            decided("d", "d1", "warn"),
+        ]:
+            yield message
+
+    async def scenario() -> None:
+        lw, _ = client()
+        lw._consumer = messages()  # type: ignore[assignment]
+        await lw._follow_verdicts()
+        assert list(lw._latest) == ["c", "a", "d"]
+        assert (await lw.decision("a")).action == "block"
+        assert (await lw.decision("b")).action == "allow"  # forgotten
+
+    asyncio.run(scenario())
