@@ -330,7 +330,7 @@ def test_the_client_keeps_the_latest_verdicts_of_a_bounded_number_of_runs(
 
     async def scenario() -> None:
         lw, _ = client()
-        lw._consumer = messages()  # type: ignore[assignment]
+        lw._consumer = messages()
         await lw._follow_verdicts()
         assert list(lw._latest) == ["c", "a", "d"]
         assert (await lw.decision("a")).action == "block"
