@@ -567,6 +567,12 @@ async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) 
         _listed(getattr(args, "allowed_origins", None)),
     )
     max_bytes = config.settings.max_event_bytes
+    timeout_ms = getattr(args, "decide_timeout_ms", None)
+    if timeout_ms is not None and not args.kafka:
+        raise LoopwatchError(
+            "--decide-timeout-ms bounds the wait for the Kafka workers (--kafka): the embedded "
+            "gateway decides each call itself, at once"
+        )
     async with AsyncExitStack() as stack:
         backend: Backend
         if args.kafka:
@@ -576,7 +582,9 @@ async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) 
             await wait_for_broker(settings)
             await ensure_topics(settings)  # the replies topic is read before any worker may run
             view = FleetView(f"loopwatch gateway (Kafka {args.kafka})")
-            kafka = KafkaBackend(settings, args.decide_timeout_ms / 1000, max_bytes, view)
+            from loopwatch.streams.gateway import DEFAULT_DECIDE_TIMEOUT_MS
+
+            kafka = KafkaBackend(settings, (timeout_ms or DEFAULT_DECIDE_TIMEOUT_MS) / 1000, max_bytes, view)
             await kafka.start()
             stack.push_async_callback(kafka.stop)
             backend = kafka

@@ -600,3 +600,24 @@ def test_a_mistake_in_the_hook_s_command_lets_the_call_through_unless_fail_close
     closed = loopwatch(*args, "--fail-closed", stdin=call)
     assert closed.returncode == 2
     assert "refused (--fail-closed)" in closed.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("0", "must be at least 1, got 0"),  # every call would be allowed, timed out, unasked
+        ("-5", "must be at least 1, got -5"),
+        ("70000", "must be at most 60000 (a minute), got 70000"),
+        ("abc", "must be a whole number, got 'abc'"),
+    ],
+)
+def test_gateway_refuses_a_decide_timeout_that_would_allow_every_call(value: str, problem: str) -> None:
+    done = loopwatch("gateway", "--kafka", "127.0.0.1:1", "--decide-timeout-ms", value)
+    assert done.returncode == 2
+    assert f"argument --decide-timeout-ms: {problem}" in done.stderr.decode()
+
+
+def test_gateway_says_the_decide_timeout_is_the_kafka_backend_s() -> None:
+    done = loopwatch("gateway", "--listen", "127.0.0.1:0", "--decide-timeout-ms", "100")
+    assert done.returncode != 0
+    assert "--decide-timeout-ms bounds the wait for the Kafka workers (--kafka)" in done.stderr.decode()

@@ -5,7 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any, BinaryIO, TextIO
 
-from loopwatch.streams.cli.flags import config_flag
+from loopwatch.streams.cli.flags import config_flag, positive_int
+from loopwatch.streams.gateway import DEFAULT_DECIDE_TIMEOUT_MS, MAX_DECIDE_TIMEOUT_MS
+
+
+def decide_timeout_ms(text: str) -> int:
+    """argparse type of ``--decide-timeout-ms``: 0 or less would answer every call "allow"
+    (timed out) without asking the workers, an aborted run's too."""
+    value = positive_int(text)
+    if value > MAX_DECIDE_TIMEOUT_MS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_DECIDE_TIMEOUT_MS} (a minute), got {value}")
+    return value
 
 
 def cmd_gateway(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
@@ -39,10 +49,10 @@ def register(sub: Any) -> None:
     )
     gateway.add_argument(
         "--decide-timeout-ms",
-        type=int,
-        default=200,
+        type=decide_timeout_ms,
         metavar="MS",
-        help="with --kafka: the longest /v1/decide waits for the workers, then allows (default 200)",
+        help=f"with --kafka: the longest /v1/decide waits for the workers, then allows "
+        f"(1 to {MAX_DECIDE_TIMEOUT_MS}; default {DEFAULT_DECIDE_TIMEOUT_MS})",
     )
     gateway.add_argument(
         "--allowed-hosts",
