@@ -4,6 +4,7 @@ Each command is a module of :mod:`streams.cli.commands`."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -46,16 +47,30 @@ def _parsed(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argp
     return args
 
 
+def _fatal(message: str, command: str) -> None:
+    """Why the command stops, on stderr: ``loopwatch: <why>``, or under
+    ``LOOPWATCH_LOG_FORMAT=json`` a JSON line as the logs are (a log pipeline reads it too)."""
+    if os.environ.get("LOOPWATCH_LOG_FORMAT") == "json":
+        import datetime
+        import json
+
+        now = datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
+        line = {"event": message, "level": "error", "command": command, "exit": 2, "timestamp": now}
+        print(json.dumps(line), file=sys.stderr)
+    else:
+        print(f"loopwatch: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = _parsed(parser, argv)
     try:
         code: int = args.func(args, sys.stdout.buffer, sys.stderr)
     except LoopwatchError as exc:  # invalid config, input or broker: what and where, no traceback
-        print(f"loopwatch: {exc}", file=sys.stderr)
+        _fatal(str(exc), args.command)
         return 2
     except FileNotFoundError as exc:
-        print(f"loopwatch: no such file: {exc.filename}", file=sys.stderr)
+        _fatal(f"no such file: {exc.filename}", args.command)
         return 2
     except BrokenPipeError:
         return 0

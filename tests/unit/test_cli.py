@@ -621,3 +621,24 @@ def test_gateway_says_the_decide_timeout_is_the_kafka_backend_s() -> None:
     done = loopwatch("gateway", "--listen", "127.0.0.1:0", "--decide-timeout-ms", "100")
     assert done.returncode != 0
     assert "--decide-timeout-ms bounds the wait for the Kafka workers (--kafka)" in done.stderr.decode()
+
+
+def test_a_fatal_error_is_a_json_line_under_json_logs(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "LOOPWATCH_LOG_FORMAT": "json"}
+    missing = tmp_path / "missing.json5"
+    done = subprocess.run(
+        [sys.executable, "-m", "loopwatch", "worker", "--config", str(missing)],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    [line] = done.stderr.decode().splitlines()
+    fatal = json.loads(line)
+    assert (fatal["level"], fatal["command"], fatal["exit"]) == ("error", "worker", 2)
+    assert str(missing) in fatal["event"]
+    assert fatal["timestamp"].endswith("Z")
+    plain = loopwatch("worker", "--config", str(missing))
+    assert plain.stderr.decode().startswith("loopwatch: ")
