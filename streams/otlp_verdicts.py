@@ -72,7 +72,21 @@ def verdict_attributes(output: Output) -> dict[str, str | int | bool]:
 
 
 def _logs_url(endpoint: str) -> str:
+    """The ``/v1/logs`` URL of an endpoint; :class:`LoopwatchError` for one that is no
+    http(s) URL with a host (told at startup, not at the first verdict's export)."""
+    from urllib.parse import urlsplit
+
     endpoint = endpoint.strip()
+    try:
+        parts = urlsplit(endpoint)
+        port = parts.port  # (a port that is not a number raises here)
+    except ValueError as exc:
+        raise LoopwatchError(f"{ENDPOINT_ENV}={endpoint!r}: not a URL ({exc})") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        raise LoopwatchError(
+            f"{ENDPOINT_ENV}={endpoint!r}: an OTLP/HTTP URL with http:// or https:// and a host is "
+            "needed, e.g. http://collector:4318 (/v1/logs is added)"
+        )
     return endpoint if endpoint.rstrip("/").endswith("/v1/logs") else endpoint.rstrip("/") + "/v1/logs"
 
 
@@ -84,6 +98,7 @@ class VerdictExporter:
     """Verdicts to an OTLP/HTTP logs endpoint through the opentelemetry-sdk (see the module)."""
 
     def __init__(self, endpoint: str, service_name: str, schedule_delay_ms: int | None = None) -> None:
+        self.url = _logs_url(endpoint)
         try:
             from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
             from opentelemetry.sdk._logs import LoggerProvider
@@ -93,7 +108,6 @@ class VerdictExporter:
             raise LoopwatchError(
                 f"{ENDPOINT_ENV} is set but the otlp extra is missing (pip install 'loopwatch[otlp]'): {exc}"
             ) from exc
-        self.url = _logs_url(endpoint)
         resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service_name})
         self._provider = LoggerProvider(resource=resource)
         exporter = OTLPLogExporter(self.url)

@@ -428,3 +428,28 @@ def test_the_gateway_runs_without_the_otlp_extra() -> None:
     protobuf, as_json = done.stdout.splitlines()
     assert protobuf.startswith("415 OTLP protobuf needs the otlp extra")
     assert as_json == "200 {} 2"
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "problem"),
+    [
+        ("not-a-url", "an OTLP/HTTP URL with http:// or https:// and a host is needed"),
+        ("ftp://collector:4318", "an OTLP/HTTP URL with http:// or https:// and a host is needed"),
+        ("http://:4318", "an OTLP/HTTP URL with http:// or https:// and a host is needed"),
+        ("http://collector:port", "not a URL"),
+    ],
+)
+def test_an_otlp_endpoint_that_is_no_url_is_refused_at_startup(endpoint: str, problem: str) -> None:
+    from loopwatch.config.errors import LoopwatchError
+    from loopwatch.streams.otlp_verdicts import verdict_exporter_from_env
+
+    with pytest.raises(LoopwatchError, match=f"LOOPWATCH_OTLP_ENDPOINT={endpoint!r}: {problem}"):
+        verdict_exporter_from_env("test", {"LOOPWATCH_OTLP_ENDPOINT": endpoint})
+    for good, url in (
+        ("http://collector:4318", "http://collector:4318/v1/logs"),
+        (" https://c.example/v1/logs ", "https://c.example/v1/logs"),
+    ):
+        exporter = verdict_exporter_from_env("test", {"LOOPWATCH_OTLP_ENDPOINT": good})
+        assert exporter is not None
+        assert exporter.url == url
+        exporter.shutdown()
