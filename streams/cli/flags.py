@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-__all__ = ["config_flag", "interval_seconds", "positive_int", "serve_flag"]
+__all__ = ["EnvPath", "config_flag", "interval_seconds", "positive_int", "serve_flag"]
 
 
 def positive_int(text: str) -> int:
@@ -36,11 +36,26 @@ def serve_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class EnvPath(str):
+    """A path an environment variable gave (``variable``): a problem with it names the variable."""
+
+    variable: str = ""
+
+    @classmethod
+    def of(cls, variable: str) -> EnvPath | None:
+        value = os.environ.get(variable)
+        if not value:  # (set but empty: no file)
+            return None
+        path = cls(value)
+        path.variable = variable
+        return path
+
+
 def config_flag(parser: argparse.ArgumentParser, text: str = "") -> None:
     """``--config FILE``, defaulting to ``LOOPWATCH_CONFIG``."""
     parser.add_argument(
         "--config",
         metavar="FILE",
-        default=os.environ.get("LOOPWATCH_CONFIG") or None,  # (set but empty: no file)
+        default=EnvPath.of("LOOPWATCH_CONFIG"),
         help=text or "OpenClaw-style config file (JSON5) (env LOOPWATCH_CONFIG)",
     )

@@ -642,3 +642,23 @@ def test_a_fatal_error_is_a_json_line_under_json_logs(tmp_path: Path) -> None:
     assert fatal["timestamp"].endswith("Z")
     plain = loopwatch("worker", "--config", str(missing))
     assert plain.stderr.decode().startswith("loopwatch: ")
+
+
+def test_a_config_file_from_the_environment_is_named_with_its_variable(tmp_path: Path) -> None:
+    import os
+
+    bad = tmp_path / "bad.json5"
+    bad.write_text("{tools: {loopDetection: {enabled: 7}}}")
+    for path, problem in ((bad, "must be a boolean"), (tmp_path / "nope.json5", "cannot read config file")):
+        done = subprocess.run(
+            [sys.executable, "-m", "loopwatch", "run", str(ABORT_FIXTURE)],
+            capture_output=True,
+            env={**os.environ, "LOOPWATCH_CONFIG": str(path)},
+            timeout=120,
+        )
+        stderr = done.stderr.decode()
+        assert done.returncode == 2
+        assert f"invalid configuration in {path} (from LOOPWATCH_CONFIG)" in stderr
+        assert problem in stderr
+    flagged = loopwatch("run", "--config", str(bad), str(ABORT_FIXTURE))
+    assert f"invalid configuration in {bad} (1 problem(s))" in flagged.stderr.decode()
