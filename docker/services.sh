@@ -64,7 +64,7 @@ disk_check() {
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 kafka_up() {
-  if "$HERE/kafka/broker.sh" status; then return 0; fi
+  if "$HERE/kafka/broker.sh" status >/dev/null; then return 0; fi
   if port_open "$KAFKA_PORT"; then
     echo "services: something already serves 127.0.0.1:$KAFKA_PORT; using it as the broker" >&2
     return 0

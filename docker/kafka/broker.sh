@@ -251,7 +251,15 @@ stop() {  # every node at once: a node's controlled shutdown needs a controller 
 }
 
 status() {
-  if [ "$NODES" -eq 1 ]; then node 1; is_running; return; fi
+  if [ "$NODES" -eq 1 ]; then
+    node 1
+    if is_running; then
+      echo "running, pid $(cat "$PIDFILE"), 127.0.0.1:$NODE_PORT"
+      return 0
+    fi
+    echo "stopped, 127.0.0.1:$NODE_PORT"
+    return 1
+  fi
   local i all=0
   for ((i = 1; i <= NODES; i++)); do
     node "$i"

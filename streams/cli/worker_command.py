@@ -19,7 +19,7 @@ __all__ = ["SETTING_FLAGS", "build_worker", "run_worker", "stream_settings_from"
 SETTING_FLAGS: dict[str, tuple[str, str]] = {
     "--kafka": ("kafka_bootstrap", "Kafka bootstrap servers, host:port[,host:port]"),
     "--partitions": ("partitions", "partitions of the loopwatch topics"),
-    "--redis-url": ("redis_url", "Redis URL for the decision cache (redis:// or rediss://)"),
+    "--redis-url": ("redis_url", "Redis URL for the decision cache (redis://, rediss:// or unix://)"),
     "--web-port": ("web_port", "port of the worker's web server (metrics, dashboard)"),
     "--state-ttl": ("state_ttl_s", "seconds after which an idle run's state expires"),
     "--log-format": ("log_format", "console or json"),

@@ -48,10 +48,18 @@ async def main(run_id: str) -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
     from loopwatch.config.errors import LoopwatchError
 
+    parser = argparse.ArgumentParser(
+        prog="python -m loopwatch.streams.client.example_agent",
+        description="A scripted agent that loops on purpose, on the Kafka workers (LOOPWATCH_* "
+        "settings from the environment): it prints what loopwatch said (warn, block, abort).",
+    )
+    parser.add_argument("run_id", nargs="?", default="example-run", help="the run id (default example-run)")
     try:
-        asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "example-run"))
+        asyncio.run(main(parser.parse_args().run_id))
     except LoopwatchError as exc:
         print(f"loopwatch: {exc}", file=sys.stderr)
         sys.exit(2)

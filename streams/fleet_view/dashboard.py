@@ -192,14 +192,15 @@ async def start_server(dashboard: Dashboard, host: str, port: int) -> Any:
     return runner
 
 
-def parse_address(text: str, flag: str = "--serve") -> tuple[str, int]:
-    """``PORT`` or ``HOST:PORT`` (port 0 picks a free port), given with ``flag``."""
+def parse_address(text: str, flag: str = "--serve", example: str = "127.0.0.1:6066") -> tuple[str, int]:
+    """``PORT`` or ``HOST:PORT`` (port 0 picks a free port), given with ``flag`` (``example``:
+    the address the error shows, the command's own default)."""
     host, _, port = text.rpartition(":")
     if not (port.isascii() and port.isdigit()) or int(port) > 65535:
         hint = ""
         if text.endswith((".jsonl", ".json", ".ndjson")) or os.path.isfile(text):
             hint = f"; {text} looks like an input file: name it before {flag}, whose address is optional"
-        raise LoopwatchError(f"{flag} {text!r}: expected PORT or HOST:PORT, e.g. 127.0.0.1:6066{hint}")
+        raise LoopwatchError(f"{flag} {text!r}: expected PORT or HOST:PORT, e.g. {example}{hint}")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 

@@ -553,7 +553,7 @@ async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) 
             os.environ, {"kafka_bootstrap": args.kafka}, {"kafka_bootstrap": "--kafka"}
         ),
     )
-    host, port = parse_address(args.listen, "--listen")
+    host, port = parse_address(args.listen, "--listen", "127.0.0.1:6070")
     if not tokens and not is_loopback(host) and not getattr(args, "insecure_no_auth", False):
         raise LoopwatchError(
             f"--listen {args.listen}: a gateway reachable beyond this machine needs a token "
