@@ -14,6 +14,7 @@ rules alone) and every agent with a block or rules of its own, into a frozen tab
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -236,6 +237,19 @@ def json5_value(text: str) -> Any:
         return json5.loads(text)
 
 
+_JSON5_ERROR = re.compile(r"<string>:(\d+) (.*) at column (\d+)", re.DOTALL)
+
+
+def _json5_where(message: str) -> str:
+    """The json5 parser's ``<string>:LINE WHAT at column N`` as ``line LINE, column N: WHAT``
+    (the file is named by the problem's source)."""
+    found = _JSON5_ERROR.fullmatch(message)
+    if found is None:
+        return message
+    line, what, column = found.groups()
+    return f"line {line}, column {column}: {what}"
+
+
 def parse_config_text(
     text: str, source: str | None = None, settings: DetectorSettings | None = None
 ) -> FleetConfig:
@@ -243,7 +257,7 @@ def parse_config_text(
     try:
         value: Any = json5_value(text)
     except ValueError as exc:
-        raise ConfigError([ConfigProblem("", f"not valid JSON5: {exc}")], source) from exc
+        raise ConfigError([ConfigProblem("", f"not valid JSON5: {_json5_where(str(exc))}")], source) from exc
     except RecursionError as exc:  # the parser recurses per array and object
         raise ConfigError([ConfigProblem("", "not valid JSON5: nested too deeply")], source) from exc
     return parse_config_value(value, source, settings)

@@ -145,6 +145,15 @@ def test_not_json5() -> None:
         parse_config_text("{tools: ", "x.json")
 
 
+def test_a_json5_mistake_is_told_at_its_line_and_column_under_the_file_s_name() -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config_text("{\n  tools: {\n    loopDetection: {enabled: true,, }\n  }\n}\n", "x.json5")
+    message = str(refused.value)
+    assert "in x.json5" in message
+    assert "not valid JSON5: line 3, column " in message
+    assert "<string>" not in message
+
+
 @pytest.mark.parametrize("text", ["[" * 100_000, '{"a":' * 100_000])
 def test_a_config_nested_beyond_the_parser_s_depth_is_a_config_error(text: str) -> None:
     with pytest.raises(ConfigError, match=r"in x\.json .*\n  - not valid JSON5: nested too deeply"):
