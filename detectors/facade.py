@@ -10,7 +10,11 @@ Usage::
     detector.after_tool_call("run-1", "read", {"path": "a.txt"}, result=result)
 
 Python values are accepted as they are (floats, tuples); they are converted to the JSON
-values the wire format would carry before hashing, so hashes equal the Kafka path's.
+values the wire format would carry before hashing, so hashes equal the Kafka path's (NaN and
+infinities aside: JSON has none, and the Kafka client sends them as null). Each call of a
+method is one event: report each outcome once (a result reported twice counts twice, as a
+tool run twice would). A value that is not an event any door would take raises
+:class:`~detectors.events.InvalidEvent` naming the field (:mod:`detectors.event_builders`).
 """
 
 from __future__ import annotations
