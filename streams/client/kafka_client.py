@@ -169,6 +169,10 @@ class LoopwatchClient:
         self._call_tools: dict[str, str] = {}  # event id of a call -> its tool (for the gate)
         self._call_runs: dict[str, str] = {}  # event id of a call -> its run scope (for the gate)
         self._running = False
+        #: run scope -> the number of this client's next event id when it ended the run: a
+        #: verdict the run's earlier events caused, read after, is not the decision of a new
+        #: run under the same id
+        self._ended: dict[str, int] = {}
 
     @classmethod
     def from_env(cls, agent_id: str = "default", **kwargs: Any) -> LoopwatchClient:
@@ -257,6 +261,17 @@ class LoopwatchClient:
 
     def _event_id(self) -> str:
         return f"{self._prefix}-{next(self._ids)}"
+
+    def _number(self, event_id: str) -> int | None:
+        """The number of one of this client's event ids (None: another's)."""
+        head, _, number = event_id.rpartition("-")
+        return int(number) if head == self._prefix and number.isdigit() else None
+
+    def _before_end(self, scope: str, trigger: str) -> bool:
+        """Whether ``trigger`` is an event this client published before it ended run ``scope``."""
+        ended = self._ended.get(scope)
+        number = self._number(trigger) if ended is not None else None
+        return number is not None and ended is not None and number < ended
 
     async def _publish(self, event: Event) -> str:
         self._check_running(f"publishing a {type(event).__struct_config__.tag}")
@@ -389,7 +404,12 @@ class LoopwatchClient:
                 event_id=self._event_id(), run_id=run_id, agent_id=self.agent_id, ts=int(time.time() * 1000)
             )
         )
-        self._latest.pop(run_scope(event), None)
+        scope = run_scope(event)
+        self._latest.pop(scope, None)
+        self._ended.pop(scope, None)
+        self._ended[scope] = self._number(event.event_id) or 0
+        if len(self._ended) > RUNS_KEPT:
+            del self._ended[next(iter(self._ended))]
         return await self._publish(event)
 
     # -- decisions -----------------------------------------------------------------------
@@ -402,12 +422,13 @@ class LoopwatchClient:
                 scope = (message.key or b"").decode()
             except (msgspec.DecodeError, TypeError, UnicodeDecodeError):
                 continue
-            previous = self._latest.pop(scope, None)
-            self._latest[scope] = (  # (the newest decided run last: the oldest is forgotten first)
-                previous if isinstance(previous, Abort) and previous.enforced else output
-            )
-            if len(self._latest) > RUNS_KEPT:
-                del self._latest[next(iter(self._latest))]
+            if not self._before_end(scope, output.trigger_event_id):  # (a late one of an ended run)
+                previous = self._latest.pop(scope, None)
+                self._latest[scope] = (  # (the newest decided run last: the oldest is forgotten first)
+                    previous if isinstance(previous, Abort) and previous.enforced else output
+                )
+                if len(self._latest) > RUNS_KEPT:
+                    del self._latest[next(iter(self._latest))]
             self._by_trigger.setdefault(output.trigger_event_id, []).append(output)
             if len(self._by_trigger) > 10_000:
                 del self._by_trigger[next(iter(self._by_trigger))]

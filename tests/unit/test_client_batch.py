@@ -337,3 +337,43 @@ def test_the_client_keeps_the_latest_verdicts_of_a_bounded_number_of_runs(
         assert (await lw.decision("b")).action == "allow"  # forgotten
 
     asyncio.run(scenario())
+
+
+def test_a_late_verdict_of_an_ended_run_is_not_the_decision_of_the_run_id_used_again() -> None:
+    """The client ends a run while the worker's abort of its last call is still on its way: read
+    after the end, that abort must not decide (and keep aborted) a new run under the same id."""
+
+    async def scenario() -> None:
+        lw, _ = client()
+        last_call = await lw.tool_call("r", "read", {"path": "a"})
+        await lw.run_end("r")
+        again = await lw.tool_call("r", "read", {"path": "b"})  # the id used again: a new run
+
+        def message(trigger: str, action: str) -> Any:
+            output: Any = verdict(trigger, action)
+            if action == "abort":
+                output = Abort(
+                    verdict_id="a-1",
+                    run_id="r",
+                    agent_id="coder",
+                    session_id=None,
+                    trigger_event_id=trigger,
+                    reason="global_circuit_breaker",
+                    message="stop",
+                    count=30,
+                    tool="read",
+                    ts=None,
+                )
+            return type("Message", (), {"key": b"r", "value": msgspec.json.encode(output)})()
+
+        async def late() -> Any:
+            yield message(last_call, "abort")
+            yield message("another-client-7", "warn")  # another client's event: taken as it is
+
+        lw._consumer = late()
+        await lw._follow_verdicts()
+        assert (await lw.decision("r")).action == "warn"
+        assert (await lw.gate(again, 0)).action == "allow"
+        assert (await lw.gate(last_call, 0)).action == "abort"  # the ended run's own call: its answer
+
+    asyncio.run(scenario())
