@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -61,6 +62,10 @@ async def start_client(
     except KafkaError as exc:
         await stop()
         raise KafkaUnreachable(f"Kafka at {bootstrap} ({given_by}): {exc}") from exc
+    except BaseException:  # anything else half-way (a Redis URL that is none): close what started
+        with contextlib.suppress(Exception):
+            await stop()
+        raise
 
 
 class SessionTimeoutRefused(LoopwatchError):

@@ -377,3 +377,19 @@ def test_a_late_verdict_of_an_ended_run_is_not_the_decision_of_the_run_id_used_a
         assert (await lw.gate(last_call, 0)).action == "abort"  # the ended run's own call: its answer
 
     asyncio.run(scenario())
+
+
+def test_a_start_that_fails_half_way_closes_what_started() -> None:
+    from loopwatch.streams.kafka.connect import start_client
+
+    closed: list[str] = []
+
+    async def start() -> None:
+        raise ValueError("Redis URL must specify one of the following schemes")
+
+    async def stop() -> None:
+        closed.append("stopped")
+
+    with pytest.raises(ValueError, match="Redis URL"):
+        asyncio.run(start_client(start, stop, "127.0.0.1:9092", "LOOPWATCH_KAFKA_BOOTSTRAP"))
+    assert closed == ["stopped"]  # (the producer started before was left open)
