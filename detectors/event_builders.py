@@ -15,6 +15,7 @@ would never hash the same.
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 from msgspec import UNSET
@@ -52,15 +53,24 @@ def python_value(name: str, value: Any) -> Any:
 
 
 _PLAIN = (str, int, float, bool, type(None))
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{4,}>")
 _OBJECT_STR: Any = object.__str__
 _OBJECT_REPR: Any = object.__repr__
 
 
 def _text_is_address(value: Any) -> bool:
+    """Whether the text a value is hashed by holds its memory address (``<Obj object at
+    0x7f…>``, ``<function f at 0x7f…>``): it differs between two equal calls."""
     if isinstance(value, _PLAIN):
         return False
     kind: Any = type(value)
-    return kind.__str__ is _OBJECT_STR and kind.__repr__ is _OBJECT_REPR
+    if kind.__str__ is _OBJECT_STR and kind.__repr__ is _OBJECT_REPR:
+        return True
+    try:
+        text = str(value)
+    except Exception:  # noqa: BLE001 - a __str__ that fails: the hashing would fail alike
+        return False
+    return _ADDRESS.search(text) is not None
 
 
 _REQUIRED = frozenset({"event_id", "tool", "agent_id"})

@@ -58,6 +58,10 @@ def test_the_nesting_limit_is_the_wire_s() -> None:
         detector.before_tool_call("r", "read", (nested,))  # a tuple nests as a list does
 
 
+def print_later() -> None:
+    """A function: its text is ``<function print_later at 0x…>``."""
+
+
 class Opaque:
     """No text of its own: str() is its memory address."""
 
@@ -73,6 +77,8 @@ def test_an_object_whose_text_is_its_address_is_refused_and_one_with_a_repr_dete
         detector.before_tool_call("r", "read", {"q": Opaque()})
     with pytest.raises(InvalidEvent, match="result: a Opaque has no JSON form"):
         detector.after_tool_call("r", "read", {}, result=[Opaque()])
+    with pytest.raises(InvalidEvent, match="params: a function has no JSON form"):
+        detector.before_tool_call("r", "read", {"callback": print_later})
     when = datetime.datetime(2026, 12, 5, tzinfo=datetime.UTC)
     actions = []
     for _n in range(11):  # a dataclass and a datetime have texts of their own: equal calls match
