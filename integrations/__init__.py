@@ -8,7 +8,11 @@ without the extras. ``openclaw/`` is the OpenClaw plugin (JavaScript, not a Pyth
 :class:`LoopGuard` is what both adapters ask: the in-process :class:`LoopDetector` (default)
 or a gateway (``gateway_url``: ``POST /v1/decide`` before a call, ``POST /v1/events`` after
 it). A gateway that fails (unreachable, slow, an error answer) lets the call go on (fail
-open). Its answers are texts in loopwatch's words (``runtime_texts``), whichever backend.
+open), and so does a call the detector cannot take (an id that is no id: the host runtime's
+run must not end on loopwatch's account); each such failure is kept in
+:attr:`LoopGuard.failures`. Params and results go to either backend as JSON carries them
+(:func:`_json_value`). Its answers are texts in loopwatch's words (``runtime_texts``),
+whichever backend.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 import msgspec
 
+from loopwatch.detectors.events import InvalidEvent
 from loopwatch.detectors.facade import Decision, LoopDetector
 from loopwatch.detectors.outcomes import MISSING
 from loopwatch.streams.gateway.gateway_post import GatewayRefused, GatewayUnavailable, post_json
@@ -124,7 +129,7 @@ class LoopGuard:
         except (GatewayUnavailable, GatewayRefused) as exc:
             raise GatewayError(str(exc)) from exc
 
-    def _fail_open(self, exc: GatewayError) -> Ruling:
+    def _fail_open(self, exc: Exception) -> Ruling:
         with self._lock:
             self.failures.append(str(exc))
         return ALLOW
@@ -132,15 +137,18 @@ class LoopGuard:
     def before(self, call: Call) -> Ruling:
         """Ask before running ``call`` (an aborted run answers ``abort`` to every later call)."""
         if self.detector is not None:
-            with self._lock:
-                decision = self.detector.before_tool_call(
-                    call.run_id,
-                    call.tool,
-                    call.params,
-                    tool_call_id=call.tool_call_id,
-                    session_id=call.session_id,
-                    parent_run_id=call.parent_run_id,
-                )
+            try:
+                with self._lock:
+                    decision = self.detector.before_tool_call(
+                        call.run_id,
+                        call.tool,
+                        _json_value(call.params),
+                        tool_call_id=call.tool_call_id,
+                        session_id=call.session_id,
+                        parent_run_id=call.parent_run_id,
+                    )
+            except InvalidEvent as exc:
+                return self._fail_open(exc)
             return _ruling(_answer(decision))
         body: dict[str, Any] = {"run_id": call.run_id, "agent_id": self.agent_id, "tool": call.tool}
         body["params"] = _json_value(call.params)
@@ -156,16 +164,19 @@ class LoopGuard:
     def after(self, call: Call, *, result: Any = MISSING, error: BaseException | str | None = None) -> Ruling:
         """Report what ``call`` gave (``result``) or how it failed (``error``)."""
         if self.detector is not None:
-            with self._lock:
-                decision = self.detector.after_tool_call(
-                    call.run_id,
-                    call.tool,
-                    call.params,
-                    result=result,
-                    error=error,
-                    tool_call_id=call.tool_call_id,
-                    session_id=call.session_id,
-                )
+            try:
+                with self._lock:
+                    decision = self.detector.after_tool_call(
+                        call.run_id,
+                        call.tool,
+                        _json_value(call.params),
+                        result=result if result is MISSING else _json_value(result),
+                        error=error,
+                        tool_call_id=call.tool_call_id,
+                        session_id=call.session_id,
+                    )
+            except InvalidEvent as exc:
+                return self._fail_open(exc)
             return _ruling(_answer(decision))
         event = self._event("tool_result", call.run_id, call.session_id, tool=call.tool)
         event["params"] = _json_value(call.params)
@@ -187,8 +198,11 @@ class LoopGuard:
     def end(self, run_id: str, session_id: str | None = None) -> None:
         """The run is over: forget it (its abort too)."""
         if self.detector is not None:
-            with self._lock:
-                self.detector.end_run(run_id)
+            try:
+                with self._lock:
+                    self.detector.end_run(run_id)
+            except InvalidEvent as exc:
+                self._fail_open(exc)
             return
         try:
             self._post("/v1/events", self._event("run_end", run_id, session_id))
@@ -221,8 +235,10 @@ def _plain(value: Any, open_ids: set[int], depth: int) -> Any:
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None  # as JSON.stringify writes NaN
-    if depth >= 64 or id(value) in open_ids:  # deeper than the wire takes, or a cycle
-        return "[Circular]" if id(value) in open_ids else str(value)[:1000]
+    if id(value) in open_ids:  # a value that contains itself
+        return "[Circular]"
+    if depth >= 64:  # deeper than the wire takes (a container's text could nest without end)
+        return "[Nested]" if isinstance(value, (dict, list, tuple, set, frozenset)) else str(value)[:1000]
     if isinstance(value, dict):
         open_ids.add(id(value))
         plain = {str(key): _plain(item, open_ids, depth + 1) for key, item in value.items()}

@@ -134,3 +134,33 @@ def test_a_request_past_its_timeout_leaves_no_thread_behind(peer: Peer) -> None:
             break
         time.sleep(0.05)
     assert left_behind() == []
+
+
+class Opaque:
+    """No text of its own (str() is its address)."""
+
+
+def test_the_in_process_guard_never_raises_into_the_host_and_keeps_detecting() -> None:
+    """Whatever a framework hands the guard (objects, cycles, nesting without end, an id that is
+    none), the host's tool call goes on; a call loopwatch cannot take is a kept failure."""
+    guard = LoopGuard()
+    cyclic: dict[str, Any] = {"a": 1}
+    cyclic["self"] = cyclic
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    for params in ({"o": Opaque()}, cyclic, deep, {"f": print}, {"nan": float("nan")}):
+        call = Call("r", "read", params, "c1")
+        assert guard.before(call).action == "allow"
+        assert guard.after(call, result=params).action == "allow"
+    assert guard.failures == []  # each was taken, as JSON carries it
+    assert guard.before(Call(None, "read", {}, "c2")).action == "allow"  # type: ignore[arg-type]
+    assert guard.after(Call("r", "t" * 600, {}, "c3"), error="boom").action == "allow"
+    guard.end(5)  # type: ignore[arg-type]
+    assert [failure.split(":")[0] for failure in guard.failures] == ["run_id or session_id", "tool", "run_id"]
+    decisions = []
+    for n in range(11):  # and it still detects
+        call = Call("loop", "read", {"path": "/x", "at": datetime.date(2026, 12, 5)}, f"l{n}")
+        decisions.append(guard.before(call).action)
+        guard.after(call, error="ENOENT")
+    assert decisions == ["allow"] * 10 + ["warn"]
