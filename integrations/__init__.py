@@ -18,6 +18,7 @@ whichever backend.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import time
@@ -33,7 +34,29 @@ from loopwatch.detectors.outcomes import MISSING
 from loopwatch.streams.gateway.gateway_post import GatewayRefused, GatewayUnavailable, post_json
 from loopwatch.streams.gateway.runtime_texts import decision_text
 
-__all__ = ["Call", "GatewayError", "LoopGuard", "Ruling"]
+__all__ = ["FAILURES_KEPT", "Call", "GatewayError", "LoopGuard", "Ruling"]
+
+_log = logging.getLogger("loopwatch.integrations")
+#: the failures a guard keeps (the count goes on)
+FAILURES_KEPT = 100
+#: a kind of failure is logged at most once a minute
+_LOG_EVERY_S = 60.0
+
+
+def _check_url(url: str) -> None:
+    """A gateway URL: http(s), a host (an empty or scheme-less one is refused here, not at the
+    first tool call)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - (a port that is not a number raises)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"gateway_url {url!r} is not a URL ({exc})") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"gateway_url {url!r}: an http:// or https:// URL with a host, e.g. http://127.0.0.1:6070"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,18 +129,31 @@ class LoopGuard:
         token: str | None = None,
         agent_id: str = "default",
         timeout_s: float = 2.0,
+        fail_open: bool = True,
     ) -> None:
         if detector is not None and gateway_url is not None:
             raise ValueError("give a detector or a gateway_url, not both")
+        if gateway_url is not None:
+            _check_url(gateway_url)
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a number of seconds above 0, not {timeout_s!r}")
+        if not isinstance(fail_open, bool):
+            raise ValueError(f"fail_open must be True or False, not {fail_open!r}")
         self.gateway_url = gateway_url.rstrip("/") if gateway_url else None
         if detector is None and gateway_url is None:
             detector = LoopDetector(agent_id=agent_id)
         self.detector = detector  # None: ask the gateway
         self.token = token
         self.agent_id = agent_id
-        self.timeout_s = timeout_s
-        #: gateway failures seen (the calls went on)
+        self.timeout_s = float(timeout_s)
+        #: a gateway that cannot be asked lets the call go on (True) or refuses it (False)
+        self.fail_open = fail_open
+        #: the latest failures (the newest last): a gateway that could not be asked, an answer
+        #: that was not a gateway's, a call the detector could not take
         self.failures: list[str] = []
+        #: how many failures there were in all
+        self.failure_count = 0
+        self._logged: dict[str, float] = {}  # a failure's kind -> when it was last logged
         self._lock = threading.Lock()  # tools of one batch may run on several threads
 
     def _post(self, path: str, body: Any) -> dict[str, Any]:
@@ -129,9 +165,30 @@ class LoopGuard:
         except (GatewayUnavailable, GatewayRefused) as exc:
             raise GatewayError(str(exc)) from exc
 
-    def _fail_open(self, exc: Exception) -> Ruling:
+    def _fail_open(self, exc: Exception, gateway: bool = False) -> Ruling:
+        """A call loopwatch could not decide: kept, logged (a kind once a minute), and let go
+        on; refused when it was the gateway's failure and the guard fails closed."""
+        text = str(exc)
+        now = time.monotonic()
+        kind = text.split(":", 1)[0]
         with self._lock:
-            self.failures.append(str(exc))
+            self.failures.append(text)
+            del self.failures[:-FAILURES_KEPT]
+            self.failure_count += 1
+            last = self._logged.get(kind)
+            log = last is None or now - last >= _LOG_EVERY_S
+            if log:
+                self._logged[kind] = now
+                if len(self._logged) > FAILURES_KEPT:
+                    self._logged.pop(next(iter(self._logged)))
+        closed = gateway and not self.fail_open
+        if log:
+            then = "the call is refused (fail_open=False)" if closed else "the call goes on (fail open)"
+            _log.warning("loopwatch could not decide a tool call: %s; %s", text, then)
+        if closed:
+            return Ruling(
+                "block", f"loopwatch could not check this call, so it was not run: {text}", "unavailable"
+            )
         return ALLOW
 
     def before(self, call: Call) -> Ruling:
@@ -158,7 +215,12 @@ class LoopGuard:
         try:
             answer = self._post("/v1/decide", body)
         except GatewayError as exc:
-            return self._fail_open(exc)
+            return self._fail_open(exc, gateway=True)
+        if answer.get("decision") not in ("allow", "warn", "block", "abort"):
+            return self._fail_open(
+                GatewayError(f"{self.gateway_url}/v1/decide answered no decision: {str(answer)[:200]}"),
+                gateway=True,
+            )
         return _ruling(answer)
 
     def after(self, call: Call, *, result: Any = MISSING, error: BaseException | str | None = None) -> Ruling:
@@ -191,7 +253,7 @@ class LoopGuard:
         try:
             answer = self._post("/v1/events", event)
         except GatewayError as exc:
-            return self._fail_open(exc)
+            return self._fail_open(exc)  # (the tool ran: nothing is left to refuse)
         outputs = answer.get("outputs")
         return _ruling(_after_answer(outputs if isinstance(outputs, list) else []))
 
@@ -225,7 +287,7 @@ def _json_value(value: Any) -> Any:
     """``value`` as JSON carries it (tuples as lists; what JSON cannot hold, as its text: keys
     that are not strings, objects, a value that contains itself)."""
     try:
-        return json.loads(json.dumps(value, default=str, allow_nan=False))
+        return json.loads(json.dumps(value, default=_text, allow_nan=False))
     except (TypeError, ValueError, RecursionError):
         return _plain(value, set(), 0)
 
@@ -238,7 +300,7 @@ def _plain(value: Any, open_ids: set[int], depth: int) -> Any:
     if id(value) in open_ids:  # a value that contains itself
         return "[Circular]"
     if depth >= 64:  # deeper than the wire takes (a container's text could nest without end)
-        return "[Nested]" if isinstance(value, (dict, list, tuple, set, frozenset)) else str(value)[:1000]
+        return "[Nested]" if isinstance(value, (dict, list, tuple, set, frozenset)) else _text(value)[:1000]
     if isinstance(value, dict):
         open_ids.add(id(value))
         plain = {str(key): _plain(item, open_ids, depth + 1) for key, item in value.items()}
@@ -249,4 +311,12 @@ def _plain(value: Any, open_ids: set[int], depth: int) -> Any:
         items = [_plain(item, open_ids, depth + 1) for item in value]
         open_ids.discard(id(value))
         return items
-    return str(value)
+    return _text(value)
+
+
+def _text(value: Any) -> str:
+    """``str(value)``, or what it is when its ``__str__`` fails (the host's call goes on)."""
+    try:
+        return str(value)
+    except Exception as exc:  # noqa: BLE001 - any __str__ of a framework's object
+        return f"<{type(value).__name__}: str() failed: {type(exc).__name__}>"

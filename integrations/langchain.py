@@ -120,12 +120,18 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
         agent_id: str = "default",
         on_abort: Literal["end", "error"] = "end",
         timeout_s: float = 2.0,
+        fail_open: bool = True,
     ) -> None:
         super().__init__()
         if on_abort not in ("end", "error"):
             raise ValueError(f"on_abort must be 'end' or 'error', not {on_abort!r}")
         self.guard = LoopGuard(
-            detector, gateway_url=gateway_url, token=token, agent_id=agent_id, timeout_s=timeout_s
+            detector,
+            gateway_url=gateway_url,
+            token=token,
+            agent_id=agent_id,
+            timeout_s=timeout_s,
+            fail_open=fail_open,
         )
         self.on_abort = on_abort
         self._aborted: dict[str, Ruling] = {}
@@ -292,8 +298,8 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
         call = self._call(request)
         resumed = self._resumed(call) or self._abort_of(call)
         ruling = resumed if resumed is not None else await asyncio.to_thread(self.guard.before, call)
-        if not ruling.proceed:
-            return self._refusal(call, ruling)
+        if not ruling.proceed:  # (off the event loop: an abort may end the run at the gateway)
+            return await asyncio.to_thread(self._refusal, call, ruling)
         token = _CALLING_RUN.set(call.run_id)
         try:
             result = await handler(request)
@@ -307,7 +313,9 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
             _CALLING_RUN.reset(token)
         value, error = self._report(call, result)
         after = await asyncio.to_thread(self.guard.after, call, result=value, error=error)
-        answer: ToolMessage | Command[Any] = self._answer(call, ruling, after, result)
+        answer: ToolMessage | Command[Any] = await asyncio.to_thread(
+            self._answer, call, ruling, after, result
+        )
         return answer
 
 

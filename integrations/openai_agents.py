@@ -117,9 +117,15 @@ class LoopwatchGuardrails:
         token: str | None = None,
         agent_id: str = "default",
         timeout_s: float = 2.0,
+        fail_open: bool = True,
     ) -> None:
         self.guard = LoopGuard(
-            detector, gateway_url=gateway_url, token=token, agent_id=agent_id, timeout_s=timeout_s
+            detector,
+            gateway_url=gateway_url,
+            token=token,
+            agent_id=agent_id,
+            timeout_s=timeout_s,
+            fail_open=fail_open,
         )
         self.input = ToolInputGuardrail[Any](guardrail_function=self._before, name="loopwatch")
         self.output = ToolOutputGuardrail[Any](guardrail_function=self._after, name="loopwatch")

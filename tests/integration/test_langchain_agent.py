@@ -312,3 +312,43 @@ def test_a_run_that_ends_on_its_abort_error_is_forgotten() -> None:
     (run_id,) = middleware._aborted  # the middleware keeps its abort (bounded): a call of the
     call = Call(run_id, "read", {"path": "x"}, "parallel")  # run still in flight is refused
     assert middleware._abort_of(call) is middleware._aborted[run_id]
+
+
+def test_an_unreachable_gateway_refuses_every_call_when_failing_closed() -> None:
+    with gateway_process() as gateway:
+        url = gateway.url
+    middleware = LoopwatchMiddleware(gateway_url=url, timeout_s=1, fail_open=False)
+    model, reader = repeating(3), Reader()
+    agent = create_agent(model, tools=[reader.tool], middleware=[middleware])
+    out = agent.invoke({"messages": [{"role": "user", "content": "read the plan"}]}, {"recursion_limit": 500})
+    assert reader.executed == []
+    refusals = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert len(refusals) == 3
+    assert all(str(m.content).startswith("loopwatch could not check this call") for m in refusals)
+
+
+def test_the_async_agent_ends_an_aborted_run_off_its_event_loop() -> None:
+    import threading
+
+    class EndRecording(LoopDetector):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ended_on: list[threading.Thread] = []
+
+        def end_run(self, run_id: str) -> None:
+            self.ended_on.append(threading.current_thread())
+            super().end_run(run_id)
+
+    detector = EndRecording()
+    model, reader = repeating(CALLS), Reader()
+    agent = create_agent(
+        model, tools=[reader.tool], middleware=[LoopwatchMiddleware(detector, on_abort="error")]
+    )
+    with pytest.raises(LoopAborted):
+        asyncio.run(
+            agent.ainvoke(
+                {"messages": [{"role": "user", "content": "read the plan"}]}, {"recursion_limit": 500}
+            )
+        )
+    assert detector.ended_on  # the run was ended, on a worker thread: a gateway's slow answer
+    assert all(thread is not threading.main_thread() for thread in detector.ended_on)  # blocks no loop

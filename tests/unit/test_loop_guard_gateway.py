@@ -4,6 +4,7 @@ whatever the URL it was given answers: the agent's tool call never raises becaus
 from __future__ import annotations
 
 import datetime
+import re
 import socket
 import threading
 import time
@@ -164,3 +165,75 @@ def test_the_in_process_guard_never_raises_into_the_host_and_keeps_detecting() -
         decisions.append(guard.before(call).action)
         guard.after(call, error="ENOENT")
     assert decisions == ["allow"] * 10 + ["warn"]
+
+
+ODD = {
+    "no decision": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+    "decision null": b'HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\n{"decision":null}',
+    "unknown decision": b'HTTP/1.1 200 OK\r\nContent-Length: 19\r\n\r\n{"decision":"deny"}',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ODD))
+def test_an_answer_without_a_decision_is_a_failure_and_fail_closed_refuses(peer: Peer, kind: str) -> None:
+    peer.answer = ODD[kind]
+    call = Call("r", "read", {"path": "a"}, "c1")
+    opened = LoopGuard(gateway_url=peer.url, timeout_s=5)
+    assert opened.before(call).action == "allow"
+    assert "answered no decision" in opened.failures[0]
+    closed = LoopGuard(gateway_url=peer.url, timeout_s=5, fail_open=False)
+    ruling = closed.before(call)
+    assert (ruling.action, ruling.reason) == ("block", "unavailable")
+    assert (ruling.text or "").startswith("loopwatch could not check this call, so it was not run")
+
+
+def test_a_gateway_that_cannot_be_asked_is_logged_once_a_minute_and_kept_bounded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from loopwatch.integrations import FAILURES_KEPT
+
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{unused.getsockname()[1]}"  # (nothing listens: refused)
+    guard = LoopGuard(gateway_url=url, timeout_s=2)
+    with caplog.at_level("WARNING", logger="loopwatch.integrations"):
+        for n in range(FAILURES_KEPT + 20):
+            assert guard.before(Call("r", "read", {"n": n}, f"c{n}")).action == "allow"
+    warnings = [r.getMessage() for r in caplog.records if r.name == "loopwatch.integrations"]
+    assert len(warnings) == 1
+    assert url in warnings[0]
+    assert "the call goes on (fail open)" in warnings[0]
+    assert len(guard.failures) == FAILURES_KEPT
+    assert guard.failure_count == FAILURES_KEPT + 20
+    closed = LoopGuard(gateway_url=url, timeout_s=2, fail_open=False)
+    assert closed.before(Call("r", "read", {}, "c")).action == "block"
+    assert closed.after(Call("r", "read", {}, "c"), result="x").action == "allow"  # (it ran already)
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"gateway_url": ""}, "gateway_url '': an http:// or https:// URL with a host"),
+        ({"gateway_url": "localhost:6070"}, "gateway_url 'localhost:6070': an http:// or https:// URL"),
+        ({"gateway_url": "http://h:port"}, "gateway_url 'http://h:port' is not a URL"),
+        ({"timeout_s": None}, "timeout_s must be a number of seconds above 0, not None"),
+        ({"timeout_s": "2"}, "timeout_s must be a number of seconds above 0, not '2'"),
+        ({"timeout_s": 0}, "timeout_s must be a number of seconds above 0, not 0"),
+        ({"fail_open": "false"}, "fail_open must be True or False, not 'false'"),
+    ],
+)
+def test_a_guard_s_options_are_checked_when_it_is_made(options: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        LoopGuard(**options)
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+    __repr__ = __str__
+
+
+def test_an_argument_whose_text_fails_is_sent_as_what_it_is() -> None:
+    assert _json_value({"x": Unprintable()}) == {"x": "<Unprintable: str() failed: RuntimeError>"}
+    assert LoopGuard().before(Call("r", "read", {"x": Unprintable()}, "c")).action == "allow"
