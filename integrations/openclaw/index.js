@@ -120,22 +120,49 @@ export function jsonText(value) {
   });
 }
 
+/** Why a request failed, in a few words: no answer in time, or the network's own cause
+ * (ECONNREFUSED, ENOTFOUND, an invalid URL), not fetch's bare "fetch failed". */
+function failure(error, cfg) {
+  if (error?.name === "TimeoutError" || error?.name === "AbortError") return `no answer within ${cfg.timeoutMs} ms`;
+  const cause = error?.cause;
+  return String(cause?.code ?? cause?.message ?? error?.message ?? error);
+}
+
 async function post(cfg, path, body) {
+  const where = cfg.gatewayUrl + path;
   const headers = { "content-type": "application/json" };
   if (cfg.token) headers.authorization = `Bearer ${cfg.token}`;
-  const answer = await fetch(cfg.gatewayUrl + path, {
-    method: "POST",
-    headers,
-    body: jsonText(body),
-    signal: AbortSignal.timeout(cfg.timeoutMs),
-  });
-  const data = await answer.json().catch(() => undefined);
+  let answer;
+  try {
+    answer = await fetch(where, {
+      method: "POST",
+      headers,
+      body: jsonText(body),
+      signal: AbortSignal.timeout(cfg.timeoutMs),
+    });
+  } catch (error) {
+    throw new Error(`${where}: ${failure(error, cfg)}`);
+  }
+  let data;
+  try {
+    data = await answer.json();
+  } catch (error) {
+    if (error?.name === "TimeoutError" || error?.name === "AbortError") {
+      throw new Error(`${where}: no whole answer within ${cfg.timeoutMs} ms`);
+    }
+    data = undefined; // not JSON
+  }
   const object = data !== null && typeof data === "object" && !Array.isArray(data);
-  if (!answer.ok) throw new Error(`gateway answered ${answer.status}: ${object ? (data.error ?? "") : ""}`);
+  if (!answer.ok) {
+    const said = object && typeof data.error === "string" ? `: ${data.error}` : "";
+    throw new Error(`${where} answered ${answer.status}${said}`);
+  }
   // a URL that answers something other than a gateway's JSON is unreachable, as failOpen says
-  if (!object) throw new Error(`${cfg.gatewayUrl}${path} answered no JSON object`);
+  if (!object) throw new Error(`${where} answered no JSON object`);
   return data;
 }
+
+const DECISIONS = new Set(["allow", "warn", "block", "abort"]);
 
 function text(value) {
   return typeof value === "string" && value.trim() ? value.trim() : undefined;
@@ -295,10 +322,14 @@ export function createHooks(config, logger, state = createState()) {
       let answer;
       try {
         answer = await post(cfg, "/v1/decide", body);
+        if (!DECISIONS.has(answer.decision)) {
+          const given = answer.decision === undefined ? "none" : JSON.stringify(answer.decision);
+          throw new Error(`${cfg.gatewayUrl}/v1/decide answered no decision (${given})`);
+        }
       } catch (error) {
         if (usage && run.usage === undefined) run.usage = usage; // not delivered: the next call
         logger?.warn?.(`loopwatch: ${error.message}; ${cfg.failOpen ? "allowing" : "refusing"} the call`);
-        return cfg.failOpen ? undefined : refuse(`loopwatch unreachable: ${error.message}`);
+        return cfg.failOpen ? undefined : refuse(`loopwatch could not check this call, so it was not run: ${error.message}`);
       }
       const call = { fields: scope.fields, tool: event?.toolName, params, warnCount: undefined };
       const reason = typeof answer.message === "string" ? answer.message : `loopwatch: ${answer.decision}`;

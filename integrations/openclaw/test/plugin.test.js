@@ -157,7 +157,43 @@ test("a wrong token or a dead gateway fails open, or closed when asked", async (
   const hooks = createHooks({ gatewayUrl: DEAD, failOpen: false, timeoutMs: 500 });
   const refused = await hooks.beforeToolCall({ toolName: "exec", params: { command: "ls" }, runId: "dead-1" }, {});
   assert.equal(refused.block, true);
-  assert.match(refused.blockReason, /^loopwatch unreachable/);
+  assert.match(refused.blockReason, /^loopwatch could not check this call, so it was not run: /);
+  // where and why (port 9 is one fetch refuses to dial: "bad port"), not fetch's bare "fetch failed"
+  assert.match(refused.blockReason, new RegExp(`: ${DEAD}/v1/decide: (bad port|ECONNREFUSED|no answer within 500 ms)$`));
+});
+
+test("an answer without a decision is a failure: logged, and refused when failing closed", async () => {
+  const { createServer } = await import("node:http");
+  const bodies = ['{"decision": "deny"}', "{}", '{"decision": null}', '{"decision": "deny"}'];
+  const server = createServer((request, response) => {
+    request.resume();
+    request.on("end", () => {
+      response.writeHead(200, { "content-type": "application/json" });
+      response.end(bodies.shift());
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const odd = `http://127.0.0.1:${server.address().port}`;
+  try {
+    const warnings = [];
+    const logger = { warn: (line) => warnings.push(line) };
+    const open = createHooks({ gatewayUrl: odd, failOpen: true, timeoutMs: 2000 }, logger);
+    const call = (hooks, n) => hooks.beforeToolCall({ toolName: "read", params: {}, runId: `nod-${n}` }, {});
+    assert.equal(await call(open, 1), undefined);
+    assert.equal(await call(open, 2), undefined);
+    assert.equal(await call(open, 3), undefined);
+    assert.deepEqual(warnings, [
+      `loopwatch: ${odd}/v1/decide answered no decision ("deny"); allowing the call`,
+      `loopwatch: ${odd}/v1/decide answered no decision (none); allowing the call`,
+      `loopwatch: ${odd}/v1/decide answered no decision (null); allowing the call`,
+    ]);
+    const closed = createHooks({ gatewayUrl: odd, failOpen: false, timeoutMs: 2000 });
+    const refused = await call(closed, 4);
+    assert.equal(refused.block, true);
+    assert.match(refused.blockReason, /answered no decision \("deny"\)$/);
+  } finally {
+    server.close();
+  }
 });
 
 test("a URL answering JSON that is not a gateway's fails open (a throw here would refuse the call)", async () => {
