@@ -15,16 +15,18 @@ would never hash the same.
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any, TypeVar
 
+import msgspec
 from msgspec import UNSET
 
 from loopwatch.detectors.decoding import validate_event
 from loopwatch.detectors.events import Event, InvalidEvent, ToolCall, ToolResult, Usage, as_usage
 from loopwatch.detectors.input_limits import IDENTITY_FIELDS, MAX_NESTING
 from loopwatch.detectors.outcomes import MISSING
-from loopwatch.detectors.stable_json import from_python
+from loopwatch.detectors.stable_json import JSNumber, from_python
 
 __all__ = ["call_event", "checked", "python_value", "result_event"]
 
@@ -32,45 +34,72 @@ E = TypeVar("E", bound=Event)
 
 
 def python_value(name: str, value: Any) -> Any:
-    """``value`` as the JSON the wire would carry (:func:`from_python`), once it nests at most
-    :data:`MAX_NESTING` arrays and objects and holds no object whose text is its address."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list, tuple)):
-            if depth >= MAX_NESTING:
-                raise InvalidEvent(
-                    f"{name}: nests more than {MAX_NESTING} arrays and objects (or holds itself)"
-                )
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-        elif _text_is_address(item):
-            raise InvalidEvent(
-                f"{name}: a {type(item).__name__} has no JSON form (its text is its memory address, "
-                "so equal calls would never match): pass its fields, or give the class a __repr__"
-            )
-    return from_python(value)
+    """``value`` as the JSON the wire carries, the same for the in-process detector and the
+    Kafka client (so both hash it alike): numbers with JavaScript's value
+    (:func:`~detectors.stable_json.from_python`), tuples as arrays, keys as text, bytes as
+    ``{"data": base64, "type": "Uint8Array"}`` and an exception as ``{"message", "name"}`` (as
+    OpenClaw's ``stableStringify`` writes them), any other object as its text (a dataclass, a
+    date, a path). :class:`InvalidEvent` names ``name`` when it nests more than
+    :data:`MAX_NESTING` arrays and objects (or holds itself), or holds an object whose text is
+    its memory address or cannot be made."""
+    return _wire(name, value, 0, [])
 
 
-_PLAIN = (str, int, float, bool, type(None))
+def _wire(name: str, value: Any, depth: int, open_ids: list[int]) -> Any:
+    if value is None or type(value) is bool or isinstance(value, JSNumber):
+        return value
+    if isinstance(value, str):  # (a StrEnum's member: its value)
+        return value if type(value) is str else str.__str__(value)
+    if isinstance(value, int):  # (an IntEnum's member: its value)
+        return value if type(value) is int else int(value)
+    if isinstance(value, float):
+        return from_python(float(value))
+    if isinstance(value, (dict, list, tuple)):
+        if depth >= MAX_NESTING or id(value) in open_ids:
+            raise InvalidEvent(f"{name}: nests more than {MAX_NESTING} arrays and objects (or holds itself)")
+        open_ids.append(id(value))
+        try:
+            if isinstance(value, dict):
+                return {
+                    _text(name, key): _wire(name, item, depth + 1, open_ids) for key, item in value.items()
+                }
+            return [_wire(name, item, depth + 1, open_ids) for item in value]
+        finally:
+            open_ids.pop()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"data": base64.b64encode(bytes(value)).decode(), "type": "Uint8Array"}
+    if isinstance(value, BaseException):
+        return {"message": _text(name, value), "name": type(value).__name__}
+    return _text(name, value)
+
+
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{4,}>")
 _OBJECT_STR: Any = object.__str__
 _OBJECT_REPR: Any = object.__repr__
 
 
-def _text_is_address(value: Any) -> bool:
-    """Whether the text a value is hashed by holds its memory address (``<Obj object at
-    0x7f…>``, ``<function f at 0x7f…>``): it differs between two equal calls."""
-    if isinstance(value, _PLAIN):
-        return False
+def _text(name: str, value: Any) -> str:
+    """The text a value goes by (a key, an object): :class:`InvalidEvent` naming ``name`` when
+    it is its memory address (``<Obj object at 0x7f…>``, ``<function f at 0x7f…>``: it differs
+    between two equal calls) or cannot be made."""
+    if type(value) is str:
+        return value
     kind: Any = type(value)
     if kind.__str__ is _OBJECT_STR and kind.__repr__ is _OBJECT_REPR:
-        return True
-    try:
-        text = str(value)
-    except Exception:  # noqa: BLE001 - a __str__ that fails: the hashing would fail alike
-        return False
-    return _ADDRESS.search(text) is not None
+        text = ""
+    else:
+        try:
+            text = str.__str__(value) if isinstance(value, str) else str(value)
+        except Exception as exc:
+            raise InvalidEvent(
+                f"{name}: a {kind.__name__} has no text (its __str__ raised {type(exc).__name__}: {exc})"
+            ) from exc
+        if _ADDRESS.search(text) is None:
+            return text
+    raise InvalidEvent(
+        f"{name}: a {kind.__name__} has no JSON form (its text is its memory address, "
+        "so equal calls would never match): pass its fields, or give the class a __repr__"
+    )
 
 
 _REQUIRED = frozenset({"event_id", "tool", "agent_id"})
@@ -80,12 +109,17 @@ def checked(event: E) -> E:
     """``event``, once its fields have their types and every door's limits hold
     (:func:`~detectors.decoding.validate_event`; ``params`` / ``result`` were measured by
     :func:`python_value`); :class:`InvalidEvent` says what and where."""
+    exact: dict[str, str] = {}
     for name in IDENTITY_FIELDS:
         value = getattr(event, name, None)
         if value is None and name in _REQUIRED and hasattr(event, name):
             raise InvalidEvent(f"{name}: must be a string, not None")
         if value is not None and value is not UNSET and not isinstance(value, str):
             raise InvalidEvent(f"{name}: must be a string, not {type(value).__name__}")
+        if type(value) is not str and isinstance(value, str):  # (a StrEnum's member: its value)
+            exact[name] = str.__str__(value)
+    if exact:
+        event = msgspec.structs.replace(event, **exact)
     ts = event.ts
     if ts is not None and (type(ts) is not int):
         raise InvalidEvent(f"ts: must be an integer (milliseconds), not {type(ts).__name__}")
@@ -159,6 +193,7 @@ def result_event(
         error=error_value,
         tool_call_id=tool_call_id,
     )
-    if result_value is UNSET and error_value is UNSET:
-        return event  # (an outcome with nothing to record: the caller records nothing)
+    if result_value is UNSET and error_value is UNSET:  # an outcome with nothing to record: its
+        checked(msgspec.structs.replace(event, error=""))  # other fields are checked all the same
+        return event
     return checked(event)

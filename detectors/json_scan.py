@@ -45,8 +45,16 @@ def python_javascript_safe(out: bytes) -> bool:
 
 
 def python_longest_text(values: tuple[object, ...], positions: tuple[int, ...]) -> int:
-    """The most code points of a ``str`` (exactly) among ``values`` at ``positions``."""
-    return max((len(value) for at in positions if type(value := values[at]) is str), default=0)
+    """The most code points of a ``str`` (exactly) among ``values`` at ``positions`` (each
+    from 0 to ``len(values) - 1``: :class:`IndexError` otherwise, a negative one too)."""
+    longest = 0
+    for at in positions:
+        if not 0 <= at < len(values):
+            raise IndexError("longest_text() position out of range")
+        value = values[at]
+        if type(value) is str and len(value) > longest:
+            longest = len(value)
+    return longest
 
 
 try:

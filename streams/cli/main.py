@@ -47,10 +47,12 @@ def _parsed(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argp
     return args
 
 
-def _fatal(message: str, command: str) -> None:
-    """Why the command stops, on stderr: ``loopwatch: <why>``, or under
-    ``LOOPWATCH_LOG_FORMAT=json`` a JSON line as the logs are (a log pipeline reads it too)."""
-    if os.environ.get("LOOPWATCH_LOG_FORMAT") == "json":
+def _fatal(message: str, args: argparse.Namespace) -> None:
+    """Why the command stops, on stderr: ``loopwatch: <why>``, or under JSON logs
+    (``--log-format json``, else ``LOOPWATCH_LOG_FORMAT=json``) a JSON line as the logs are
+    (a log pipeline reads it too)."""
+    command = args.command
+    if (getattr(args, "log_format", None) or os.environ.get("LOOPWATCH_LOG_FORMAT")) == "json":
         import datetime
         import json
 
@@ -67,10 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args, sys.stdout.buffer, sys.stderr)
     except LoopwatchError as exc:  # invalid config, input or broker: what and where, no traceback
-        _fatal(str(exc), args.command)
+        _fatal(str(exc), args)
         return 2
     except FileNotFoundError as exc:
-        _fatal(f"no such file: {exc.filename}", args.command)
+        _fatal(f"no such file: {exc.filename}", args)
         return 2
     except BrokenPipeError:
         return 0

@@ -21,7 +21,7 @@ from loopwatch.streams.fleet_view.dashboard import parse_address, serve_until_in
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.history.transcripts import is_transcript
 from loopwatch.streams.inputs.config_files import load_config
-from loopwatch.streams.inputs.event_lines import BadLine, decode_line, read_sourced_events
+from loopwatch.streams.inputs.event_lines import WIDE_TEXT, BadLine, decode_line, read_sourced_events
 from loopwatch.streams.inputs.sources import InputError, event_files, follow_lines, input_lines
 
 __all__ = ["run_embedded"]
@@ -38,8 +38,13 @@ def _valid(items: Iterable[Event | BadLine], err: TextIO, tally: dict[str, int])
 
 
 async def _followed(path: str, max_bytes: int, err: TextIO, tally: dict[str, int]) -> AsyncIterator[Event]:
+    wide: set[str] = set()  # files in UTF-16 or UTF-32: named once, their lines not read
     async for where, number, line in follow_lines(path):
+        if where in wide:
+            continue
         item = decode_line(where, number, line, max_bytes)
+        if isinstance(item, BadLine) and item.reason is WIDE_TEXT:
+            wide.add(where)
         if item is not None:
             for event in _valid((item,), err, tally):
                 yield event

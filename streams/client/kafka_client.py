@@ -52,6 +52,7 @@ from loopwatch.detectors.events import (
     Action,
     CompactionRetry,
     Event,
+    InvalidEvent,
     Output,
     RunEnd,
     ToolCall,
@@ -65,6 +66,7 @@ from loopwatch.detectors.facade import ProposedCall
 from loopwatch.detectors.fleet.alerts import decode_alert
 from loopwatch.detectors.fleet.fail_fast import DETECTOR as OUTAGE_DETECTOR
 from loopwatch.detectors.fleet.fail_fast import block_message
+from loopwatch.detectors.outcomes import MISSING
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.kafka.connect import KafkaUnreachable, aiokafka_auth, start_client
 
@@ -302,6 +304,7 @@ class LoopwatchClient:
         proposed this call cost; give it with the turn's first call only. ``batch_id``: shared
         by the calls of one model turn (:meth:`tool_calls`).
         """
+        self._check_running("publishing a tool_call")
         now = ts if ts is not None else int(time.time() * 1000)
         event: ToolCall | ToolResult = call_event(
             self._event_id(),
@@ -367,6 +370,9 @@ class LoopwatchClient:
         ts: int | None = None,
     ) -> str:
         """Publish a ``tool_result`` (``result`` returned, or ``error`` raised)."""
+        self._check_running("publishing a tool_result")
+        if error is None and (result is UNSET or result is MISSING):
+            raise InvalidEvent("result / error: a tool_result needs the one or the other")
         now = ts if ts is not None else int(time.time() * 1000)
         event: ToolCall | ToolResult = result_event(
             self._event_id(),
@@ -399,6 +405,7 @@ class LoopwatchClient:
 
     async def run_end(self, run_id: str) -> str:
         """Publish the end of a run."""
+        self._check_running("publishing a run_end")
         event = checked(
             RunEnd(
                 event_id=self._event_id(), run_id=run_id, agent_id=self.agent_id, ts=int(time.time() * 1000)

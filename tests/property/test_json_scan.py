@@ -160,11 +160,20 @@ _FIELD = st.one_of(
 )
 
 
-@given(st.lists(_FIELD, min_size=1, max_size=20), st.data())
+def _answer(scan: Callable[..., int], values: tuple[Any, ...], positions: tuple[int, ...]) -> int | str:
+    try:
+        return scan(values, positions)
+    except IndexError as exc:
+        return f"IndexError: {exc}"
+
+
+@given(st.lists(_FIELD, max_size=20), st.data())
 @example([], None)
 def test_longest_text_matches_python(values: list[Any], data: Any) -> None:
-    positions = tuple(data.draw(st.lists(st.integers(0, len(values) - 1), max_size=25))) if values else ()
-    assert NATIVE.longest_text(tuple(values), positions) == python_longest_text(tuple(values), positions)
+    size = len(values)
+    positions = tuple(data.draw(st.lists(st.integers(-size - 2, size + 2), max_size=25))) if data else ()
+    native = _answer(NATIVE.longest_text, tuple(values), positions)
+    assert native == _answer(python_longest_text, tuple(values), positions)  # out of range: both refuse
 
 
 def test_longest_text_refuses_what_it_cannot_read() -> None:

@@ -642,6 +642,8 @@ def test_a_fatal_error_is_a_json_line_under_json_logs(tmp_path: Path) -> None:
     assert fatal["timestamp"].endswith("Z")
     plain = loopwatch("worker", "--config", str(missing))
     assert plain.stderr.decode().startswith("loopwatch: ")
+    flagged = loopwatch("worker", "--log-format", "json", "--config", str(missing))
+    assert json.loads(flagged.stderr.decode().splitlines()[-1])["command"] == "worker"
 
 
 def test_a_config_file_from_the_environment_is_named_with_its_variable(tmp_path: Path) -> None:
@@ -662,3 +664,23 @@ def test_a_config_file_from_the_environment_is_named_with_its_variable(tmp_path:
         assert problem in stderr
     flagged = loopwatch("run", "--config", str(bad), str(ABORT_FIXTURE))
     assert f"invalid configuration in {bad} (1 problem(s))" in flagged.stderr.decode()
+
+
+def test_run_follow_names_a_utf_16_file_once(tmp_path: Path) -> None:
+    import select
+    import time
+
+    wide = tmp_path / "events.jsonl"
+    wide.write_bytes(ABORT_FIXTURE.read_text().encode("utf-16"))
+    with following(wide) as proc:
+        wait_until_read_to(proc.pid, wide, wide.stat().st_size)
+        assert proc.stderr is not None
+        said = b""
+        deadline = time.monotonic() + 3  # (every line was read at once: their reports come together)
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stderr], [], [], 0.2)
+            if ready:
+                said += proc.stderr.read(65536)
+    text = said.decode()
+    assert text.count("skipped invalid event") == 1, text
+    assert "the input is UTF-16 or UTF-32 text" in text

@@ -393,3 +393,36 @@ def test_a_start_that_fails_half_way_closes_what_started() -> None:
     with pytest.raises(ValueError, match="Redis URL"):
         asyncio.run(start_client(start, stop, "127.0.0.1:9092", "LOOPWATCH_KAFKA_BOOTSTRAP"))
     assert closed == ["stopped"]  # (the producer started before was left open)
+
+
+def test_the_client_publishes_what_the_in_process_detector_hashes_and_refuses_an_empty_outcome() -> None:
+    import enum
+    import pathlib
+
+    from loopwatch.detectors.events import InvalidEvent
+
+    class Tool(enum.StrEnum):
+        READ = "read"
+
+    from loopwatch.streams.client import kafka_client
+
+    async def scenario() -> None:
+        lw, recorder = client()
+        await lw.tool_call("r", Tool.READ, {"path": pathlib.PurePosixPath("/x"), "blob": b"ab"})
+        _, sent, _ = recorder.sent[-1]
+        assert sent["tool"] == "read"
+        assert sent["params"] == {"path": "/x", "blob": {"data": "YWI=", "type": "Uint8Array"}}
+        with pytest.raises(InvalidEvent, match="a tool_result needs the one or the other"):
+            await lw.tool_result("r", "read", {})
+        with pytest.raises(InvalidEvent, match="run_id or session_id"):
+            await lw.tool_result("", "read", {}, result="x")
+        with pytest.raises(InvalidEvent, match="tool: holds 600 bytes"):
+            await lw.tool_result("r", "t" * 600, {}, error="boom")
+        assert len(recorder.sent) == 1
+        await lw.stop()
+        lw._latest["r"] = verdict("x", "block")
+        with pytest.raises(kafka_client.ClientNotRunning):
+            await lw.run_end("r")
+        assert "r" in lw._latest  # a stopped client changed nothing before it refused
+
+    asyncio.run(scenario())

@@ -4,6 +4,8 @@ with the field named, before anything is hashed; never a crash of the process.""
 from __future__ import annotations
 
 import datetime
+import enum
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -123,3 +125,57 @@ def test_a_session_alone_names_the_run_and_ending_or_arming_checks_the_id() -> N
         detector.end_run(7)  # type: ignore[arg-type]
     with pytest.raises(InvalidEvent, match="run_id or session_id"):
         detector.on_compaction_retry(None)  # type: ignore[arg-type]
+
+
+class Tool(enum.StrEnum):
+    READ = "read"
+
+
+class Loud:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+    __repr__ = __str__
+
+
+def test_values_are_what_the_wire_carries_the_same_for_both_paths() -> None:
+    from loopwatch.detectors.event_builders import python_value
+
+    value = {
+        "path": pathlib.PurePosixPath("/x"),
+        "query": Query("/y"),
+        "tool": Tool.READ,
+        "n": 2.0,
+        "blob": b"ab",
+        "failed": ValueError("bad"),
+        1: (1, 2),
+    }
+    assert python_value("params", value) == {
+        "path": "/x",
+        "query": "Query(path='/y')",
+        "tool": "read",
+        "n": 2,
+        "blob": {"data": "YWI=", "type": "Uint8Array"},
+        "failed": {"message": "bad", "name": "ValueError"},
+        "1": [1, 2],
+    }
+    assert type(python_value("params", {"tool": Tool.READ})["tool"]) is str
+
+
+def test_a_str_subclass_id_is_its_text_and_measured_as_such() -> None:
+    detector = LoopDetector()
+    assert detector.before_tool_call("r", Tool.READ, {}).action == "allow"
+    with pytest.raises(InvalidEvent, match="run_id: holds 2000 bytes"):
+        detector.before_tool_call(type("RunId", (str,), {})("r" * 2000), "read", {})
+
+
+def test_an_object_whose_text_fails_or_keys_that_are_addresses_are_refused_naming_the_field() -> None:
+    detector = LoopDetector()
+    with pytest.raises(
+        InvalidEvent, match=r"params: a Loud has no text \(its __str__ raised RuntimeError: no text\)"
+    ):
+        detector.before_tool_call("r", "read", {"x": Loud()})
+    with pytest.raises(InvalidEvent, match="params: a Opaque has no JSON form"):
+        detector.before_tool_call("r", "read", {Opaque(): 1})
+    with pytest.raises(InvalidEvent, match="result: a Loud has no text"):
+        detector.after_tool_call("r", "read", {}, result={Loud(): 1})
