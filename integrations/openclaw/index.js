@@ -33,6 +33,7 @@ const DEFAULTS = {
  * openclaw/plugin-sdk/agent-harness: the run ends after the current tool batch, as with /stop),
  * or null where this OpenClaw has none (the call is then only refused, and the later ones). */
 let runAborter;
+let aborterMissingTold = false;
 function loadRunAborter() {
   runAborter ??= import("openclaw/plugin-sdk/agent-harness").then(
     (sdk) => (typeof sdk.abortAgentHarnessRun === "function" ? sdk.abortAgentHarnessRun : null),
@@ -47,7 +48,16 @@ async function stopRun(cfg, ctx, logger) {
   const sessionId = text(ctx?.sessionId);
   if (!cfg.abortStopsRun || !sessionId) return;
   const abort = await loadRunAborter();
-  if (!abort) return;
+  if (!abort) {
+    if (!aborterMissingTold) {
+      aborterMissingTold = true;
+      logger?.warn?.(
+        "loopwatch: abortStopsRun is set, but this OpenClaw has no abortAgentHarnessRun " +
+          "(openclaw/plugin-sdk/agent-harness): an aborted run's calls are refused one by one instead",
+      );
+    }
+    return;
+  }
   // after this hook's refusal is in the run (and its transcript): stopped at once, the run
   // kept neither the aborted call nor the refusal that says why
   setTimeout(() => {
@@ -98,11 +108,33 @@ function noteSuffixAt(text) {
   return at >= 0 && NOTE.test(text.slice(at + 1)) ? at : -1;
 }
 
+/** The plugin's settings over its defaults; `problems` lists each option given a value of the
+ * wrong kind, and what was taken instead (logged once at start: a string "false" for failOpen
+ * was true, and a bad timeoutMs failed every call). */
 export function settings(config) {
   const merged = { ...DEFAULTS, ...(config ?? {}) };
+  const problems = [];
+  for (const key of ["failOpen", "abortStopsRun"]) {
+    const given = merged[key];
+    if (typeof given === "boolean") continue;
+    const word = typeof given === "string" ? given.trim().toLowerCase() : undefined;
+    merged[key] = word === "true" || word === "false" ? word === "true" : DEFAULTS[key];
+    problems.push(`${key} must be true or false, not ${JSON.stringify(given)} (taken as ${merged[key]})`);
+  }
+  for (const key of ["timeoutMs", "abortMemoryMs"]) {
+    const given = merged[key];
+    if (typeof given === "number" && Number.isFinite(given) && given > 0) continue;
+    const number = typeof given === "string" && given.trim() !== "" ? Number(given) : NaN;
+    merged[key] = Number.isFinite(number) && number > 0 ? number : DEFAULTS[key];
+    problems.push(`${key} must be a number of milliseconds above 0, not ${JSON.stringify(given)} (taken as ${merged[key]})`);
+  }
   let url = String(merged.gatewayUrl);
   while (url.endsWith("/")) url = url.slice(0, -1); // (a /\/+$/ regex is quadratic in the slashes)
   merged.gatewayUrl = url;
+  if (!/^https?:\/\/[^/]/i.test(url)) {
+    problems.push(`gatewayUrl ${JSON.stringify(url)} is no http:// or https:// URL: no call can be checked`);
+  }
+  merged.problems = problems;
   return merged;
 }
 
@@ -287,6 +319,7 @@ function abortIn(outputs) {
 
 export function createHooks(config, logger, state = createState()) {
   const cfg = settings(config);
+  for (const problem of cfg.problems) logger?.warn?.(`loopwatch: ${problem}`);
   const unscoped = { warned: false };
 
   return {

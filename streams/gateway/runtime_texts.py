@@ -40,6 +40,10 @@ _STOPS: Final[Mapping[str, str]] = {
 }
 
 
+#: a verdict that names no tool (an answer loopwatch did not write whole)
+_UNNAMED: Final = "this tool"
+
+
 def _loop(detector: str, tool: str, count: int | None) -> str:
     phrase = _LOOPS.get(detector)
     if phrase is None:
@@ -58,8 +62,9 @@ def block_text(detector: str, tool: str, count: int | None) -> str:
     loop = _loop(detector, tool, count)
     if detector == "generic_repeat":  # a critical repeat is one with identical outcomes too
         loop += " and identical outcomes"
+    call = f"this {tool} call" if tool != _UNNAMED else "this call"
     return (
-        f"loopwatch blocked this {tool} call: {loop} [{detector}]. "
+        f"loopwatch blocked {call}: {loop} [{detector}]. "
         "The call was not run. Do not repeat it: try a different approach, or stop and tell "
         "the user what is blocking you."
     )
@@ -81,7 +86,7 @@ def decision_text(answer: Mapping[str, Any]) -> str:
         return abort_text(str(reason))
     verdict = next((v for v in verdicts if v.get("action") == action), None) or {}
     detector = str(verdict.get("detector") or answer.get("reason") or "loop")
-    tool = str(verdict.get("tool") or "this tool")
+    tool = str(verdict.get("tool") or _UNNAMED)
     count = verdict.get("count")
     if action == "block":
         return block_text(detector, tool, count if isinstance(count, int) else None)

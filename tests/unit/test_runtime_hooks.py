@@ -219,3 +219,8 @@ def test_gemini_s_tool_error_is_the_result_s_error() -> None:
     error = {"message": "File not found: missing.txt", "type": "file_not_found"}
     assert _sent("read_file", {"llmContent": "x", "error": error}) == {"error": "File not found: missing.txt"}
     assert _sent("read_file", {"llmContent": "x", "error": "boom"}) == {"error": "boom"}
+
+
+def test_a_block_answer_that_names_no_tool_says_this_call_once() -> None:
+    text = decision_text({"decision": "block", "reason": "generic_repeat"})
+    assert text.startswith("loopwatch blocked this call: this tool was called")  # (not "this this tool call")

@@ -11,6 +11,7 @@ import plugin, {
   createState,
   loopWarningNote,
   runScope,
+  settings,
   usageOf,
   withoutLoopNotes,
 } from "../index.js";
@@ -424,4 +425,47 @@ test("one run scope for every hook: OpenClaw's runId, else the session key; neve
   assert.equal(run.results, 2);
   const [callArgs, resultArgs] = run.recent.filter((r) => r.kind !== "verdict").map((r) => r.args);
   assert.equal(resultArgs, callArgs);
+});
+
+test("options of the wrong kind are told once at start, and what was taken instead", () => {
+  const warnings = [];
+  createHooks(
+    { gatewayUrl: "localhost:6070", failOpen: "false", timeoutMs: "300", abortMemoryMs: -1, abortStopsRun: 1 },
+    { warn: (line) => warnings.push(line) },
+  );
+  assert.deepEqual(warnings, [
+    'loopwatch: failOpen must be true or false, not "false" (taken as false)',
+    "loopwatch: abortStopsRun must be true or false, not 1 (taken as false)",
+    'loopwatch: timeoutMs must be a number of milliseconds above 0, not "300" (taken as 300)',
+    "loopwatch: abortMemoryMs must be a number of milliseconds above 0, not -1 (taken as 3600000)",
+    'loopwatch: gatewayUrl "localhost:6070" is no http:// or https:// URL: no call can be checked',
+  ]);
+  const cfg = settings({ failOpen: "false", timeoutMs: "300" });
+  assert.equal(cfg.failOpen, false); // (the string "false" was true before)
+  assert.equal(cfg.timeoutMs, 300);
+  assert.deepEqual(settings({ gatewayUrl: "https://gw.example/" }).problems, []);
+});
+
+test("abortStopsRun where this OpenClaw cannot stop a run is said once, and the call still refused", async () => {
+  const { createServer } = await import("node:http");
+  const server = createServer((request, response) => {
+    request.resume();
+    request.on("end", () => {
+      response.writeHead(200, { "content-type": "application/json" });
+      response.end('{"decision": "abort", "message": "stop here"}');
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  try {
+    const warnings = [];
+    const gatewayUrl = `http://127.0.0.1:${server.address().port}`;
+    const hooks = createHooks({ gatewayUrl, abortStopsRun: true }, { warn: (line) => warnings.push(line) });
+    for (const n of [1, 2]) {
+      const answer = await hooks.beforeToolCall({ toolName: "read", params: {}, runId: `stop-${n}` }, { sessionId: `s-${n}` });
+      assert.deepEqual(answer, { block: true, blockReason: "stop here" });
+    }
+    assert.equal(warnings.filter((line) => line.includes("no abortAgentHarnessRun")).length, 1);
+  } finally {
+    server.close();
+  }
 });
