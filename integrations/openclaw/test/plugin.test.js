@@ -95,6 +95,21 @@ async function metric(name, labels) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** A server on 127.0.0.1 that answers each request with the next of `bodies` as JSON (the
+ * last one again and again with `repeat`): a gateway that misbehaves on purpose. */
+async function answering(bodies, repeat = false) {
+  const { createServer } = await import("node:http");
+  const server = createServer((request, response) => {
+    request.resume();
+    request.on("end", () => {
+      response.writeHead(200, { "content-type": "application/json" });
+      response.end(repeat && bodies.length === 1 ? bodies[0] : bodies.shift());
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { server, url: `http://127.0.0.1:${server.address().port}` };
+}
+
 /** An OpenClaw tool result of a failing read, as after_tool_call and the middleware get it. */
 const failedRead = () => ({
   content: [{ type: "text", text: '{\n  "status": "error",\n  "tool": "read",\n  "error": "File not found"\n}' }],
@@ -164,17 +179,7 @@ test("a wrong token or a dead gateway fails open, or closed when asked", async (
 });
 
 test("an answer without a decision is a failure: logged, and refused when failing closed", async () => {
-  const { createServer } = await import("node:http");
-  const bodies = ['{"decision": "deny"}', "{}", '{"decision": null}', '{"decision": "deny"}'];
-  const server = createServer((request, response) => {
-    request.resume();
-    request.on("end", () => {
-      response.writeHead(200, { "content-type": "application/json" });
-      response.end(bodies.shift());
-    });
-  });
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const odd = `http://127.0.0.1:${server.address().port}`;
+  const { server, url: odd } = await answering(['{"decision": "deny"}', "{}", '{"decision": null}', '{"decision": "deny"}']);
   try {
     const warnings = [];
     const logger = { warn: (line) => warnings.push(line) };
@@ -198,17 +203,8 @@ test("an answer without a decision is a failure: logged, and refused when failin
 });
 
 test("a URL answering JSON that is not a gateway's fails open (a throw here would refuse the call)", async () => {
-  const { createServer } = await import("node:http");
   const answers = ["null", "[1, 2]", '{"decision": "warn", "verdicts": {}}', '{"decision": "block", "message": 7}', "<html>"];
-  const server = createServer((request, response) => {
-    request.resume();
-    request.on("end", () => {
-      response.writeHead(200, { "content-type": "application/json" });
-      response.end(answers.shift());
-    });
-  });
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const odd = `http://127.0.0.1:${server.address().port}`;
+  const { server, url: odd } = await answering(answers);
   try {
     const hooks = createHooks({ gatewayUrl: odd, failOpen: true, timeoutMs: 2000 });
     const call = (n) => hooks.beforeToolCall({ toolName: "read", params: { path: "a" }, runId: `odd-${n}` }, {});
@@ -447,18 +443,9 @@ test("options of the wrong kind are told once at start, and what was taken inste
 });
 
 test("abortStopsRun where this OpenClaw cannot stop a run is said once, and the call still refused", async () => {
-  const { createServer } = await import("node:http");
-  const server = createServer((request, response) => {
-    request.resume();
-    request.on("end", () => {
-      response.writeHead(200, { "content-type": "application/json" });
-      response.end('{"decision": "abort", "message": "stop here"}');
-    });
-  });
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { server, url: gatewayUrl } = await answering(['{"decision": "abort", "message": "stop here"}'], true);
   try {
     const warnings = [];
-    const gatewayUrl = `http://127.0.0.1:${server.address().port}`;
     const hooks = createHooks({ gatewayUrl, abortStopsRun: true }, { warn: (line) => warnings.push(line) });
     for (const n of [1, 2]) {
       const answer = await hooks.beforeToolCall({ toolName: "read", params: {}, runId: `stop-${n}` }, { sessionId: `s-${n}` });
