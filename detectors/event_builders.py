@@ -1,8 +1,8 @@
 """Events built from a runtime's Python values: the one way the in-process detector and the
 Kafka client turn a call or its outcome into a wire event.
 
-``params`` and ``result`` go through :func:`detectors.stable_json.from_python` (what JSON
-would carry); an error given as an exception is its text (its type's name when the text is
+``params`` and ``result`` go through :func:`python_value` (what JSON would carry, the same
+for both); an error given as an exception is its text (its type's name when the text is
 empty); ``usage`` is read by :func:`detectors.events.as_usage`.
 
 An event built here holds to the limits of every door (:mod:`detectors.input_limits`), or
@@ -86,17 +86,20 @@ def _text(name: str, value: Any) -> str:
         return value
     kind: Any = type(value)
     if kind.__str__ is _OBJECT_STR and kind.__repr__ is _OBJECT_REPR:
-        text = ""
-    else:
-        try:
-            text = str.__str__(value) if isinstance(value, str) else str(value)
-        except Exception as exc:
-            raise InvalidEvent(
-                f"{name}: a {kind.__name__} has no text (its __str__ raised {type(exc).__name__}: {exc})"
-            ) from exc
-        if _ADDRESS.search(text) is None:
-            return text
-    raise InvalidEvent(
+        raise _address(name, kind)
+    try:
+        text = str.__str__(value) if isinstance(value, str) else str(value)
+    except Exception as exc:
+        raise InvalidEvent(
+            f"{name}: a {kind.__name__} has no text (its __str__ raised {type(exc).__name__}: {exc})"
+        ) from exc
+    if _ADDRESS.search(text) is not None:
+        raise _address(name, kind)
+    return text
+
+
+def _address(name: str, kind: type) -> InvalidEvent:
+    return InvalidEvent(
         f"{name}: a {kind.__name__} has no JSON form (its text is its memory address, "
         "so equal calls would never match): pass its fields, or give the class a __repr__"
     )
