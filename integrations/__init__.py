@@ -31,7 +31,13 @@ import msgspec
 from loopwatch.detectors.events import InvalidEvent
 from loopwatch.detectors.facade import Decision, LoopDetector
 from loopwatch.detectors.outcomes import MISSING
-from loopwatch.streams.gateway.gateway_post import GatewayRefused, GatewayUnavailable, post_json
+from loopwatch.streams.gateway.gateway_post import (
+    NOT_HTTP,
+    GatewayRefused,
+    GatewayUnavailable,
+    http_url_problem,
+    post_json,
+)
 from loopwatch.streams.gateway.runtime_texts import decision_text
 
 __all__ = ["FAILURES_KEPT", "Call", "GatewayError", "LoopGuard", "Ruling"]
@@ -46,17 +52,13 @@ _LOG_EVERY_S = 60.0
 def _check_url(url: str) -> None:
     """A gateway URL: http(s), a host (an empty or scheme-less one is refused here, not at the
     first tool call)."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - (a port that is not a number raises)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise ValueError(f"gateway_url {url!r} is not a URL ({exc})") from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    problem = http_url_problem(url)
+    if problem == NOT_HTTP:
         raise ValueError(
             f"gateway_url {url!r}: an http:// or https:// URL with a host, e.g. http://127.0.0.1:6070"
         )
+    if problem is not None:
+        raise ValueError(f"gateway_url {url!r} is {problem}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,19 +74,17 @@ def verdict_attributes(output: Output) -> dict[str, str | int | bool]:
 def _logs_url(endpoint: str) -> str:
     """The ``/v1/logs`` URL of an endpoint; :class:`LoopwatchError` for one that is no
     http(s) URL with a host (told at startup, not at the first verdict's export)."""
-    from urllib.parse import urlsplit
+    from loopwatch.streams.gateway.gateway_post import NOT_HTTP, http_url_problem
 
     endpoint = endpoint.strip()
-    try:
-        parts = urlsplit(endpoint)
-        port = parts.port  # (a port that is not a number raises here)
-    except ValueError as exc:
-        raise LoopwatchError(f"{ENDPOINT_ENV}={endpoint!r}: not a URL ({exc})") from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+    problem = http_url_problem(endpoint)
+    if problem == NOT_HTTP:
         raise LoopwatchError(
             f"{ENDPOINT_ENV}={endpoint!r}: an OTLP/HTTP URL with http:// or https:// and a host is "
             "needed, e.g. http://collector:4318 (/v1/logs is added)"
         )
+    if problem is not None:
+        raise LoopwatchError(f"{ENDPOINT_ENV}={endpoint!r}: {problem}")
     return endpoint if endpoint.rstrip("/").endswith("/v1/logs") else endpoint.rstrip("/") + "/v1/logs"
 
 

@@ -37,6 +37,23 @@ class GatewayRefused(Exception):
     """The gateway answered and refused the input (400, 413, 422)."""
 
 
+#: what :func:`http_url_problem` says of a URL that is not http(s) or names no host
+NOT_HTTP = "not an http:// or https:// URL"
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be posted to (None: it is an http:// or https:// URL with a host):
+    :data:`NOT_HTTP`, or ``not a URL (why)`` (a port that is not a number)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # (a port that is not a number raises here)
+    except (ValueError, TypeError, AttributeError) as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        return NOT_HTTP
+    return None
+
+
 def post_json(url: str, path: str, body: Any, token: str | None, deadline: float) -> dict[str, Any]:
     """POST ``body`` (JSON-ready) to ``url + path`` and return the answer's object, by
     ``deadline`` (a :func:`time.monotonic` time)."""
@@ -45,7 +62,7 @@ def post_json(url: str, path: str, body: Any, token: str | None, deadline: float
         raise GatewayUnavailable(f"gateway {url} too slow (no time left)")
     parts = urllib.parse.urlsplit(url + path)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise GatewayUnavailable(f"gateway {url}: not an http:// or https:// URL")
+        raise GatewayUnavailable(f"gateway {url}: {NOT_HTTP}")
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"

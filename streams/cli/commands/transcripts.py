@@ -6,7 +6,6 @@ import argparse
 import os
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
-from urllib.parse import urlsplit
 
 from loopwatch.streams.cli.flags import interval_seconds
 
@@ -15,13 +14,14 @@ def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
     import asyncio
     import signal
 
+    from loopwatch.streams.gateway.gateway_post import http_url_problem
     from loopwatch.streams.history.transcript_follower import Follower, publish_to_gateway, publish_to_kafka
 
     if bool(args.gateway) == bool(args.kafka):
         print("loopwatch: import --follow needs one of --gateway URL or --kafka BOOTSTRAP", file=err)
         return 2
-    if args.gateway and urlsplit(args.gateway).scheme not in ("http", "https"):
-        print(f"loopwatch: --gateway {args.gateway!r}: not an http:// or https:// URL", file=err)
+    if args.gateway and (problem := http_url_problem(args.gateway)) is not None:
+        print(f"loopwatch: --gateway {args.gateway!r}: {problem}", file=err)
         return 2
     folder = Path(args.follow)
     if not folder.is_dir():
