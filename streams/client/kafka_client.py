@@ -272,12 +272,13 @@ class LoopwatchClient:
     def _before_end(self, scope: str, trigger: str) -> bool:
         """Whether ``trigger`` is an event this client published before it ended run ``scope``."""
         ended = self._ended.get(scope)
-        number = self._number(trigger) if ended is not None else None
-        return number is not None and ended is not None and number < ended
+        if ended is None:
+            return False
+        number = self._number(trigger)
+        return number is not None and number < ended
 
     async def _publish(self, event: Event) -> str:
-        self._check_running(f"publishing a {type(event).__struct_config__.tag}")
-        assert self._producer is not None
+        assert self._producer is not None  # (each publishing method checks it runs, first)
         await self._producer.send_and_wait(
             self.settings.topic_events, encode_event(event), key=run_scope(event).encode()
         )
@@ -392,6 +393,7 @@ class LoopwatchClient:
 
     async def compaction_retry(self, run_id: str) -> str:
         """Publish that a compaction after context overflow succeeded and the run retries."""
+        self._check_running("publishing a compaction_retry")
         return await self._publish(
             checked(
                 CompactionRetry(
