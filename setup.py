@@ -57,6 +57,7 @@ COMPILED = [
 #: Hand-written C modules (each has a pure-Python twin that is used where it was not built).
 NATIVE = [
     ("detectors._json_scan", "detectors/_json_scan.c"),
+    ("detectors._raw_json", "detectors/_raw_json.c"),
     ("detectors._stable_bytes", "detectors/_stable_bytes.c"),
 ]
 

@@ -11,7 +11,7 @@ import msgspec
 from msgspec import UNSET
 from msgspec.structs import astuple
 
-from loopwatch.detectors import json_scan
+from loopwatch.detectors import json_scan, raw_json
 from loopwatch.detectors.events import CompactionRetry, Event, InvalidEvent, RunEnd, ToolCall, ToolResult
 from loopwatch.detectors.input_limits import (
     IDENTITY_FIELDS,
@@ -21,7 +21,7 @@ from loopwatch.detectors.input_limits import (
     int64_problem,
     nesting_exceeds,
 )
-from loopwatch.detectors.stable_json import _float_hook, encodable, loads_with_surrogates
+from loopwatch.detectors.stable_json import WIRE_DECODER, _float_hook, encodable, loads_with_surrogates, plain
 
 __all__ = ["decode_event", "validate_event"]
 
@@ -29,6 +29,12 @@ _DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
 _DECODE: Final = _DECODER.decode  # bound once: no method lookup per event
 _OPENING_BRACKETS: Final = json_scan.opening_brackets
 _LONGEST_TEXT: Final = json_scan.longest_text
+_UTF8_VALID: Final = raw_json.utf8_valid
+#: the fields msgspec keeps as their JSON text (events.JsonValue), of a result and of a call
+_TEXTS: Final = ("params", "result")
+_CALL_TEXTS: Final = ("params",)
+_FORCE_SETATTR: Final = msgspec.structs.force_setattr
+_DECODE_VALUE: Final = WIRE_DECODER.decode
 
 # Compiled, a module's own Final names are C statics; a name imported from an interpreted
 # module (msgspec's, the event Structs) would be a dict lookup at every use.
@@ -91,7 +97,7 @@ def validate_event(event: Event, deep: bool = True, json_size: int | None = None
         raise InvalidEvent(f"ts: {problem}")
     if deep and (kind is _TOOL_CALL or kind is _TOOL_RESULT):
         for name in ("params", "result", "error"):
-            if nesting_exceeds(getattr(event, name, None), MAX_NESTING):
+            if nesting_exceeds(plain(getattr(event, name, None)), MAX_NESTING):
                 raise InvalidEvent(f"{name}: nests more than {MAX_NESTING} arrays and objects")
     if not values[event_at]:
         raise InvalidEvent("event_id: must be a non-empty string")
@@ -181,8 +187,13 @@ def _check_digested_outcome(
 _TOO_DEEP: Final = f"nests more than {MAX_NESTING} arrays and objects"
 
 
-def decode_event(data: bytes | str) -> Event:
+def decode_event(data: bytes | str, texts: bool = False) -> Event:
     """Decode and validate one JSON event; raises :class:`InvalidEvent` with the reason.
+
+    ``texts``: keep ``params`` and ``result`` as their JSON text (``msgspec.Raw``, read by
+    :func:`detectors.stable_json.plain`), for the shells that hand the event straight to the
+    engine, which hashes that text without building the value (:mod:`detectors.raw_json`);
+    otherwise they are the decoded values. The same events are valid either way.
 
     Never raises anything else for any input (deep nesting included)."""
     # msgspec's strings hold no lone surrogate and no more bytes than the JSON they came from
@@ -196,8 +207,37 @@ def decode_event(data: bytes | str) -> Event:
         json_size = None
     except RecursionError as exc:
         raise InvalidEvent(f"the event {_TOO_DEEP}") from exc
+    else:
+        kind = type(event)
+        if kind is _TOOL_CALL or kind is _TOOL_RESULT:
+            deep = _brackets(data) > MAX_NESTING
+            values = deep or not texts
+            if (values or not data.isascii()) and not _texts_valid(event, kind, values):
+                event = _decode_fallback(data, None)
+                json_size = None
+            validate_event(event, deep, json_size)
+            return event
     validate_event(event, _brackets(data) > MAX_NESTING, json_size)
     return event
+
+
+def _texts_valid(event: Event, kind: type[Event], values: bool) -> bool:
+    """Whether the JSON texts msgspec kept of the event's ``params`` and ``result`` are valid
+    (it checked all but their UTF-8 when it skipped them); ``values``: give them as their
+    values instead. ``False``: the event is read again as a whole, to say what is wrong as it
+    always did."""
+    for name in _TEXTS if kind is _TOOL_RESULT else _CALL_TEXTS:
+        raw = getattr(event, name)
+        if raw is _UNSET:
+            continue
+        if values:
+            try:
+                _FORCE_SETATTR(event, name, _DECODE_VALUE(raw))
+            except (msgspec.DecodeError, RecursionError):
+                return False
+        elif not _UTF8_VALID(raw):
+            return False
+    return True
 
 
 def _brackets(data: bytes | str) -> int:
@@ -207,17 +247,23 @@ def _brackets(data: bytes | str) -> int:
     return _OPENING_BRACKETS(data)
 
 
-def _decode_fallback(data: bytes | str, error: Exception) -> Event:
+def _decode_fallback(data: bytes | str, error: Exception | None) -> Event:
+    """The event read by the stdlib parser, its ``params`` and ``result`` as plain values.
+
+    ``error``: what msgspec said of the whole event (``None``: it read the event, but not one
+    of the values it had only skipped; asked again, untyped, it says what is wrong)."""
     # msgspec rejects lone UTF-16 surrogates ("\ud800"); JavaScript accepts them and OpenClaw
     # sanitises them before hashing, so such events stay valid through the stdlib parser.
     try:
         value = loads_with_surrogates(data)
     except (ValueError, TypeError):
-        raise InvalidEvent(f"not valid JSON: {_printable(str(error))}") from error
+        raise InvalidEvent(f"not valid JSON: {_printable(str(error or _untyped_error(data)))}") from error
     except RecursionError as exc:
         raise InvalidEvent(f"the event {_TOO_DEEP}") from exc
+    values: dict[str, Any] = {}
     if type(value) is dict:  # a key with a lone surrogate names no field: ignored, as unknown keys are
         value = {key: item for key, item in value.items() if encodable(key)}
+        values = {name: value.pop(name) for name in _TEXTS if name in value}  # (msgspec keeps them as text)
     try:
         converted: Event = msgspec.convert(value, Event, strict=True)
     except msgspec.ValidationError as exc:
@@ -226,7 +272,19 @@ def _decode_fallback(data: bytes | str, error: Exception) -> Event:
         raise InvalidEvent(f"{_surrogate_at(value)}: a lone UTF-16 surrogate is not valid here") from exc
     except RecursionError as exc:
         raise InvalidEvent(f"the event {_TOO_DEEP}") from exc
+    for name, item in values.items():
+        if name in type(converted).__struct_fields__:
+            _FORCE_SETATTR(converted, name, item)
     return converted
+
+
+def _untyped_error(data: bytes | str) -> Exception:
+    """What msgspec says of ``data`` read as any JSON (the reason an event is not JSON)."""
+    try:
+        WIRE_DECODER.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        return exc
+    return ValueError("not valid JSON")
 
 
 #: fields whose values are any JSON (their strings may hold lone surrogates)

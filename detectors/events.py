@@ -6,19 +6,27 @@ missing required fields, wrong types and contradictory fields make an event inva
 (:class:`InvalidEvent` says what and where).
 
 Numbers inside ``params``, ``result`` and ``error`` are decoded with JavaScript's value
-(see :mod:`detectors.stable_json`), so hashing needs no second pass over them.
+(see :mod:`detectors.stable_json`), so hashing needs no second pass over them. A decoded
+event keeps ``params`` and ``result`` as their JSON text (``msgspec.Raw``, hashed without
+building the value: :mod:`detectors.raw_json`; :func:`~detectors.stable_json.plain` gives the
+value); an event made in Python holds the values themselves. Every reader takes both.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from loopwatch.config.errors import LoopwatchError
 from loopwatch.detectors.stable_json import encodable, wire_enc_hook
+
+if TYPE_CHECKING:
+    JsonValue = Any
+else:  # msgspec keeps the value's text, checked by decoding.decode_event
+    JsonValue = msgspec.Raw
 
 __all__ = [
     "EXPIRY_EVENT_PREFIX",
@@ -87,7 +95,7 @@ class ToolCall(_Base, frozen=True, tag="tool_call"):
     """A tool is about to execute. Send ``params``, or ``args_digest`` (digest-only mode)."""
 
     tool: str
-    params: Any = UNSET
+    params: JsonValue = UNSET
     args_digest: str | UnsetType = UNSET
     known_poll: bool | UnsetType = UNSET
     tool_call_id: str | None = None
@@ -101,9 +109,9 @@ class ToolResult(_Base, frozen=True, tag="tool_result"):
     """A tool returned (``result``) or raised (``error``); or digests of that outcome."""
 
     tool: str
-    params: Any = UNSET
+    params: JsonValue = UNSET
     args_digest: str | UnsetType = UNSET
-    result: Any = UNSET
+    result: JsonValue = UNSET
     error: Any = UNSET
     result_digest: str | UnsetType | None = UNSET
     unknown_tool_name: str | None = None

@@ -22,10 +22,13 @@ import re
 from collections.abc import Collection
 from typing import Any, Final
 
+from msgspec import Raw
+
 from loopwatch.config.settings import Revision
 from loopwatch.detectors.exec_failures import failure_shape, terminal_exit_code
 from loopwatch.detectors.hashing import _JS_WHITESPACE, Digester, js_trim, update_plan_shape
-from loopwatch.detectors.stable_json import UNDEFINED, JSNumber, js_number_text, stable_stringify
+from loopwatch.detectors.raw_json import outcome as raw_outcome
+from loopwatch.detectors.stable_json import UNDEFINED, JSNumber, js_number_text, plain, stable_stringify
 from loopwatch.detectors.values import MISSING, ErrorMessage
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "VETO",
     "ErrorMessage",
     "OutcomeHash",
+    "content_text",
     "error_text",
     "extract_unknown_tool_name",
     "hash_outcome",
@@ -144,7 +148,10 @@ def is_known_poll(tool: str, params: Any) -> bool:
     """``command_status``, or ``process`` with action ``poll``/``log`` (spec §3.6)."""
     if tool == "command_status":
         return True
-    return tool == "process" and isinstance(params, dict) and params.get("action") in ("poll", "log")
+    if tool != "process":
+        return False
+    params = plain(params)
+    return isinstance(params, dict) and params.get("action") in ("poll", "log")
 
 
 def is_send_result(tool: str, params: Any, send_tools: Collection[str]) -> bool:
@@ -152,6 +159,7 @@ def is_send_result(tool: str, params: Any, send_tools: Collection[str]) -> bool:
     if tool == "sessions_send":
         return True
     if tool == "message":
+        params = plain(params)
         action = params.get("action") if isinstance(params, dict) else None
         return isinstance(action, str) and action in SEND_ACTIONS
     return tool in send_tools
@@ -182,7 +190,9 @@ def strip_volatile_send_ids(value: Any) -> Any:
     return value
 
 
-def _text_of(result: dict[str, Any]) -> str:
+def content_text(result: dict[str, Any]) -> str:
+    """The text of a result's content blocks (OpenClaw's extractTextContent): the ``text`` of
+    each block whose ``type`` and ``text`` are strings, joined by newlines, trimmed."""
     content = result.get("content")
     if type(content) is not list:
         return ""
@@ -260,6 +270,52 @@ def _process_fingerprint(action: object, details: dict[str, Any], text: str) -> 
     return None
 
 
+_RAW_OUTCOME: Final = raw_outcome
+_RAW: Final = Raw
+#: tools whose results hash in a shape of their own (read from the decoded result)
+_OWN_SHAPES: Final = frozenset({"exec", "process", "update_plan"})
+
+
+def _exec_outcome(
+    details: dict[str, Any], status: str, text: str, digester: Digester, rules_2026_08: bool
+) -> OutcomeHash | None:
+    """The outcome of an ``exec`` with a status (spec §3.3), a terminal failure under 2026-08;
+    ``None`` for a status of no shape of its own."""
+    fingerprint = _exec_fingerprint(details, status, text)
+    if fingerprint is None:
+        return None
+    result_hash = digester.digest(fingerprint)
+    if rules_2026_08:
+        output = fingerprint.get("output")
+        exit_code = terminal_exit_code(details, status, output if isinstance(output, str) else "")
+        if exit_code is not None:
+            identity = {
+                "status": status,
+                "exitCode": exit_code,
+                "timedOut": False,
+                "output": failure_shape(output),  # type: ignore[arg-type]
+            }
+            return result_hash, None, TERMINAL_EXEC_FAILURE, False, digester.digest(identity)
+    return result_hash, None, None, False, None
+
+
+def _hash_of_text(
+    tool: str, params: Any, result: Raw, digester: Digester, send_tools: Collection[str], rules_2026_08: bool
+) -> str | None:
+    """The result hash of a result kept as its JSON text, read without decoding it where it
+    hashes in the general shape (spec §3.3: ``{details, text}``, or the value itself when it is
+    no object); ``None``: decode it and take the general path."""
+    if tool in _OWN_SHAPES or is_send_result(tool, params, send_tools):
+        return None
+    read = _RAW_OUTCOME(result)
+    if read is None:
+        return None
+    hashed, is_object, veto, unchanged = read
+    if is_object and (veto or (unchanged and rules_2026_08 and tool == "write")):
+        return None
+    return digester.hex(hashed)
+
+
 def hash_outcome(
     tool: str,
     params: Any,
@@ -273,7 +329,9 @@ def hash_outcome(
 
     ``result`` is :data:`MISSING` when the tool returned nothing; ``error`` is :data:`MISSING`
     (or ``None``) when nothing was thrown, an :class:`ErrorMessage` for a thrown ``Error``, or
-    any other value thrown as-is.
+    any other value thrown as-is. A result kept as its JSON text (``msgspec.Raw``: see
+    :mod:`detectors.raw_json`) hashes without being decoded, unless its tool or its details
+    ask for a shape of their own.
     """
     rules_2026_08 = revision == "2026-08"
     if error is not _NOTHING and error is not None:
@@ -287,33 +345,26 @@ def hash_outcome(
         )
     if result is _NOTHING:
         return NO_OUTCOME
+    if type(result) is _RAW:
+        hashed = _hash_of_text(tool, params, result, digester, send_tools, rules_2026_08)
+        if hashed is not None:
+            return hashed, None, None, False, None
+        result = plain(result)
     if not isinstance(result, dict):
         return digester.digest(result), None, None, False, None
     raw_details = result.get("details")
     details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
-    text = _text_of(result)
+    text = content_text(result)
     status = details.get("status")
     if status == "blocked" and details.get("deniedReason") == "tool-loop":
         return (None, None, VETO, False, None) if rules_2026_08 else NO_OUTCOME
     if tool == "exec" and isinstance(status, str) and status:
-        fingerprint = _exec_fingerprint(details, status, text)
-        if fingerprint is not None:
-            result_hash = digester.digest(fingerprint)
-            if rules_2026_08:
-                output = fingerprint.get("output")
-                exit_code = terminal_exit_code(details, status, output if isinstance(output, str) else "")
-                if exit_code is not None:
-                    identity = {
-                        "status": status,
-                        "exitCode": exit_code,
-                        "timedOut": False,
-                        "output": failure_shape(output),  # type: ignore[arg-type]
-                    }
-                    return result_hash, None, TERMINAL_EXEC_FAILURE, False, digester.digest(identity)
-            return result_hash, None, None, False, None
+        exec_outcome = _exec_outcome(details, status, text, digester, rules_2026_08)
+        if exec_outcome is not None:
+            return exec_outcome
     if rules_2026_08 and tool == "write" and details.get("changed") is False:
         return digester.digest(_UNCHANGED), None, None, True, None
-    if tool == "process" and isinstance(params, dict):
+    if tool == "process" and isinstance(params := plain(params), dict):
         fingerprint = _process_fingerprint(params.get("action"), details, text)
         if fingerprint is not None:
             return digester.digest(fingerprint), None, None, False, None

@@ -35,6 +35,7 @@ __all__ = [
     "js_number_text",
     "js_string",
     "loads_with_surrogates",
+    "plain",
     "same_value",
     "stable_stringify",
     "wire_enc_hook",
@@ -167,6 +168,8 @@ def _write(value: Any, out: list[str], stack: set[int]) -> None:  # noqa: C901 -
         out.append(text if math.isfinite(value.value) else f'"{text}"')
     elif value is UNDEFINED:
         out.append("undefined")
+    elif isinstance(value, msgspec.Raw):
+        _write(plain(value), out, stack)
     elif isinstance(value, (list, tuple, dict)):
         marker = id(value)
         if marker in stack:
@@ -252,6 +255,26 @@ def loads_with_surrogates(data: bytes | str) -> Any:
 _SORTED: Final = msgspec.json.Encoder(order="sorted", enc_hook=_enc_hook)
 
 
+def _raw_canonical() -> Callable[[Any], bytes | None] | None:
+    """``_raw_json.canonical`` where it was built (without it, :func:`canonical_bytes` decodes
+    the text and serialises the value, as ``raw_json.python_canonical`` does)."""
+    try:
+        from loopwatch.detectors._raw_json import canonical
+    except ImportError:
+        return None
+    return canonical
+
+
+_RAW_CANONICAL: Final = _raw_canonical()
+_RAW: Final = msgspec.Raw
+
+
+def plain(value: Any) -> Any:
+    """``value`` itself, or the value of a ``msgspec.Raw`` (a decoded event's ``params`` and
+    ``result`` are kept as their JSON text: see :mod:`detectors.raw_json`)."""
+    return WIRE_DECODER.decode(value) if type(value) is _RAW else value
+
+
 def _number_json(number: JSNumber) -> str:
     """The JSON text of a JavaScript number (non-finite ones as stableStringify quotes them)."""
     text = js_number_text(number.value)
@@ -278,7 +301,14 @@ def canonical_bytes(value: Any) -> bytes:
 
     The C encoder answers where it is sure (see ``_stable_bytes.c``); msgspec's sorted
     encoding otherwise, checked by :func:`~detectors.json_scan.javascript_safe` and redone by
-    the reference where it could differ from JavaScript."""
+    the reference where it could differ from JavaScript. A ``msgspec.Raw`` (JSON text) is
+    read in C where ``_raw_json`` was built and is sure of it, else decoded first."""
+    if type(value) is _RAW:
+        if _RAW_CANONICAL is not None:
+            known = _RAW_CANONICAL(value)
+            if known is not None:
+                return known
+        value = WIRE_DECODER.decode(value)
     if _NATIVE is not None:
         native = _NATIVE(value)
         if native is not None:
@@ -298,6 +328,10 @@ def same_value(a: object, b: object) -> bool:
     sets, lists in order. Types the wire decoder never gives answer False (not known equal)."""
     if a is b:
         return True
+    if type(a) is _RAW or type(b) is _RAW:  # JSON text: the same text, or the same value
+        if type(a) is _RAW and type(b) is _RAW:
+            return a == b or canonical_bytes(a) == canonical_bytes(b)
+        return same_value(plain(a), plain(b))
     if type(a) is not type(b):
         return False
     if isinstance(a, str):
@@ -328,6 +362,8 @@ _ABSENT: Final = object()
 
 def from_python(value: Any) -> Any:
     """A Python value as the wire decoder would give it (numbers with JavaScript's value)."""
+    if isinstance(value, msgspec.Raw):
+        return plain(value)
     if value is None or value is True or value is False or isinstance(value, (str, int, JSNumber)):
         return value
     if isinstance(value, float):

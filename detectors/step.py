@@ -51,7 +51,7 @@ from loopwatch.detectors.rules.base import CallContext, Detection, ResultContext
 from loopwatch.detectors.rules.post_compaction_guard import DETECTOR as GUARD
 from loopwatch.detectors.rules.post_compaction_guard import GuardVerdict, PostCompactionGuard
 from loopwatch.detectors.rules.registry import REGISTRY
-from loopwatch.detectors.stable_json import canonical_bytes
+from loopwatch.detectors.stable_json import canonical_bytes, plain
 from loopwatch.detectors.state import RunState
 from loopwatch.detectors.verdicts import new_abort, new_verdict, verdict_id
 from loopwatch.detectors.warning_buckets import should_emit
@@ -148,7 +148,7 @@ def prepare(
     ):
         args_hash = answered
     elif tool == "update_plan":
-        args_hash = digester.args_hash(tool, params)
+        args_hash = digester.args_hash(tool, plain(params))
     else:
         args_hash = f"{tool}:{digester.hex(canonical_bytes(params))}"
     if type(event) is _TOOL_CALL:

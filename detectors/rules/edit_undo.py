@@ -27,7 +27,7 @@ from msgspec import UNSET
 from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.detectors.rule_state import RuleState
 from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detection, Rule, stronger
-from loopwatch.detectors.stable_json import _sanitize_surrogates
+from loopwatch.detectors.stable_json import _sanitize_surrogates, plain
 
 __all__ = [
     "DETECTOR",
@@ -97,7 +97,7 @@ class EditUndo(Rule):
         versions = state.rule_states.get(DETECTOR)
         if not isinstance(versions, FileVersions):
             versions = FileVersions()
-        change = observe_call(versions, ctx.tool, params)
+        change = observe_call(versions, ctx.tool, plain(params))
         if versions.paths and DETECTOR not in state.rule_states:
             state.rule_states[DETECTOR] = versions
         if change is None or change[1] < rules.edit_undo_warning:

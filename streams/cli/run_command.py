@@ -42,7 +42,7 @@ async def _followed(path: str, max_bytes: int, err: TextIO, tally: dict[str, int
     async for where, number, line in follow_lines(path):
         if where in wide:
             continue
-        item = decode_line(where, number, line, max_bytes)
+        item = decode_line(where, number, line, max_bytes, texts=True)
         if isinstance(item, BadLine) and item.reason is WIDE_TEXT:
             wide.add(where)
         if item is not None:
@@ -127,7 +127,7 @@ def run_embedded(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         source: Iterable[Event] | AsyncIterator[Event] = (
             _followed(args.events, max_bytes, err, tally)
             if args.follow
-            else _valid(read_sourced_events(input_lines(args.events), max_bytes), err, tally)
+            else _valid(read_sourced_events(input_lines(args.events), max_bytes, texts=True), err, tally)
         )
         async with AsyncExitStack() as stack:
             if view is not None:

@@ -41,7 +41,7 @@ from loopwatch.detectors.events import (
     chain_of,
     run_scope,
 )
-from loopwatch.detectors.stable_json import canonical_bytes, encodable, wire_enc_hook
+from loopwatch.detectors.stable_json import canonical_bytes, encodable, plain, wire_enc_hook
 from loopwatch.streams.fleet_view.chain_tree import CYCLE, PARENT_NOT_SEEN, ROOT_NOT_SEEN, chain_layout
 from loopwatch.streams.fleet_view.fleet_stats import result_failed
 
@@ -310,6 +310,7 @@ class RunActivity:
     def _preview(self, value: Any) -> str | None:
         if not self.previews or value is UNSET:
             return None
+        value = plain(value)  # (the value as it would be decoded, not the text as it came)
         try:
             text = value if isinstance(value, str) else _PREVIEW.encode(value).decode("utf-8", "replace")
         except (TypeError, ValueError, OverflowError):  # (a lone surrogate inside: UnicodeEncodeError)

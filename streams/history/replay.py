@@ -197,7 +197,7 @@ def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) ->
     on_terminal = Console(file=err).is_terminal
     with Progress(console=Console(file=err), transient=True, disable=not on_terminal) as progress:
         task = progress.add_task("reading history", total=None)
-        for item in read_sourced_events(lines, max_bytes):
+        for item in read_sourced_events(lines, max_bytes, texts=True):
             if isinstance(item, BadLine):
                 skipped += 1
                 print(f"loopwatch: skipped invalid event at {item}", file=err)

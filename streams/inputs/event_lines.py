@@ -42,8 +42,11 @@ def is_wide_text(first_line: bytes) -> bool:
     return first_line.startswith(_WIDE_MARKS) or b"\x00" in first_line[:2]
 
 
-def decode_line(source: str, number: int, raw: bytes, max_bytes: int = 1_048_576) -> Event | BadLine | None:
-    """Line ``number`` of ``source``: its event, a :class:`BadLine`, or ``None`` when blank."""
+def decode_line(
+    source: str, number: int, raw: bytes, max_bytes: int = 1_048_576, texts: bool = False
+) -> Event | BadLine | None:
+    """Line ``number`` of ``source``: its event, a :class:`BadLine`, or ``None`` when blank
+    (``texts``: as :func:`~detectors.decoding.decode_event` takes it, for the engine)."""
     if number == 1 and is_wide_text(raw):
         return BadLine(source, number, WIDE_TEXT)
     line = raw.strip()
@@ -54,13 +57,13 @@ def decode_line(source: str, number: int, raw: bytes, max_bytes: int = 1_048_576
     if len(line) > max_bytes:
         return BadLine(source, number, f"event of {len(line)} bytes exceeds the limit of {max_bytes}")
     try:
-        return decode_event(line)
+        return decode_event(line, texts)
     except InvalidEvent as exc:
         return BadLine(source, number, exc.reason)
 
 
 def read_sourced_events(
-    lines: Iterable[tuple[str, bytes]], max_bytes: int = 1_048_576
+    lines: Iterable[tuple[str, bytes]], max_bytes: int = 1_048_576, texts: bool = False
 ) -> Iterator[Event | BadLine]:
     """Decode each non-blank ``(source, line)``; yield the event or a :class:`BadLine` (one for
     a source in UTF-16 or UTF-32, whose other lines are not read)."""
@@ -70,7 +73,7 @@ def read_sourced_events(
         if source in wide:
             continue
         number = numbers[source] = numbers.get(source, 0) + 1
-        item = decode_line(source, number, raw, max_bytes)
+        item = decode_line(source, number, raw, max_bytes, texts)
         if item is not None:
             if type(item) is BadLine and item.reason is WIDE_TEXT:
                 wide.add(source)

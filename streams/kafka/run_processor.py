@@ -382,7 +382,7 @@ class RunProcessor:
             await self._refuse(record, f"event of {len(value)} bytes exceeds the limit of {limit}")
             return "invalid"
         try:
-            event = decode_event(value)
+            event = decode_event(value, texts=True)  # (params and results hashed from their text)
             key = run_scope(event).encode()
         except InvalidEvent as exc:
             await self._refuse(record, exc.reason)

@@ -28,8 +28,13 @@ _CHILD = r"""
 import gc, sys, time
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.settings import DetectorSettings
-from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.decoding import decode_event as decode_plain
 from loopwatch.detectors.engine import Engine
+try:  # the text of params and results kept, as the worker keeps it (where the tree can)
+    decode_plain(b'{"type":"run_end","event_id":"e","run_id":"r"}', texts=True)
+    decode_event = lambda line: decode_plain(line, texts=True)
+except TypeError:
+    decode_event = decode_plain
 
 path, decoded, passes = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
 lines = [line for line in open(path, "rb").read().splitlines() if line.strip()]

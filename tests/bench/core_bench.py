@@ -148,7 +148,7 @@ def with_decoding(lines: list[bytes], config: FleetConfig) -> Run:
         engine = Engine(config)
         process = engine.process
         for line in lines:
-            process(decode_event(line))
+            process(decode_event(line, texts=True))
 
     return run
 
@@ -208,7 +208,7 @@ OWN_RULES_ON = {"runNoProgress": {"enabled": True}, "editUndo": {"enabled": True
 def own_rules_cost(repeats: int) -> None:
     """The healthy workload with loopwatch's own rules (F3-F5) on and off, side by side."""
     lines = to_wire(ensure(BENCH_DIR, "healthy").read_bytes())
-    events = [decode_event(line) for line in lines]
+    events = [decode_event(line, texts=True) for line in lines]
     off = config_for("xxh3", 30)
     on = replace(off, global_rules=OWN_RULES_ON)
     calls = len(lines) // 2
@@ -307,7 +307,7 @@ def bench(names: list[str], repeats: int, side: OpenClawSide) -> int:  # noqa: C
     for name in names:
         path = ensure(BENCH_DIR, name)
         wire = to_wire(path.read_bytes())
-        decoded = [decode_event(line) for line in wire]
+        decoded = [decode_event(line, texts=True) for line in wire]
         order = by_run(decoded)  # decoded and grouped by run before timing
         lines = [wire[index] for index in order]
         events = [decoded[index] for index in order]

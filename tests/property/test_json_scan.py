@@ -13,13 +13,7 @@ them, so their absence fails here instead of leaving the fast path untested.
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-import os
 import platform
-import shutil
-import subprocess
-import sysconfig
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -42,45 +36,13 @@ from loopwatch.detectors.stable_json import (
     from_python,
     stable_stringify,
 )
-from tests.helpers import ROOT
+from tests.native_modules import built_module, portable_module
 from tests.property.strategies import json_values
 
-
-def _built_module(stem: str) -> ModuleType:
-    name = f"loopwatch.detectors.{stem}"
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = ROOT / "detectors" / f"{stem}{suffix}"
-        if path.exists():
-            spec = importlib.util.spec_from_file_location(name, path)
-            assert spec is not None
-            assert spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module
-    raise AssertionError(f"detectors/{stem}.c is not built: run `make setup`")
-
-
-def _portable_encoder(directory: Path) -> ModuleType:
-    """``_stable_bytes.c`` built without SIMD (what an ARM machine runs), with the C compiler."""
-    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    assert compiler is not None, "no C compiler: make setup needs one too"
-    target = directory / f"_stable_bytes{importlib.machinery.EXTENSION_SUFFIXES[0]}"
-    include = sysconfig.get_paths()["include"]
-    source = ROOT / "detectors" / "_stable_bytes.c"
-    command = [compiler, "-O2", "-shared", "-fPIC", "-DLOOPWATCH_PORTABLE", f"-I{include}", str(source), "-o"]
-    subprocess.run([*command, str(target)], check=True, capture_output=True)
-    spec = importlib.util.spec_from_file_location("loopwatch.detectors._stable_bytes", target)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-NATIVE = _built_module("_json_scan")
-ENCODER = _built_module("_stable_bytes")
+NATIVE = built_module("_json_scan")
+ENCODER = built_module("_stable_bytes")
 ENCODER.bind(JSNumber, _number_json, UNDEFINED)
-PORTABLE = _portable_encoder(Path(tempfile.mkdtemp(prefix="loopwatch-portable-")))
+PORTABLE = portable_module("_stable_bytes", Path(tempfile.mkdtemp(prefix="loopwatch-portable-")))
 PORTABLE.bind(JSNumber, _number_json, UNDEFINED)
 DEFAULT_SCAN = ENCODER.block_scan()
 

@@ -1,0 +1,1095 @@
+/* stableStringify straight from JSON text, for the params and results of wire events
+ * (detectors/raw_json.py has the same functions in Python, and says what they are for).
+ *
+ * canonical(raw) -> bytes | None: the UTF-8 bytes of OpenClaw's stableStringify(JSON.parse(raw))
+ * (spec section 3.1), the bytes detectors.stable_json.canonical_bytes gives for the value the
+ * wire decoder makes of raw.
+ *
+ * outcome(raw) -> (bytes, is_object, loop_veto, unchanged) | None: for a tool result's JSON,
+ * the canonical bytes it hashes as in the general case of spec section 3.3 - of
+ * {"details": details or {}, "text": the trimmed text of its content blocks} for an object, of
+ * the value itself for anything else - whether it is an object, whether its details say the
+ * detector's own loop veto (status "blocked", deniedReason "tool-loop"), and whether they say
+ * changed: false.
+ *
+ * utf8_valid(raw) -> bool: whether raw is valid UTF-8.
+ *
+ * canonical and outcome answer None where they cannot be sure: not valid JSON or not valid UTF-8 (the Python
+ * decoder then says what is wrong), a number with a fraction or an exponent or beyond 2**53
+ * (JavaScript's number text is the Python path's), a lone surrogate escape, an object key
+ * outside the Basic Multilingual Plane (its UTF-16 order is not its UTF-8 order), nesting
+ * deeper than MAX_DEPTH. The caller then decodes the value and takes the general path.
+ *
+ * The JSON is read once into a flat tree (nodes in document order, decoded strings in one
+ * buffer), then written: object members sorted by key (the last of equal keys kept, as
+ * JSON.parse keeps it), strings with JSON.stringify's escapes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 32
+#define STACK_NODES 128
+#define STACK_TEXT 2048
+#define STACK_OUT 1024
+
+enum { J_NULL, J_FALSE, J_TRUE, J_NUMBER, J_STRING, J_ARRAY, J_OBJECT };
+
+/* One value. Strings and numbers: their decoded bytes (a number's canonical text) at ``text``,
+ * ``size`` long: inside the JSON itself where they need no decoding (most), else in the tree's
+ * buffer of decoded strings. Arrays and objects: ``count`` children (an object's are key,
+ * value, key, value...) from the next node on; ``end``: the node after the whole subtree,
+ * where the next sibling is. */
+typedef struct {
+    const char *text;
+    uint32_t size, count, end;
+    uint8_t kind;
+    uint8_t astral; /* a string holding a code point beyond U+FFFF */
+    uint8_t plain;  /* a string whose JSON text is its canonical text (no escape in it) */
+} Node;
+
+/* The decoded strings never outgrow the JSON they come from: their buffer is that large from
+ * the first string with an escape on (pointers into it stay valid). */
+typedef struct {
+    const unsigned char *at, *stop;
+    Node *nodes;
+    Py_ssize_t n_nodes, cap_nodes;
+    char *text;
+    Py_ssize_t n_text, json_size;
+    int failed; /* a Python error is set (out of memory) */
+    Node stack_nodes[STACK_NODES];
+    char stack_text[STACK_TEXT];
+} Tree;
+
+typedef struct {
+    char *data;
+    Py_ssize_t size, capacity;
+    int heap;
+    char stack[STACK_OUT];
+} Out;
+
+/* ----- growable buffers ----- */
+
+static int grow_buffer(void **data, Py_ssize_t *capacity, Py_ssize_t need, size_t item, void *stack) {
+    Py_ssize_t capacity_now = *capacity * 2;
+    while (capacity_now < need) {
+        capacity_now *= 2;
+    }
+    void *grown;
+    if (*data == stack) {
+        grown = PyMem_Malloc((size_t)capacity_now * item);
+        if (grown != NULL) {
+            memcpy(grown, stack, (size_t)*capacity * item);
+        }
+    } else {
+        grown = PyMem_Realloc(*data, (size_t)capacity_now * item);
+    }
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *data = grown;
+    *capacity = capacity_now;
+    return 0;
+}
+
+/* The buffer of decoded strings, made on the first string with an escape. */
+static int text_buffer(Tree *tree) {
+    if (tree->text != NULL) {
+        return 0;
+    }
+    if (tree->json_size <= STACK_TEXT) {
+        tree->text = tree->stack_text;
+        return 0;
+    }
+    tree->text = PyMem_Malloc((size_t)tree->json_size);
+    if (tree->text == NULL) {
+        PyErr_NoMemory();
+        tree->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+static Node *new_node(Tree *tree, int kind) {
+    if (tree->n_nodes == tree->cap_nodes) {
+        if (tree->n_nodes >= UINT32_MAX ||
+            grow_buffer((void **)&tree->nodes, &tree->cap_nodes, tree->n_nodes + 1, sizeof(Node),
+                        tree->stack_nodes) < 0) {
+            tree->failed = tree->n_nodes < UINT32_MAX;
+            return NULL;
+        }
+    }
+    Node *node = &tree->nodes[tree->n_nodes++];
+    node->kind = (uint8_t)kind;
+    node->astral = 0;
+    node->plain = 0;
+    node->text = NULL;
+    node->size = node->count = node->end = 0;
+    return node;
+}
+
+static int out_reserve(Out *out, Py_ssize_t more) {
+    if (out->size + more <= out->capacity) {
+        return 0;
+    }
+    if (!out->heap) {
+        Py_ssize_t capacity = out->capacity * 2;
+        while (capacity < out->size + more) {
+            capacity *= 2;
+        }
+        char *grown = PyMem_Malloc((size_t)capacity);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(grown, out->data, (size_t)out->size);
+        out->data = grown;
+        out->capacity = capacity;
+        out->heap = 1;
+        return 0;
+    }
+    return grow_buffer((void **)&out->data, &out->capacity, out->size + more, 1, NULL);
+}
+
+static int out_put(Out *out, const char *data, Py_ssize_t size) {
+    if (out_reserve(out, size) < 0) {
+        return -1;
+    }
+    memcpy(out->data + out->size, data, (size_t)size);
+    out->size += size;
+    return 0;
+}
+
+/* ----- reading ----- */
+
+static void skip_space(Tree *tree) {
+    while (tree->at < tree->stop &&
+           (*tree->at == ' ' || *tree->at == '\n' || *tree->at == '\r' || *tree->at == '\t')) {
+        tree->at++;
+    }
+}
+
+static int hex_digit(unsigned char c) {
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    c |= 0x20;
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+static int read_hex4(Tree *tree, uint32_t *value) {
+    if (tree->stop - tree->at < 4) {
+        return -1;
+    }
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        int d = hex_digit(tree->at[i]);
+        if (d < 0) {
+            return -1;
+        }
+        v = v << 4 | (uint32_t)d;
+    }
+    tree->at += 4;
+    *value = v;
+    return 0;
+}
+
+static void put_utf8(char *dest, Py_ssize_t *size, uint32_t c) {
+    unsigned char *d = (unsigned char *)dest + *size;
+    if (c < 0x80) {
+        d[0] = (unsigned char)c;
+        *size += 1;
+    } else if (c < 0x800) {
+        d[0] = (unsigned char)(0xC0 | c >> 6);
+        d[1] = (unsigned char)(0x80 | (c & 0x3F));
+        *size += 2;
+    } else if (c < 0x10000) {
+        d[0] = (unsigned char)(0xE0 | c >> 12);
+        d[1] = (unsigned char)(0x80 | (c >> 6 & 0x3F));
+        d[2] = (unsigned char)(0x80 | (c & 0x3F));
+        *size += 3;
+    } else {
+        d[0] = (unsigned char)(0xF0 | c >> 18);
+        d[1] = (unsigned char)(0x80 | (c >> 12 & 0x3F));
+        d[2] = (unsigned char)(0x80 | (c >> 6 & 0x3F));
+        d[3] = (unsigned char)(0x80 | (c & 0x3F));
+        *size += 4;
+    }
+}
+
+/* The length of the valid UTF-8 sequence at ``at`` (no overlong form, no surrogate, at most
+ * U+10FFFF), 0 if there is none; ``astral`` set for a four-byte one. */
+static int utf8_sequence(const unsigned char *at, const unsigned char *stop, int *astral) {
+    unsigned char c = at[0];
+    Py_ssize_t left = stop - at;
+    if (c >= 0xC2 && c <= 0xDF) {
+        return left >= 2 && (at[1] & 0xC0) == 0x80 ? 2 : 0;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (left < 3 || (at[1] & 0xC0) != 0x80 || (at[2] & 0xC0) != 0x80) {
+            return 0;
+        }
+        if ((c == 0xE0 && at[1] < 0xA0) || (c == 0xED && at[1] >= 0xA0)) {
+            return 0;
+        }
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (left < 4 || (at[1] & 0xC0) != 0x80 || (at[2] & 0xC0) != 0x80 || (at[3] & 0xC0) != 0x80) {
+            return 0;
+        }
+        if ((c == 0xF0 && at[1] < 0x90) || (c == 0xF4 && at[1] >= 0x90)) {
+            return 0;
+        }
+        *astral = 1;
+        return 4;
+    }
+    return 0;
+}
+
+/* Bytes that stand for themselves in a JSON string and in JSON.stringify's output: printable
+ * ASCII but '"' and '\\' (bytes from 0x80 on are UTF-8, checked one sequence at a time). */
+static unsigned char PLAIN[256];
+
+static void plain_table(void) {
+    for (int c = 0x20; c < 0x80; c++) {
+        PLAIN[c] = c != '"' && c != '\\';
+    }
+}
+
+/* The first byte from ``at`` on that is not PLAIN (``stop`` if none): 16 at a time where SSE2
+ * is (every x86-64), one at a time elsewhere and for the tail. */
+#if defined(__SSE2__) && !defined(LOOPWATCH_PORTABLE)
+#include <emmintrin.h>
+
+static inline const unsigned char *plain_run(const unsigned char *at, const unsigned char *stop) {
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    while (stop - at >= 16) {
+        __m128i block = _mm_loadu_si128((const __m128i *)at);
+        /* signed: bytes from 0x80 on are below 0x20 too (UTF-8, checked by the caller) */
+        __m128i special = _mm_or_si128(_mm_cmpeq_epi8(block, quote), _mm_cmpeq_epi8(block, backslash));
+        unsigned int mask = (unsigned int)_mm_movemask_epi8(_mm_or_si128(special, _mm_cmplt_epi8(block, space)));
+        if (mask) {
+            return at + __builtin_ctz(mask);
+        }
+        at += 16;
+    }
+    while (at < stop && PLAIN[*at]) {
+        at++;
+    }
+    return at;
+}
+
+/* The first byte from ``at`` on that JSON.stringify escapes ('"', '\\', a control character). */
+static inline const unsigned char *unescaped_run(const unsigned char *at, const unsigned char *stop) {
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20),
+                  minus_one = _mm_set1_epi8(-1);
+    while (stop - at >= 16) {
+        __m128i block = _mm_loadu_si128((const __m128i *)at);
+        __m128i special = _mm_or_si128(_mm_cmpeq_epi8(block, quote), _mm_cmpeq_epi8(block, backslash));
+        __m128i control = _mm_and_si128(_mm_cmplt_epi8(block, space), _mm_cmpgt_epi8(block, minus_one));
+        unsigned int mask = (unsigned int)_mm_movemask_epi8(_mm_or_si128(special, control));
+        if (mask) {
+            return at + __builtin_ctz(mask);
+        }
+        at += 16;
+    }
+    while (at < stop && (PLAIN[*at] || *at >= 0x80)) {
+        at++;
+    }
+    return at;
+}
+#else
+static inline const unsigned char *plain_run(const unsigned char *at, const unsigned char *stop) {
+    while (at < stop && PLAIN[*at]) {
+        at++;
+    }
+    return at;
+}
+
+static inline const unsigned char *unescaped_run(const unsigned char *at, const unsigned char *stop) {
+    while (at < stop && (PLAIN[*at] || *at >= 0x80)) {
+        at++;
+    }
+    return at;
+}
+#endif
+
+/* The escapes and UTF-8 of a string from ``at`` (after its opening quote, or where its first
+ * escape is) to its closing quote, decoded into the buffer at ``size``. */
+static int decode_string(Tree *tree, const unsigned char *at, Py_ssize_t *size, int *astral) {
+    const unsigned char *stop = tree->stop;
+    char *text = tree->text;
+    Py_ssize_t n = *size;
+    for (;;) {
+        const unsigned char *run = at;
+        at = plain_run(at, stop);
+        memcpy(text + n, run, (size_t)(at - run));
+        n += at - run;
+        if (at >= stop) {
+            return -1;
+        }
+        unsigned char c = *at;
+        if (c == '"') {
+            tree->at = at + 1;
+            *size = n;
+            return 0;
+        }
+        if (c >= 0x80) {
+            int length = utf8_sequence(at, stop, astral);
+            if (length == 0) {
+                return -1;
+            }
+            memcpy(text + n, at, (size_t)length);
+            n += length;
+            at += length;
+            continue;
+        }
+        if (c != '\\' || stop - at < 2) {
+            return -1; /* a control character, or the input ends */
+        }
+        unsigned char e = at[1];
+        at += 2;
+        switch (e) {
+        case '"': text[n++] = '"'; break;
+        case '\\': text[n++] = '\\'; break;
+        case '/': text[n++] = '/'; break;
+        case 'b': text[n++] = '\b'; break;
+        case 'f': text[n++] = '\f'; break;
+        case 'n': text[n++] = '\n'; break;
+        case 'r': text[n++] = '\r'; break;
+        case 't': text[n++] = '\t'; break;
+        case 'u': {
+            uint32_t unit;
+            tree->at = at;
+            if (read_hex4(tree, &unit) < 0) {
+                return -1;
+            }
+            at = tree->at;
+            if (unit >= 0xD800 && unit <= 0xDBFF) {
+                uint32_t low;
+                if (stop - at < 6 || at[0] != '\\' || at[1] != 'u') {
+                    return -1; /* a lone surrogate: the Python path sanitises it */
+                }
+                tree->at = at + 2;
+                if (read_hex4(tree, &low) < 0 || low < 0xDC00 || low > 0xDFFF) {
+                    return -1;
+                }
+                at = tree->at;
+                unit = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+                *astral = 1;
+            } else if (unit >= 0xDC00 && unit <= 0xDFFF) {
+                return -1;
+            }
+            put_utf8(text, &n, unit); /* (never longer than its escape) */
+            break;
+        }
+        default:
+            return -1;
+        }
+    }
+}
+
+/* A string (``at`` on its opening quote): where it needs no decoding (no escape), the JSON
+ * text itself, else decoded into the buffer. */
+static int read_string(Tree *tree, Node *node) {
+    const unsigned char *start = tree->at + 1, *at = start, *stop = tree->stop;
+    int astral = 0;
+    for (;;) {
+        at = plain_run(at, stop);
+        if (at >= stop) {
+            return -1;
+        }
+        if (*at == '"') {
+            node->text = (const char *)start;
+            node->size = (uint32_t)(at - start);
+            node->astral = (uint8_t)astral;
+            node->plain = 1;
+            tree->at = at + 1;
+            return 0;
+        }
+        if (*at < 0x80) {
+            break; /* an escape (or a control character: decode_string refuses it) */
+        }
+        int length = utf8_sequence(at, stop, &astral);
+        if (length == 0) {
+            return -1;
+        }
+        at += length;
+    }
+    if (text_buffer(tree) < 0) {
+        return -1;
+    }
+    Py_ssize_t begin = tree->n_text, size = begin + (at - start);
+    memcpy(tree->text + begin, start, (size_t)(at - start));
+    if (decode_string(tree, at, &size, &astral) < 0) {
+        return -1;
+    }
+    node->text = tree->text + begin;
+    node->size = (uint32_t)(size - begin);
+    node->astral = (uint8_t)astral;
+    tree->n_text = size;
+    return 0;
+}
+
+#define MAX_SAFE "9007199254740992" /* 2**53: JavaScript keeps every integer up to it exactly */
+
+/* An integer within 2**53 (anything else is the Python path's), its text kept as JSON has it
+ * ("-0" as "0", JSON.stringify's text for negative zero). */
+static int read_number(Tree *tree, Node *node) {
+    const unsigned char *start = tree->at;
+    int negative = 0;
+    if (tree->at < tree->stop && *tree->at == '-') {
+        negative = 1;
+        tree->at++;
+    }
+    const unsigned char *digits = tree->at;
+    if (tree->at >= tree->stop || *tree->at < '0' || *tree->at > '9') {
+        return -1;
+    }
+    if (*tree->at == '0') {
+        tree->at++;
+    } else {
+        while (tree->at < tree->stop && *tree->at >= '0' && *tree->at <= '9') {
+            tree->at++;
+        }
+    }
+    if (tree->at < tree->stop && (*tree->at == '.' || *tree->at == 'e' || *tree->at == 'E')) {
+        return -1;
+    }
+    Py_ssize_t length = tree->at - digits;
+    if (length > 16 || (length == 16 && memcmp(digits, MAX_SAFE, 16) > 0)) {
+        return -1;
+    }
+    if (negative && length == 1 && digits[0] == '0') {
+        start = digits;
+    }
+    node->text = (const char *)start;
+    node->size = (uint32_t)(tree->at - start);
+    return 0;
+}
+
+static int read_literal(Tree *tree, const char *word, Py_ssize_t size) {
+    if (tree->stop - tree->at < size || memcmp(tree->at, word, (size_t)size) != 0) {
+        return -1;
+    }
+    tree->at += size;
+    return 0;
+}
+
+/* One value (white space before it skipped by the caller); its node and subtree appended. */
+static int read_value(Tree *tree, int depth) {
+    if (tree->at >= tree->stop) {
+        return -1;
+    }
+    unsigned char c = *tree->at;
+    Py_ssize_t index = tree->n_nodes;
+    Node *node;
+    switch (c) {
+    case '"':
+        node = new_node(tree, J_STRING);
+        if (node == NULL || read_string(tree, node) < 0) {
+            return -1;
+        }
+        break;
+    case 'n':
+        if (new_node(tree, J_NULL) == NULL || read_literal(tree, "null", 4) < 0) {
+            return -1;
+        }
+        break;
+    case 't':
+        if (new_node(tree, J_TRUE) == NULL || read_literal(tree, "true", 4) < 0) {
+            return -1;
+        }
+        break;
+    case 'f':
+        if (new_node(tree, J_FALSE) == NULL || read_literal(tree, "false", 5) < 0) {
+            return -1;
+        }
+        break;
+    case '[':
+    case '{': {
+        int object = c == '{';
+        uint32_t count = 0;
+        if (depth >= MAX_DEPTH || new_node(tree, object ? J_OBJECT : J_ARRAY) == NULL) {
+            return -1;
+        }
+        tree->at++;
+        skip_space(tree);
+        if (tree->at < tree->stop && *tree->at == (object ? '}' : ']')) {
+            tree->at++;
+            break;
+        }
+        for (;;) {
+            if (object) {
+                if (tree->at >= tree->stop || *tree->at != '"') {
+                    return -1;
+                }
+                Node *key = new_node(tree, J_STRING);
+                if (key == NULL || read_string(tree, key) < 0) {
+                    return -1;
+                }
+                key->end = (uint32_t)tree->n_nodes;
+                skip_space(tree);
+                if (tree->at >= tree->stop || *tree->at != ':') {
+                    return -1;
+                }
+                tree->at++;
+                skip_space(tree);
+                count++;
+            }
+            if (read_value(tree, depth + 1) < 0) {
+                return -1;
+            }
+            count++;
+            skip_space(tree);
+            if (tree->at < tree->stop && *tree->at == ',') {
+                tree->at++;
+                skip_space(tree);
+                continue;
+            }
+            if (tree->at < tree->stop && *tree->at == (object ? '}' : ']')) {
+                tree->at++;
+                break;
+            }
+            return -1;
+        }
+        tree->nodes[index].count = count;
+        break;
+    }
+    default:
+        node = new_node(tree, J_NUMBER);
+        if (node == NULL || read_number(tree, node) < 0) {
+            return -1;
+        }
+    }
+    tree->nodes[index].end = (uint32_t)tree->n_nodes;
+    return 0;
+}
+
+static void tree_init(Tree *tree, const char *data, Py_ssize_t size) {
+    tree->at = (const unsigned char *)data;
+    tree->stop = tree->at + size;
+    tree->nodes = tree->stack_nodes;
+    tree->n_nodes = 0;
+    tree->cap_nodes = STACK_NODES;
+    tree->text = NULL;
+    tree->n_text = 0;
+    tree->json_size = size;
+    tree->failed = 0;
+}
+
+static void tree_free(Tree *tree) {
+    if (tree->nodes != tree->stack_nodes) {
+        PyMem_Free(tree->nodes);
+    }
+    if (tree->text != NULL && tree->text != tree->stack_text) {
+        PyMem_Free(tree->text);
+    }
+}
+
+/* The whole of ``data`` as one JSON value: 0, or -1 (not sure; ``failed`` if an error is set). */
+static int tree_read(Tree *tree, const char *data, Py_ssize_t size) {
+    tree_init(tree, data, size);
+    skip_space(tree);
+    if (read_value(tree, 0) < 0) {
+        return -1;
+    }
+    skip_space(tree);
+    return tree->at == tree->stop ? 0 : -1;
+}
+
+/* ----- writing ----- */
+
+static const char SHORT_ESCAPE[128] = {
+    ['\b'] = 'b', ['\t'] = 't', ['\n'] = 'n', ['\f'] = 'f', ['\r'] = 'r', ['"'] = '"', ['\\'] = '\\',
+};
+
+/* JSON.stringify's text of a decoded UTF-8 string. */
+static int write_string(Out *out, const char *text, Py_ssize_t size) {
+    static const char hex[] = "0123456789abcdef";
+    if (out_reserve(out, size * 6 + 2) < 0) { /* the longest: every byte a \u00xx escape */
+        return -1;
+    }
+    const unsigned char *at = (const unsigned char *)text, *stop = at + size;
+    char *d = out->data + out->size;
+    *d++ = '"';
+    while (at < stop) {
+        const unsigned char *run = at;
+        at = unescaped_run(at, stop);
+        memcpy(d, run, (size_t)(at - run));
+        d += at - run;
+        if (at == stop) {
+            break;
+        }
+        unsigned char c = *at++;
+        if (SHORT_ESCAPE[c]) {
+            *d++ = '\\';
+            *d++ = SHORT_ESCAPE[c];
+        } else {
+            memcpy(d, "\\u00", 4);
+            d[4] = hex[c >> 4];
+            d[5] = hex[c & 15];
+            d += 6;
+        }
+    }
+    *d++ = '"';
+    out->size = d - out->data;
+    return 0;
+}
+
+/* A string that needs no escape, quoted. */
+static int write_plain(Out *out, const char *text, Py_ssize_t size) {
+    if (out_reserve(out, size + 2) < 0) {
+        return -1;
+    }
+    char *d = out->data + out->size;
+    d[0] = '"';
+    memcpy(d + 1, text, (size_t)size);
+    d[size + 1] = '"';
+    out->size += size + 2;
+    return 0;
+}
+
+/* A string node: its JSON text as it is where that is already JSON.stringify's. */
+static int write_string_node(Out *out, const Node *node) {
+    return node->plain ? write_plain(out, node->text, node->size) : write_string(out, node->text, node->size);
+}
+
+#define STACK_MEMBERS 16
+
+typedef struct {
+    const char *key;
+    uint32_t size, node; /* the key's node; its value is the node after it */
+} Member;
+
+static int member_order(const void *a, const void *b) {
+    const Member *x = a, *y = b;
+    uint32_t common = x->size < y->size ? x->size : y->size;
+    int order = memcmp(x->key, y->key, common);
+    if (order == 0 && x->size != y->size) {
+        order = x->size < y->size ? -1 : 1;
+    }
+    if (order == 0) { /* equal keys: in document order, the last is kept */
+        order = x->node < y->node ? -1 : 1;
+    }
+    return order;
+}
+
+static int write_node(Out *out, const Tree *tree, uint32_t index);
+
+/* An object's members sorted, the last of equal keys only: their count in ``members``, -1
+ * where unsure (a key beyond the BMP) or out of memory (``*failed``). */
+static Py_ssize_t sorted_members(const Tree *tree, uint32_t index, Member **members, Member *stack,
+                                 Py_ssize_t stack_size, int *failed) {
+    const Node *node = &tree->nodes[index];
+    Py_ssize_t n = node->count / 2;
+    Member *list = n <= stack_size ? stack : PyMem_Malloc((size_t)n * sizeof(Member));
+    if (list == NULL) {
+        PyErr_NoMemory();
+        *failed = 1;
+        return -1;
+    }
+    uint32_t child = index + 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Node *key = &tree->nodes[child];
+        if (key->astral) {
+            if (list != stack) {
+                PyMem_Free(list);
+            }
+            return -1;
+        }
+        list[i].key = key->text;
+        list[i].size = key->size;
+        list[i].node = child;
+        child = tree->nodes[child + 1].end;
+    }
+    if (n > 1) {
+        if (n <= STACK_MEMBERS) { /* a few members: insertion sort (no call per comparison) */
+            for (Py_ssize_t i = 1; i < n; i++) {
+                Member item = list[i];
+                Py_ssize_t j = i;
+                while (j > 0 && member_order(&list[j - 1], &item) > 0) {
+                    list[j] = list[j - 1];
+                    j--;
+                }
+                list[j] = item;
+            }
+        } else {
+            qsort(list, (size_t)n, sizeof(Member), member_order);
+        }
+        Py_ssize_t kept = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + 1 < n && list[i].size == list[i + 1].size &&
+                memcmp(list[i].key, list[i + 1].key, list[i].size) == 0) {
+                continue; /* a later one of the same key follows */
+            }
+            list[kept++] = list[i];
+        }
+        n = kept;
+    }
+    *members = list;
+    return n;
+}
+
+
+/* 0 written, 1 unsure, -1 error set */
+static int write_node(Out *out, const Tree *tree, uint32_t index) {
+    const Node *node = &tree->nodes[index];
+    switch (node->kind) {
+    case J_NULL:
+        return out_put(out, "null", 4);
+    case J_TRUE:
+        return out_put(out, "true", 4);
+    case J_FALSE:
+        return out_put(out, "false", 5);
+    case J_NUMBER:
+        return out_put(out, node->text, node->size);
+    case J_STRING:
+        return write_string_node(out, node);
+    case J_ARRAY: {
+        if (out_put(out, "[", 1) < 0) {
+            return -1;
+        }
+        uint32_t child = index + 1;
+        for (uint32_t i = 0; i < node->count; i++) {
+            if (i && out_put(out, ",", 1) < 0) {
+                return -1;
+            }
+            int status = write_node(out, tree, child);
+            if (status != 0) {
+                return status;
+            }
+            child = tree->nodes[child].end;
+        }
+        return out_put(out, "]", 1);
+    }
+    default: {
+        Member stack[STACK_MEMBERS], *members;
+        int failed = 0;
+        Py_ssize_t n = sorted_members(tree, index, &members, stack, STACK_MEMBERS, &failed);
+        if (n < 0) {
+            return failed ? -1 : 1;
+        }
+        int status = out_put(out, "{", 1);
+        for (Py_ssize_t i = 0; i < n && status == 0; i++) {
+            if (i) {
+                status = out_put(out, ",", 1);
+            }
+            if (status == 0) {
+                status = write_string_node(out, &tree->nodes[members[i].node]);
+            }
+            if (status == 0) {
+                status = out_put(out, ":", 1);
+            }
+            if (status == 0) {
+                status = write_node(out, tree, members[i].node + 1);
+            }
+        }
+        if (members != stack) {
+            PyMem_Free(members);
+        }
+        return status != 0 ? status : out_put(out, "}", 1);
+    }
+    }
+}
+
+static void out_init(Out *out) {
+    out->data = out->stack;
+    out->size = 0;
+    out->capacity = STACK_OUT;
+    out->heap = 0;
+}
+
+static PyObject *out_finish(Out *out) {
+    PyObject *bytes = PyBytes_FromStringAndSize(out->data, out->size);
+    if (out->heap) {
+        PyMem_Free(out->data);
+    }
+    return bytes;
+}
+
+static void out_drop(Out *out) {
+    if (out->heap) {
+        PyMem_Free(out->data);
+    }
+}
+
+/* ``raw``: bytes, or anything else holding bytes (msgspec.Raw). */
+static PyObject *canonical(PyObject *module, PyObject *raw) {
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    Tree tree;
+    int read = tree_read(&tree, view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (read < 0) {
+        int failed = tree.failed;
+        tree_free(&tree);
+        if (failed) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    Out out;
+    out_init(&out);
+    int status = write_node(&out, &tree, 0);
+    tree_free(&tree);
+    if (status != 0) {
+        out_drop(&out);
+        if (status < 0) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    return out_finish(&out);
+}
+
+/* The value of the last member ``name`` of the object at ``index``, 0 if it has none. */
+static uint32_t member(const Tree *tree, uint32_t index, const char *name) {
+    const Node *node = &tree->nodes[index];
+    size_t size = strlen(name);
+    uint32_t found = 0, child = index + 1;
+    for (uint32_t i = 0; i < node->count / 2; i++) {
+        const Node *key = &tree->nodes[child];
+        if (key->size == size && memcmp(key->text, name, size) == 0) {
+            found = child + 1;
+        }
+        child = tree->nodes[child + 1].end;
+    }
+    return found;
+}
+
+static int is_string(const Tree *tree, uint32_t index, const char *text) {
+    if (index == 0 || tree->nodes[index].kind != J_STRING) {
+        return 0;
+    }
+    const Node *node = &tree->nodes[index];
+    size_t size = strlen(text);
+    return node->size == size && memcmp(node->text, text, size) == 0;
+}
+
+/* JavaScript's white space and line terminators (String.prototype.trim) at ``at``: its UTF-8
+ * length, 0 if it is none. */
+static int js_space(const unsigned char *at, const unsigned char *stop) {
+    unsigned char c = at[0];
+    if (c == ' ' || (c >= '\t' && c <= '\r')) {
+        return 1;
+    }
+    if (c == 0xC2 && stop - at >= 2 && at[1] == 0xA0) {
+        return 2;
+    }
+    if (stop - at < 3) {
+        return 0;
+    }
+    uint32_t point = (uint32_t)(c & 0x0F) << 12 | (uint32_t)(at[1] & 0x3F) << 6 | (at[2] & 0x3F);
+    if (c < 0xE1 || c > 0xEF) {
+        return 0;
+    }
+    if (point == 0x1680 || (point >= 0x2000 && point <= 0x200A) || point == 0x2028 || point == 0x2029 ||
+        point == 0x202F || point == 0x205F || point == 0x3000 || point == 0xFEFF) {
+        return 3;
+    }
+    return 0;
+}
+
+/* ``text`` without JavaScript's white space at either end (valid UTF-8 in, so a code point
+ * ending at ``stop`` starts at most three bytes before it). */
+static void js_trim(const char **text, Py_ssize_t *size) {
+    const unsigned char *at = (const unsigned char *)*text, *stop = at + *size;
+    int length;
+    while (at < stop && (length = js_space(at, stop)) > 0) {
+        at += length;
+    }
+    while (stop > at) {
+        const unsigned char *last = stop - 1;
+        while (last > at && (*last & 0xC0) == 0x80) {
+            last--;
+        }
+        if (js_space(last, stop) != stop - last) {
+            break;
+        }
+        stop = last;
+    }
+    *text = (const char *)at;
+    *size = stop - at;
+}
+
+/* The text of a result's content blocks (OpenClaw's extractTextContent): the ``text`` of each
+ * object block whose ``type`` and ``text`` are strings, joined by newlines, trimmed. ``plain``:
+ * it is one block's JSON text (no escape to write again); several are joined in ``joined``. */
+static int content_text(const Tree *tree, uint32_t content, Out *joined, const char **text, Py_ssize_t *size,
+                        int *plain) {
+    *text = "";
+    *size = 0;
+    *plain = 0;
+    if (content == 0 || tree->nodes[content].kind != J_ARRAY) {
+        return 0;
+    }
+    uint32_t child = content + 1, found = 0;
+    const Node *first = NULL;
+    for (uint32_t i = 0; i < tree->nodes[content].count; i++) {
+        if (tree->nodes[child].kind == J_OBJECT) {
+            uint32_t kind = member(tree, child, "type"), part = member(tree, child, "text");
+            if (kind && tree->nodes[kind].kind == J_STRING && part && tree->nodes[part].kind == J_STRING) {
+                const Node *node = &tree->nodes[part];
+                if (found == 1 && out_put(joined, first->text, first->size) < 0) {
+                    return -1;
+                }
+                if (found >= 1 && (out_put(joined, "\n", 1) < 0 || out_put(joined, node->text, node->size) < 0)) {
+                    return -1;
+                }
+                first = found == 0 ? node : first;
+                found++;
+            }
+        }
+        child = tree->nodes[child].end;
+    }
+    if (found == 1) {
+        *text = first->text;
+        *size = first->size;
+        *plain = first->plain;
+    } else if (found > 1) {
+        *text = joined->data;
+        *size = joined->size;
+    }
+    js_trim(text, size); /* (a plain text stays plain: no white space it may lose is escaped) */
+    return 0;
+}
+
+static PyObject *outcome(PyObject *module, PyObject *raw) {
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    Tree tree;
+    int read = tree_read(&tree, view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (read < 0) {
+        int failed = tree.failed;
+        tree_free(&tree);
+        if (failed) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    Out out, joined;
+    out_init(&out);
+    out_init(&joined);
+    int is_object = tree.nodes[0].kind == J_OBJECT, veto = 0, unchanged = 0, status;
+    if (!is_object) {
+        status = write_node(&out, &tree, 0);
+    } else {
+        uint32_t details = member(&tree, 0, "details");
+        const char *text;
+        Py_ssize_t text_size;
+        int plain;
+        status = content_text(&tree, member(&tree, 0, "content"), &joined, &text, &text_size, &plain);
+        if (status == 0) {
+            status = out_put(&out, "{\"details\":", 11);
+        }
+        if (status == 0) {
+            if (details != 0 && tree.nodes[details].kind == J_OBJECT) {
+                veto = is_string(&tree, member(&tree, details, "status"), "blocked") &&
+                       is_string(&tree, member(&tree, details, "deniedReason"), "tool-loop");
+                uint32_t changed = member(&tree, details, "changed");
+                unchanged = changed != 0 && tree.nodes[changed].kind == J_FALSE;
+                status = write_node(&out, &tree, details);
+            } else {
+                status = out_put(&out, "{}", 2);
+            }
+        }
+        if (status == 0) {
+            status = out_put(&out, ",\"text\":", 8);
+        }
+        if (status == 0) {
+            status = plain ? write_plain(&out, text, text_size) : write_string(&out, text, text_size);
+        }
+        if (status == 0) {
+            status = out_put(&out, "}", 1);
+        }
+    }
+    tree_free(&tree);
+    out_drop(&joined);
+    if (status != 0) {
+        out_drop(&out);
+        if (status < 0) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    PyObject *bytes = out_finish(&out);
+    if (bytes == NULL) {
+        return NULL;
+    }
+    PyObject *answer = PyTuple_New(4);
+    if (answer == NULL) {
+        Py_DECREF(bytes);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(answer, 0, bytes);
+    PyTuple_SET_ITEM(answer, 1, Py_NewRef(is_object ? Py_True : Py_False));
+    PyTuple_SET_ITEM(answer, 2, Py_NewRef(veto ? Py_True : Py_False));
+    PyTuple_SET_ITEM(answer, 3, Py_NewRef(unchanged ? Py_True : Py_False));
+    return answer;
+}
+
+/* Whether ``raw`` is valid UTF-8 (what Python's UTF-8 decoder takes): ASCII 8 bytes at a time. */
+static PyObject *utf8_valid(PyObject *module, PyObject *raw) {
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *at = view.buf, *stop = at + view.len;
+    int valid = 1, astral = 0;
+    while (at < stop) {
+        if (stop - at >= 8) {
+            uint64_t word;
+            memcpy(&word, at, sizeof word);
+            if ((word & 0x8080808080808080ULL) == 0) {
+                at += 8;
+                continue;
+            }
+        }
+        if (*at < 0x80) {
+            at++;
+            continue;
+        }
+        int length = utf8_sequence(at, stop, &astral);
+        if (length == 0) {
+            valid = 0;
+            break;
+        }
+        at += length;
+    }
+    PyBuffer_Release(&view);
+    return Py_NewRef(valid ? Py_True : Py_False);
+}
+
+static PyMethodDef methods[] = {
+    {"canonical", canonical, METH_O, "stableStringify of a JSON text's value as UTF-8 bytes, or None where unsure."},
+    {"outcome", outcome, METH_O,
+     "A result's canonical outcome bytes with (is_object, loop_veto, unchanged), or None where unsure."},
+    {"utf8_valid", utf8_valid, METH_O, "Whether the bytes are valid UTF-8."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "loopwatch.detectors._raw_json",
+    .m_doc = "stableStringify straight from JSON text (see raw_json.py).",
+    .m_size = 0,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__raw_json(void) {
+    plain_table();
+    return PyModule_Create(&module_def);
+}

@@ -1,0 +1,97 @@
+"""stableStringify straight from the JSON text of a wire event's ``params`` and ``result``.
+
+A decoded event keeps those two values as the JSON text it came with (``msgspec.Raw``:
+msgspec checks the text as it skips it, all but its UTF-8, which :func:`utf8_valid` checks
+where the event is not ASCII) and they are hashed from that text, without building the value
+where they can: a call's ``argsHash`` needs only the canonical bytes of its params, and most
+results only those of ``{"details": …, "text": …}`` (spec §3.3). ``_raw_json.c`` reads the
+text once into a flat tree and writes those bytes; the functions below are the same in
+Python, for an install without a compiler.
+
+* :func:`canonical`: ``stableStringify(JSON.parse(raw))`` as UTF-8 bytes.
+* :func:`outcome`: for a result's JSON, ``(bytes, is_object, loop_veto, unchanged)``: the
+  canonical bytes it hashes as in the general case of §3.3 (of the value itself when it is no
+  object), whether it is an object, whether its details are the detector's own loop veto
+  (status ``blocked``, deniedReason ``tool-loop``), whether they say ``changed: false``.
+* :func:`utf8_valid`: whether the bytes are valid UTF-8.
+
+``canonical`` and ``outcome`` answer ``None`` where they cannot be sure (invalid JSON or UTF-8,
+nesting deeper than :data:`MAX_DEPTH`; the C ones also for numbers with a fraction or an
+exponent or beyond 2**53, lone surrogate escapes and object keys beyond the Basic
+Multilingual Plane): the caller then decodes the value and takes the general path. Where both
+answer, they agree (``tests/property/test_raw_json.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from loopwatch.detectors.input_limits import nesting_exceeds
+from loopwatch.detectors.stable_json import WIRE_DECODER, canonical_bytes
+
+__all__ = [
+    "MAX_DEPTH",
+    "Outcome",
+    "canonical",
+    "outcome",
+    "python_canonical",
+    "python_outcome",
+    "python_utf8_valid",
+    "utf8_valid",
+]
+
+#: Deeper JSON is left to the general path (which checks the wire's nesting limit).
+MAX_DEPTH: Final = 32
+
+#: ``(canonical bytes, is_object, loop_veto, unchanged)``
+Outcome = tuple[bytes, bool, bool, bool]
+
+
+def _value(raw: bytes | msgspec.Raw) -> tuple[bool, Any]:
+    try:
+        value = WIRE_DECODER.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return False, None
+    return not nesting_exceeds(value, MAX_DEPTH), value
+
+
+def python_canonical(raw: bytes | msgspec.Raw) -> bytes | None:
+    """:func:`canonical` in Python."""
+    sure, value = _value(raw)
+    return canonical_bytes(value) if sure else None
+
+
+def python_outcome(raw: bytes | msgspec.Raw) -> Outcome | None:
+    """:func:`outcome` in Python."""
+    from loopwatch.detectors.outcomes import content_text  # (outcomes hashes the general path)
+
+    sure, result = _value(raw)
+    if not sure:
+        return None
+    if type(result) is not dict:
+        return canonical_bytes(result), False, False, False
+    details = result.get("details")
+    if type(details) is not dict:
+        details = {}
+    veto = details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop"
+    hashed = canonical_bytes({"details": details, "text": content_text(result)})
+    return hashed, True, veto, details.get("changed") is False
+
+
+def python_utf8_valid(raw: bytes | msgspec.Raw) -> bool:
+    """:func:`utf8_valid` in Python."""
+    try:
+        bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+try:
+    from loopwatch.detectors._raw_json import canonical, outcome, utf8_valid
+except ImportError:  # built without a compiler, or imported from sources only
+    canonical = python_canonical
+    outcome = python_outcome
+    utf8_valid = python_utf8_valid

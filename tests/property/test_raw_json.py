@@ -1,0 +1,301 @@
+"""``_raw_json.c`` (stableStringify straight from JSON text) against its Python twin and the
+reference: where the C module answers, it answers what the reference does; hashing an event's
+params and results from their text gives what hashing their decoded values gives, for every
+tool and rule revision; and no input, however broken, crashes it or passes as valid.
+
+Run on the module ``make setup`` built and on the same source built without SIMD.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.events import InvalidEvent, ToolCall, ToolResult
+from loopwatch.detectors.hashing import digester_for
+from loopwatch.detectors.outcomes import MISSING, content_text, hash_outcome
+from loopwatch.detectors.raw_json import MAX_DEPTH, python_canonical, python_outcome, python_utf8_valid
+from loopwatch.detectors.stable_json import WIRE_DECODER, plain, stable_stringify
+from loopwatch.detectors.step import prepare
+from tests.native_modules import built_module, portable_module
+from tests.property.strategies import json_values
+
+BUILT = built_module("_raw_json")
+PORTABLE = portable_module("_raw_json", Path(tempfile.mkdtemp(prefix="loopwatch-portable-")))
+MODULES = pytest.mark.parametrize("native", [BUILT, PORTABLE], ids=["built", "portable"])
+
+_KEYS = st.text(
+    alphabet=st.sampled_from('ab"\\/\n\x01\x7f\u00e9\u0100\u2028\ue000\uffff\U0001f600 '), max_size=3
+)
+_TEXTS = st.text() | st.sampled_from([" \u3000hi\ufeff ", "\U0001f600", "\u2028", "\x1f\b\f\t\r", "", "  "])
+_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**54), max_value=2**54)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _TEXTS,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(_KEYS, children, max_size=5),
+    max_leaves=20,
+)
+#: JSON texts of a value, as different clients write them
+_STYLES = st.sampled_from(
+    [
+        {"ensure_ascii": False, "separators": (",", ":")},
+        {"ensure_ascii": True, "separators": (", ", ": ")},
+        {"ensure_ascii": True, "indent": 1},
+        {"ensure_ascii": False, "sort_keys": True},
+    ]
+)
+
+
+def _text(value: Any, style: dict[str, Any]) -> bytes:
+    return json.dumps(value, **style).encode("utf-8", "surrogatepass")
+
+
+def _reference(raw: bytes) -> bytes:
+    return stable_stringify(WIRE_DECODER.decode(raw)).encode()
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(item) for item in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(item) for item in value), default=0)
+    return 0
+
+
+def _claimed(value: Any) -> bool:
+    """Whether the C module must answer for a value written by json.dumps (see _raw_json.c)."""
+    if isinstance(value, float):
+        return False  # (json.dumps writes a fraction or an exponent)
+    if isinstance(value, bool) or value is None:
+        return True
+    if isinstance(value, int):
+        return abs(value) <= 2**53
+    if isinstance(value, str):
+        return True
+    if isinstance(value, list):
+        return all(_claimed(item) for item in value)
+    return all(all(ord(c) < 0x10000 for c in key) for key in value) and all(
+        _claimed(item) for item in value.values()
+    )
+
+
+@MODULES
+@given(value=st.one_of(json_values, _VALUES), style=_STYLES)
+@example(value={"b": 1, "a": [1, {"\u00e9": 2, "e": 3, "\uffff": 4}]}, style={})
+@example(value={"a": 1, "a ": 2, "": [-0, 2**53, -(2**53)]}, style={"indent": 2})
+@example(value={str(n): n for n in range(40)}, style={})  # more members than the small sort
+def test_canonical_is_stable_stringify(native: ModuleType, value: Any, style: dict[str, Any]) -> None:
+    raw = _text(value, style)
+    expected = _reference(raw)
+    answer = native.canonical(raw)
+    assert answer is None or answer == expected
+    if _claimed(value) and _depth(value) <= MAX_DEPTH:
+        assert answer == expected
+    assert python_canonical(raw) == (expected if _depth(value) <= MAX_DEPTH else None)
+
+
+@MODULES
+def test_canonical_takes_the_wire_s_own_number_and_escape_texts(native: ModuleType) -> None:
+    raw = b'{"z":-0,"y":"\\u00e9\\/\\u0008\\u001f\\ud83d\\ude00","x":9007199254740992,"x":1}'
+    assert native.canonical(raw) == _reference(raw) == '{"x":1,"y":"é/\\b\\u001f😀","z":0}'.encode()
+    for unsure in (
+        b"1.5",
+        b"1e3",
+        b"9007199254740993",
+        b'{"\\ud83d\\ude00":1}',
+        b'"\\ud800"',
+        b"[" * 40 + b"]" * 40,
+    ):
+        assert native.canonical(unsure) is None
+    for invalid in (b"", b"01", b"[1,]", b'{"a" 1}', b'"\xff"', b'"a\tb"', b"nul", b"[1] x", b'"\\x"', b"1."):
+        assert native.canonical(invalid) is None
+        assert native.outcome(invalid) is None
+
+
+def _result(blocks: list[Any], details: Any, extra: dict[str, Any]) -> dict[str, Any]:
+    return {**extra, "content": blocks, "details": details}
+
+
+_BLOCKS = st.lists(
+    st.fixed_dictionaries({"type": st.sampled_from(["text", "image"]), "text": _TEXTS})
+    | st.fixed_dictionaries({"type": st.just("text")})
+    | _VALUES,
+    max_size=3,
+)
+_DETAILS = (
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "status": st.sampled_from(["blocked", "completed", "failed", "running", "ok"]),
+            "deniedReason": st.sampled_from(["tool-loop", "policy"]),
+            "changed": st.booleans(),
+            "exitCode": st.sampled_from([0, 1, 2.5, None]),
+            "aggregated": _TEXTS,
+            "action": st.sampled_from(["poll", "log", "send"]),
+            "messageId": st.text(max_size=3),
+        },
+    )
+    | _VALUES
+)
+_RESULTS = st.one_of(
+    st.builds(
+        _result, _BLOCKS, _DETAILS, st.dictionaries(st.sampled_from(["x", "content", "details"]), _VALUES)
+    ),
+    _VALUES,
+)
+
+
+@MODULES
+@given(result=_RESULTS, style=_STYLES)
+@example(result=_result([{"type": "text", "text": " a "}, {"type": "t", "text": "b\n"}], {}, {}), style={})
+@example(
+    result=_result([{"type": "text", "text": "x"}], {"status": "blocked", "deniedReason": "tool-loop"}, {}),
+    style={},
+)
+def test_outcome_is_the_general_outcome(native: ModuleType, result: Any, style: dict[str, Any]) -> None:
+    raw = _text(result, style)
+    value = WIRE_DECODER.decode(raw)
+    twin = python_outcome(raw)
+    if _depth(value) > MAX_DEPTH:
+        assert twin is None
+        return
+    if isinstance(value, dict):
+        given = value.get("details")
+        details: dict[str, Any] = given if isinstance(given, dict) else {}
+        hashed = stable_stringify({"details": details, "text": content_text(value)}).encode()
+        veto = details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop"
+        assert twin == (hashed, True, veto, details.get("changed") is False)
+    else:
+        assert twin == (stable_stringify(value).encode(), False, False, False)
+    answer = native.outcome(raw)
+    assert answer is None or answer == twin
+
+
+_TOOLS = st.sampled_from(
+    ["read", "exec", "process", "write", "message", "sessions_send", "update_plan", "slack"]
+)
+_PARAMS = st.one_of(
+    _VALUES,
+    st.fixed_dictionaries(
+        {"action": st.sampled_from(["poll", "log", "send", "read"])}, optional={"x": _VALUES}
+    ),
+)
+
+
+@given(
+    tool=_TOOLS,
+    params=_PARAMS,
+    result=_RESULTS,
+    style=_STYLES,
+    revision=st.sampled_from(["2026-05", "2026-08"]),
+)
+def test_a_result_hashes_from_its_text_as_from_its_value(
+    tool: str, params: Any, result: Any, style: dict[str, Any], revision: Any
+) -> None:
+    raw_params, raw_result = msgspec.Raw(_text(params, style)), msgspec.Raw(_text(result, style))
+    digester = digester_for("xxh3")
+    sends = frozenset({"slack"})
+    from_text = hash_outcome(tool, raw_params, raw_result, MISSING, digester, sends, revision)
+    assert from_text == hash_outcome(
+        tool, plain(raw_params), plain(raw_result), MISSING, digester, sends, revision
+    )
+
+
+@given(tool=_TOOLS, params=_PARAMS, result=_RESULTS, revision=st.sampled_from(["2026-05", "2026-08"]))
+def test_an_event_decoded_with_its_texts_prepares_as_with_its_values(
+    tool: str, params: Any, result: Any, revision: Any
+) -> None:
+    digester = digester_for("xxh3")
+    base = {"run_id": "r", "tool": tool, "params": params, "tool_call_id": "c"}
+    lines = [
+        json.dumps({"type": "tool_call", "event_id": "e1", **base}).encode(),
+        json.dumps({"type": "tool_result", "event_id": "e2", "result": result, **base}).encode(),
+    ]
+    for line in lines:
+        texts, values = decode_event(line, texts=True), decode_event(line)
+        assert isinstance(texts, (ToolCall, ToolResult))
+        assert isinstance(values, (ToolCall, ToolResult))
+        assert type(texts.params) is msgspec.Raw
+        first = prepare(texts, digester, frozenset(), revision)
+        second = prepare(values, digester, frozenset(), revision)
+        assert vars_of(first) == vars_of(second)
+
+
+_PREPARED = (
+    "args_hash",
+    "known_poll",
+    "result_hash",
+    "unknown_tool_name",
+    "kind",
+    "no_progress",
+    "failure_id",
+)
+
+
+def vars_of(prepared: Any) -> tuple[Any, ...]:
+    return tuple(getattr(prepared, name) for name in _PREPARED)
+
+
+_BROKEN = [
+    b'"\xff"',  # not UTF-8
+    b'"\xed\xa0\x80"',  # a surrogate written as UTF-8
+    b'"\xc0\xaf"',  # an overlong form
+    b'"\\ud800"',  # a lone surrogate escape: valid, read as JavaScript reads it
+    b"[" * 70 + b"]" * 70,  # deeper than the wire's limit
+    b'{"a": [1, 2, {"b": "\xe2\x82"}]}',  # a cut sequence
+]
+
+
+@pytest.mark.parametrize("broken", _BROKEN)
+def test_a_text_msgspec_only_skipped_is_judged_as_its_value_is(broken: bytes) -> None:
+    line = b'{"type":"tool_call","event_id":"e","run_id":"r","tool":"t","params":' + broken + b"}"
+    try:
+        expected: Any = plain(decode_event(line).params)  # type: ignore[union-attr]
+    except InvalidEvent as exc:
+        expected = exc.reason
+    try:
+        answer: Any = plain(decode_event(line, texts=True).params)  # type: ignore[union-attr]
+    except InvalidEvent as exc:
+        answer = exc.reason
+    assert answer == expected
+
+
+@MODULES
+@given(
+    st.binary(max_size=60)
+    | st.lists(
+        st.sampled_from(list(b'{}[]":,\\u0123456789abcdeftrunl -\x00\x80\xc3\xa9\xf0\x9f\xed')), max_size=60
+    ).map(bytes)
+)
+def test_no_bytes_crash_it_or_pass_as_valid_json(native: ModuleType, data: bytes) -> None:
+    try:
+        WIRE_DECODER.decode(data)
+        valid = True
+    except (msgspec.DecodeError, RecursionError):
+        valid = False
+    if not valid:
+        assert native.canonical(data) is None
+        assert native.outcome(data) is None
+    else:
+        answer = native.canonical(data)
+        assert answer is None or answer == _reference(data)
+    assert native.utf8_valid(data) == python_utf8_valid(data)
+
+
+@MODULES
+def test_it_reads_buffers_and_refuses_other_objects(native: ModuleType) -> None:
+    assert native.canonical(msgspec.Raw(b'{"b":1,"a":2}')) == b'{"a":2,"b":1}'
+    assert native.canonical(memoryview(b"[1]")) == b"[1]"
+    with pytest.raises(TypeError):
+        native.canonical("[1]")
