@@ -221,3 +221,21 @@ def test_what_fired_counts_every_verdict_while_the_list_keeps_the_latest() -> No
         "generic_repeat",
         "global_circuit_breaker",
     }
+
+
+def test_an_event_kept_as_its_text_shows_as_its_value() -> None:
+    """``run`` and the worker keep params and results as their JSON text: the run's page shows
+    them (and fingerprints them) as it shows the decoded values, not the text as it came."""
+    from loopwatch.detectors.decoding import decode_event
+    from loopwatch.detectors.events import encode_event
+
+    trace = Trace("r")
+    trace.both("read", {"path": "/a", "n": [1, 2]}, {"content": [{"type": "text", "text": "hi"}]})
+    spaced = [json.dumps(json.loads(encode_event(event)), indent=2).encode() for event in trace.events]
+    pages = []
+    for texts in (False, True):
+        activity = RunActivity()
+        feed(activity, [decode_event(line, texts=texts) for line in spaced], 0)
+        pages.append(activity.run("r")["recent"])  # type: ignore[index]
+    assert pages[0] == pages[1]
+    assert pages[1][0]["preview"] == '{"path":"/a","n":[1,2]}'
