@@ -12,11 +12,13 @@
  * detector's own loop veto (status "blocked", deniedReason "tool-loop"), and whether they say
  * changed: false.
  *
- * utf8_valid(raw) -> bool: whether raw is valid UTF-8.
+ * utf8_valid(raw) -> bool: whether raw is valid UTF-8; ascii(data) -> bool: whether it is ASCII.
+ *
+ * split_event(data): a wire event's JSON without the values of params and result (see below).
  *
  * canonical and outcome answer None where they cannot be sure: not valid JSON or not valid UTF-8 (the Python
- * decoder then says what is wrong), a number with a fraction or an exponent or beyond 2**53
- * (JavaScript's number text is the Python path's), a lone surrogate escape, an object key
+ * decoder then says what is wrong), a number written with a fraction or an exponent or beyond
+ * 2**53 (JavaScript's number text is the Python path's), a lone surrogate escape, an object key
  * outside the Basic Multilingual Plane (its UTF-16 order is not its UTF-8 order), nesting
  * deeper than MAX_DEPTH. The caller then decodes the value and takes the general path.
  *
@@ -47,7 +49,7 @@ typedef struct {
     uint32_t size, count, end;
     uint8_t kind;
     uint8_t astral; /* a string holding a code point beyond U+FFFF */
-    uint8_t plain;  /* a string whose JSON text is its canonical text (no escape in it) */
+    uint8_t plain;  /* a string or number whose JSON text is its canonical text as it stands */
 } Node;
 
 /* The decoded strings never outgrow the JSON they come from: their buffer is that large from
@@ -262,10 +264,51 @@ static void plain_table(void) {
 
 /* The first byte from ``at`` on that is not PLAIN (``stop`` if none): 16 at a time where SSE2
  * is (every x86-64), one at a time elsewhere and for the tail. */
-#if defined(__SSE2__) && !defined(LOOPWATCH_PORTABLE)
-#include <emmintrin.h>
+#if defined(__SSE2__) && defined(__GNUC__) && !defined(LOOPWATCH_PORTABLE)
+#include <immintrin.h>
+#define SIMD 1
+
+/* 32 bytes at a time where the CPU has AVX2 (chosen when the module loads), for long runs. */
+static int have_avx2 = 0;
+
+__attribute__((target("avx2"))) static const unsigned char *plain_run_avx2(const unsigned char *at,
+                                                                             const unsigned char *stop) {
+    const __m256i quote = _mm256_set1_epi8('"'), backslash = _mm256_set1_epi8('\\'), space = _mm256_set1_epi8(0x20);
+    while (stop - at >= 32) {
+        __m256i block = _mm256_loadu_si256((const __m256i *)at);
+        __m256i special = _mm256_or_si256(_mm256_cmpeq_epi8(block, quote), _mm256_cmpeq_epi8(block, backslash));
+        special = _mm256_or_si256(special, _mm256_cmpgt_epi8(space, block));
+        unsigned int mask = (unsigned int)_mm256_movemask_epi8(special);
+        if (mask) {
+            return at + __builtin_ctz(mask);
+        }
+        at += 32;
+    }
+    return at;
+}
+
+/* Whether the bytes are all ASCII, 32 at a time. */
+__attribute__((target("avx2"))) static int ascii_avx2(const unsigned char *at, const unsigned char *stop) {
+    __m256i seen = _mm256_setzero_si256();
+    while (stop - at >= 32) {
+        seen = _mm256_or_si256(seen, _mm256_loadu_si256((const __m256i *)at));
+        at += 32;
+    }
+    if (_mm256_movemask_epi8(seen)) {
+        return 0;
+    }
+    while (at < stop) {
+        if (*at++ & 0x80) {
+            return 0;
+        }
+    }
+    return 1;
+}
 
 static inline const unsigned char *plain_run(const unsigned char *at, const unsigned char *stop) {
+    if (have_avx2 && stop - at >= 128) { /* (a short string ends in the first block anyway) */
+        at = plain_run_avx2(at, stop);
+    }
     const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
     while (stop - at >= 16) {
         __m128i block = _mm_loadu_si128((const __m128i *)at);
@@ -437,8 +480,11 @@ static int read_string(Tree *tree, Node *node) {
 
 #define MAX_SAFE "9007199254740992" /* 2**53: JavaScript keeps every integer up to it exactly */
 
-/* An integer within 2**53 (anything else is the Python path's), its text kept as JSON has it
- * ("-0" as "0", JSON.stringify's text for negative zero). */
+static int is_digit(const Tree *tree) { return tree->at < tree->stop && *tree->at >= '0' && *tree->at <= '9'; }
+
+/* A JSON number. ``plain`` where its text is JavaScript's: an integer within 2**53 ("-0" read
+ * as "0", JSON.stringify's text for negative zero); any other (a fraction, an exponent, a
+ * larger integer) is read but left to the Python path to write. */
 static int read_number(Tree *tree, Node *node) {
     const unsigned char *start = tree->at;
     int negative = 0;
@@ -447,28 +493,47 @@ static int read_number(Tree *tree, Node *node) {
         tree->at++;
     }
     const unsigned char *digits = tree->at;
-    if (tree->at >= tree->stop || *tree->at < '0' || *tree->at > '9') {
+    if (!is_digit(tree)) {
         return -1;
     }
     if (*tree->at == '0') {
         tree->at++;
     } else {
-        while (tree->at < tree->stop && *tree->at >= '0' && *tree->at <= '9') {
+        while (is_digit(tree)) {
             tree->at++;
         }
     }
-    if (tree->at < tree->stop && (*tree->at == '.' || *tree->at == 'e' || *tree->at == 'E')) {
-        return -1;
-    }
     Py_ssize_t length = tree->at - digits;
-    if (length > 16 || (length == 16 && memcmp(digits, MAX_SAFE, 16) > 0)) {
-        return -1;
+    int exact = length < 16 || (length == 16 && memcmp(digits, MAX_SAFE, 16) <= 0);
+    if (tree->at < tree->stop && *tree->at == '.') {
+        tree->at++;
+        exact = 0;
+        if (!is_digit(tree)) {
+            return -1;
+        }
+        while (is_digit(tree)) {
+            tree->at++;
+        }
     }
-    if (negative && length == 1 && digits[0] == '0') {
+    if (tree->at < tree->stop && (*tree->at == 'e' || *tree->at == 'E')) {
+        tree->at++;
+        exact = 0;
+        if (tree->at < tree->stop && (*tree->at == '+' || *tree->at == '-')) {
+            tree->at++;
+        }
+        if (!is_digit(tree)) {
+            return -1;
+        }
+        while (is_digit(tree)) {
+            tree->at++;
+        }
+    }
+    if (negative && length == 1 && digits[0] == '0' && exact) {
         start = digits;
     }
     node->text = (const char *)start;
     node->size = (uint32_t)(tree->at - start);
+    node->plain = (uint8_t)exact;
     return 0;
 }
 
@@ -747,7 +812,7 @@ static int write_node(Out *out, const Tree *tree, uint32_t index) {
     case J_FALSE:
         return out_put(out, "false", 5);
     case J_NUMBER:
-        return out_put(out, node->text, node->size);
+        return node->plain ? out_put(out, node->text, node->size) : 1; /* (JavaScript's text: Python's) */
     case J_STRING:
         return write_string_node(out, node);
     case J_ARRAY: {
@@ -1040,6 +1105,145 @@ static PyObject *outcome(PyObject *module, PyObject *raw) {
     return answer;
 }
 
+#define MAX_CUTS 8
+
+/* split_event(data) -> (envelope, params_start, params_end, result_start, result_end) | None:
+ * for a wire event's JSON (an object), the same JSON with the values of its members "params"
+ * and "result" (each occurrence) written as null, and where the last of each was (-1: none).
+ * Every member's value is read as canonical() reads it (valid JSON and UTF-8, nesting at most
+ * MAX_DEPTH deep), so msgspec need not skip the long ones (it skips a byte at a time). None
+ * where it cannot say: not such an object, a key with an escape or beyond ASCII, a value it
+ * cannot read, more than MAX_CUTS such members. */
+static PyObject *split_event(PyObject *module, PyObject *data) {
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *base = view.buf;
+    Tree tree;
+    tree_init(&tree, view.buf, view.len);
+    Py_ssize_t cuts[MAX_CUTS][2], n_cuts = 0, found[2][2] = {{-1, -1}, {-1, -1}};
+    int sure = 0;
+    skip_space(&tree);
+    if (tree.at < tree.stop && *tree.at == '{') {
+        tree.at++;
+        skip_space(&tree);
+        int empty = tree.at < tree.stop && *tree.at == '}';
+        if (empty) {
+            tree.at++;
+        }
+        while (!empty) {
+            if (tree.at >= tree.stop || *tree.at != '"') {
+                break;
+            }
+            const unsigned char *key = tree.at + 1, *close = key;
+            while (close < tree.stop && PLAIN[*close]) {
+                close++;
+            }
+            if (close >= tree.stop || *close != '"') {
+                break; /* an escape, a byte beyond ASCII or the end: not this function's */
+            }
+            Py_ssize_t key_size = close - key;
+            tree.at = close + 1;
+            skip_space(&tree);
+            if (tree.at >= tree.stop || *tree.at != ':') {
+                break;
+            }
+            tree.at++;
+            skip_space(&tree);
+            Py_ssize_t start = tree.at - base;
+            tree.n_nodes = 0;
+            tree.n_text = 0;
+            if (read_value(&tree, 1) < 0) {
+                break;
+            }
+            Py_ssize_t end = tree.at - base;
+            int which = key_size == 6 && memcmp(key, "params", 6) == 0   ? 0
+                        : key_size == 6 && memcmp(key, "result", 6) == 0 ? 1
+                                                                         : -1;
+            if (which >= 0) {
+                if (n_cuts == MAX_CUTS) {
+                    break;
+                }
+                cuts[n_cuts][0] = start;
+                cuts[n_cuts][1] = end;
+                n_cuts++;
+                found[which][0] = start;
+                found[which][1] = end;
+            }
+            skip_space(&tree);
+            if (tree.at < tree.stop && *tree.at == ',') {
+                tree.at++;
+                skip_space(&tree);
+                continue;
+            }
+            if (tree.at < tree.stop && *tree.at == '}') {
+                tree.at++;
+                skip_space(&tree);
+                sure = tree.at == tree.stop;
+            }
+            break;
+        }
+        if (empty) {
+            skip_space(&tree);
+            sure = tree.at == tree.stop;
+        }
+    }
+    int failed = tree.failed;
+    tree_free(&tree);
+    if (!sure) {
+        PyBuffer_Release(&view);
+        if (failed) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t size = view.len;
+    for (Py_ssize_t i = 0; i < n_cuts; i++) {
+        size -= cuts[i][1] - cuts[i][0] - 4;
+    }
+    PyObject *envelope = PyBytes_FromStringAndSize(NULL, size);
+    if (envelope == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(envelope);
+    Py_ssize_t from = 0;
+    for (Py_ssize_t i = 0; i < n_cuts; i++) {
+        memcpy(out, base + from, (size_t)(cuts[i][0] - from));
+        out += cuts[i][0] - from;
+        memcpy(out, "null", 4);
+        out += 4;
+        from = cuts[i][1];
+    }
+    memcpy(out, base + from, (size_t)(view.len - from));
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nnnnn)", envelope, found[0][0], found[0][1], found[1][0], found[1][1]);
+}
+
+/* ascii(data) -> bool: whether every byte is below 0x80. */
+static PyObject *ascii(PyObject *module, PyObject *data) {
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *at = view.buf, *stop = at + view.len;
+    int only = 1;
+#ifdef SIMD
+    if (have_avx2) {
+        only = ascii_avx2(at, stop);
+        at = stop;
+    }
+#endif
+    for (; at < stop && only; at++) {
+        only = *at < 0x80;
+    }
+    PyBuffer_Release(&view);
+    return Py_NewRef(only ? Py_True : Py_False);
+}
+
 /* Whether ``raw`` is valid UTF-8 (what Python's UTF-8 decoder takes): ASCII 8 bytes at a time. */
 static PyObject *utf8_valid(PyObject *module, PyObject *raw) {
     (void)module;
@@ -1078,6 +1282,8 @@ static PyMethodDef methods[] = {
     {"outcome", outcome, METH_O,
      "A result's canonical outcome bytes with (is_object, loop_veto, unchanged), or None where unsure."},
     {"utf8_valid", utf8_valid, METH_O, "Whether the bytes are valid UTF-8."},
+    {"ascii", ascii, METH_O, "Whether every byte is ASCII (below 0x80)."},
+    {"split_event", split_event, METH_O, "An event's JSON with params and result as null, and where they were."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1091,5 +1297,9 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__raw_json(void) {
     plain_table();
+#ifdef SIMD
+    __builtin_cpu_init();
+    have_avx2 = __builtin_cpu_supports("avx2");
+#endif
     return PyModule_Create(&module_def);
 }

@@ -23,13 +23,16 @@ from loopwatch.detectors.input_limits import (
 )
 from loopwatch.detectors.stable_json import WIRE_DECODER, _float_hook, encodable, loads_with_surrogates, plain
 
-__all__ = ["decode_event", "validate_event"]
+__all__ = ["SPLIT_ABOVE", "decode_event", "validate_event"]
 
 _DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
 _DECODE: Final = _DECODER.decode  # bound once: no method lookup per event
 _OPENING_BRACKETS: Final = json_scan.opening_brackets
 _LONGEST_TEXT: Final = json_scan.longest_text
 _UTF8_VALID: Final = raw_json.utf8_valid
+_ASCII: Final = raw_json.ascii
+_SPLIT: Final = raw_json.split_event
+_RAW: Final = msgspec.Raw
 #: the fields msgspec keeps as their JSON text (events.JsonValue), of a result and of a call
 _TEXTS: Final = ("params", "result")
 _CALL_TEXTS: Final = ("params",)
@@ -198,6 +201,13 @@ def decode_event(data: bytes | str, texts: bool = False) -> Event:
     Never raises anything else for any input (deep nesting included)."""
     # msgspec's strings hold no lone surrogate and no more bytes than the JSON they came from
     json_size = len(data) if isinstance(data, bytes) else None
+    if texts and json_size is not None and json_size > SPLIT_ABOVE:
+        split = _SPLIT(data)  # type: ignore[arg-type]
+        if split is not None:
+            parted = _from_split(data, split)  # type: ignore[arg-type]
+            if parted is not None:
+                validate_event(parted, False, json_size)  # (split read every value: none nests deep)
+                return parted
     try:
         event: Event = _DECODE(data)
     except msgspec.ValidationError as exc:
@@ -212,12 +222,38 @@ def decode_event(data: bytes | str, texts: bool = False) -> Event:
         if kind is _TOOL_CALL or kind is _TOOL_RESULT:
             deep = _brackets(data) > MAX_NESTING
             values = deep or not texts
-            if (values or not data.isascii()) and not _texts_valid(event, kind, values):
+            ascii_bytes = isinstance(data, bytes) and _ASCII(data)  # (then every text is valid UTF-8)
+            if (values or not ascii_bytes) and not _texts_valid(event, kind, values):
                 event = _decode_fallback(data, None)
                 json_size = None
             validate_event(event, deep, json_size)
             return event
     validate_event(event, _brackets(data) > MAX_NESTING, json_size)
+    return event
+
+
+#: Events longer than this (bytes) have their params and result cut out before msgspec reads
+#: the rest (``raw_json.split_event``); shorter ones cost less read whole.
+SPLIT_ABOVE: Final = 2048
+
+
+def _from_split(data: bytes, split: raw_json.Split) -> Event | None:
+    """The event from ``split_event``'s answer: its envelope decoded, ``params`` and ``result``
+    the texts cut out of ``data``; ``None`` where msgspec refuses the envelope (the whole
+    event is then read as always, to say what is wrong)."""
+    envelope, params_start, params_end, result_start, result_end = split
+    try:
+        event: Event = _DECODE(envelope)
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeEncodeError, RecursionError):
+        return None
+    kind = type(event)
+    if kind is not _TOOL_CALL and kind is not _TOOL_RESULT:
+        return event
+    view = memoryview(data)
+    if params_start >= 0:
+        _FORCE_SETATTR(event, "params", _RAW(view[params_start:params_end]))
+    if kind is _TOOL_RESULT and result_start >= 0:
+        _FORCE_SETATTR(event, "result", _RAW(view[result_start:result_end]))
     return event
 
 

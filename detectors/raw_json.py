@@ -13,7 +13,11 @@ Python, for an install without a compiler.
   canonical bytes it hashes as in the general case of §3.3 (of the value itself when it is no
   object), whether it is an object, whether its details are the detector's own loop veto
   (status ``blocked``, deniedReason ``tool-loop``), whether they say ``changed: false``.
-* :func:`utf8_valid`: whether the bytes are valid UTF-8.
+* :func:`utf8_valid`: whether the bytes are valid UTF-8; :func:`ascii`: whether they are all
+  ASCII (32 at a time with AVX2: an event's whole line is checked).
+* :func:`split_event`: a long event's JSON with the values of ``params`` and ``result`` as
+  ``null``, and where they were (msgspec skips a long text a byte at a time; this reads it as
+  :func:`canonical` does, 32 bytes at a time). The Python twin never splits (``None``).
 
 ``canonical`` and ``outcome`` answer ``None`` where they cannot be sure (invalid JSON or UTF-8,
 nesting deeper than :data:`MAX_DEPTH`; the C ones also for numbers with a fraction or an
@@ -34,11 +38,16 @@ from loopwatch.detectors.stable_json import WIRE_DECODER, canonical_bytes
 __all__ = [
     "MAX_DEPTH",
     "Outcome",
+    "Split",
+    "ascii",
     "canonical",
     "outcome",
+    "python_ascii",
     "python_canonical",
     "python_outcome",
+    "python_split_event",
     "python_utf8_valid",
+    "split_event",
     "utf8_valid",
 ]
 
@@ -89,9 +98,25 @@ def python_utf8_valid(raw: bytes | msgspec.Raw) -> bool:
     return True
 
 
+#: ``(envelope, params_start, params_end, result_start, result_end)`` (-1: absent)
+Split = tuple[bytes, int, int, int, int]
+
+
+def python_split_event(data: bytes) -> Split | None:
+    """:func:`split_event` in Python: never split (decode_event reads the whole event)."""
+    return None
+
+
+def python_ascii(data: bytes) -> bool:
+    """:func:`ascii` in Python."""
+    return data.isascii()
+
+
 try:
-    from loopwatch.detectors._raw_json import canonical, outcome, utf8_valid
+    from loopwatch.detectors._raw_json import ascii, canonical, outcome, split_event, utf8_valid
 except ImportError:  # built without a compiler, or imported from sources only
+    ascii = python_ascii
+    split_event = python_split_event
     canonical = python_canonical
     outcome = python_outcome
     utf8_valid = python_utf8_valid

@@ -299,3 +299,95 @@ def test_it_reads_buffers_and_refuses_other_objects(native: ModuleType) -> None:
     assert native.canonical(memoryview(b"[1]")) == b"[1]"
     with pytest.raises(TypeError):
         native.canonical("[1]")
+
+
+_MEMBERS = st.lists(
+    st.tuples(st.sampled_from(["params", "result", "tool", "x", "ré", "p\\u0061rams"]), _VALUES), max_size=6
+)
+
+
+def _key(key: str) -> str:
+    """A key as JSON (one with a backslash as written: its escape stays in the text)."""
+    return '"' + key + '"' if "\\" in key else json.dumps(key)
+
+
+@MODULES
+@given(members=_MEMBERS, style=_STYLES)
+@example(members=[("params", 1), ("result", [2]), ("params", {"a": "b"})], style={"indent": 1})
+def test_split_event_cuts_out_the_last_params_and_result(
+    native: ModuleType, members: list[tuple[str, Any]], style: dict[str, Any]
+) -> None:
+    body = ",".join(
+        f"{_key(key)}:{_text(value, style).decode('utf-8', 'surrogatepass')}" for key, value in members
+    )
+    data = ("{" + body + "}").encode("utf-8", "surrogatepass")
+    split = native.split_event(data)
+    if any("\\" in key or not key.isascii() for key, _ in members) or any(
+        _depth(v) >= MAX_DEPTH for _, v in members
+    ):
+        assert split is None
+        return
+    try:
+        whole = json.loads(data)
+    except ValueError:  # a lone surrogate the C side refuses
+        assert split is None
+        return
+    assert split is not None
+    envelope, params_start, params_end, result_start, result_end = split
+    expected = {**whole, **{key: None for key in ("params", "result") if key in whole}}
+    assert json.loads(envelope) == expected
+    for key, start, end in (("params", params_start, params_end), ("result", result_start, result_end)):
+        if key in whole:
+            assert json.loads(data[start:end]) == whole[key]
+        else:
+            assert (start, end) == (-1, -1)
+
+
+@MODULES
+def test_split_event_refuses_what_it_cannot_say(native: ModuleType) -> None:
+    for data in (b"[1]", b'{"a":1', b'{"a":1} x', b'{"a":"\xff"}', b'{"params":[1,]}', b"", b'{"a" 1}'):
+        assert native.split_event(data) is None
+    assert native.split_event(b" { } ") == (b" { } ", -1, -1, -1, -1)
+
+
+@given(params=_VALUES, result=_RESULTS, tool=_TOOLS, pad=st.integers(0, 3000))
+def test_a_long_event_decodes_as_a_short_one(params: Any, result: Any, tool: str, pad: int) -> None:
+    """Past ``SPLIT_ABOVE`` bytes, ``texts`` decoding cuts params and result out first: the
+    event, and what it hashes to, are those of the whole event read by msgspec."""
+    line = json.dumps(
+        {
+            "type": "tool_result",
+            "event_id": "e",
+            "run_id": "r",
+            "tool": tool,
+            "params": params,
+            "result": result,
+            "x": "p" * pad,
+        }
+    ).encode()
+    texts, values = decode_event(line, texts=True), decode_event(line)
+    assert isinstance(texts, ToolResult)
+    assert isinstance(values, ToolResult)
+    assert (plain(texts.params), plain(texts.result)) == (values.params, values.result)
+    assert msgspec.structs.replace(texts, params=None, result=None) == msgspec.structs.replace(
+        values, params=None, result=None
+    )
+    digester = digester_for("xxh3")
+    assert vars_of(prepare(texts, digester, frozenset(), "2026-08")) == vars_of(
+        prepare(values, digester, frozenset(), "2026-08")
+    )
+
+
+def test_a_long_invalid_event_says_what_a_short_one_says() -> None:
+    pad = "p" * 3000
+    for bad in (
+        {"type": "tool_call", "event_id": "e", "run_id": "r", "params": {"a": pad}},  # no tool
+        {"type": "tool_call", "event_id": "e", "run_id": "r", "tool": 5, "params": pad},
+        {"type": "tool_result", "event_id": "e", "run_id": "r", "tool": "t", "params": pad},  # no outcome
+    ):
+        line = json.dumps(bad).encode()
+        with pytest.raises(InvalidEvent) as texts:
+            decode_event(line, texts=True)
+        with pytest.raises(InvalidEvent) as values:
+            decode_event(line)
+        assert texts.value.reason == values.value.reason
