@@ -33,6 +33,11 @@
 #include <string.h>
 
 #define MAX_DEPTH 32
+#if defined(__GNUC__)
+#define NOINLINE __attribute__((noinline))
+#else
+#define NOINLINE
+#endif
 #define STACK_NODES 128
 #define STACK_TEXT 2048
 #define STACK_OUT 1024
@@ -133,10 +138,8 @@ static Node *new_node(Tree *tree, int kind) {
     return node;
 }
 
-static int out_reserve(Out *out, Py_ssize_t more) {
-    if (out->size + more <= out->capacity) {
-        return 0;
-    }
+/* More room than the output has (the rare case, kept out of the writers' way). */
+NOINLINE static int out_grow(Out *out, Py_ssize_t more) {
     if (!out->heap) {
         Py_ssize_t capacity = out->capacity * 2;
         while (capacity < out->size + more) {
@@ -156,7 +159,11 @@ static int out_reserve(Out *out, Py_ssize_t more) {
     return grow_buffer((void **)&out->data, &out->capacity, out->size + more, 1, NULL);
 }
 
-static int out_put(Out *out, const char *data, Py_ssize_t size) {
+static inline int out_reserve(Out *out, Py_ssize_t more) {
+    return out->size + more <= out->capacity ? 0 : out_grow(out, more);
+}
+
+static inline int out_put(Out *out, const char *data, Py_ssize_t size) {
     if (out_reserve(out, size) < 0) {
         return -1;
     }
@@ -167,7 +174,7 @@ static int out_put(Out *out, const char *data, Py_ssize_t size) {
 
 /* ----- reading ----- */
 
-static void skip_space(Tree *tree) {
+static inline void skip_space(Tree *tree) {
     while (tree->at < tree->stop &&
            (*tree->at == ' ' || *tree->at == '\n' || *tree->at == '\r' || *tree->at == '\t')) {
         tree->at++;
