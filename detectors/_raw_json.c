@@ -14,6 +14,8 @@
  *
  * utf8_valid(raw) -> bool: whether raw is valid UTF-8; ascii(data) -> bool: whether it is ASCII.
  *
+ * exec_outcome(raw): a finished exec's fingerprint and what the 2026-08 rules read (see below).
+ *
  * split_event(data): a wire event's JSON without the values of params and result (see below).
  *
  * canonical and outcome answer None where they cannot be sure: not valid JSON or not valid UTF-8 (the Python
@@ -1112,6 +1114,111 @@ static PyObject *outcome(PyObject *module, PyObject *raw) {
     return answer;
 }
 
+/* exec_outcome(raw) -> (bytes, status, exit_code, timed_out, output) | None: for the result
+ * of an ``exec`` whose details say it finished (status "completed" or "failed"), the
+ * canonical bytes of the fingerprint it hashes as (spec section 3.3: {exitCode, output,
+ * status, timedOut}), its status, its exit code (an int; None where it is no number), whether
+ * it timed out and its output (the trimmed aggregated output, else the text of its content),
+ * which the terminal-failure rule of revision 2026-08 reads. None for any other result, and
+ * where unsure (an exit code written with a fraction or an exponent, or beyond 2**53). */
+static PyObject *exec_outcome(PyObject *module, PyObject *raw) {
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    Tree tree;
+    int read = tree_read(&tree, view.buf, view.len);
+    PyBuffer_Release(&view);
+    PyObject *answer = NULL;
+    uint32_t details = 0, status = 0;
+    if (read == 0 && tree.nodes[0].kind == J_OBJECT) {
+        details = member(&tree, 0, "details");
+        if (details != 0 && tree.nodes[details].kind == J_OBJECT) {
+            status = member(&tree, details, "status");
+        }
+    }
+    if (!is_string(&tree, status, "completed") && !is_string(&tree, status, "failed")) {
+        int failed = tree.failed;
+        tree_free(&tree);
+        if (failed) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    uint32_t code = member(&tree, details, "exitCode"), timed = member(&tree, details, "timedOut");
+    uint32_t aggregated = member(&tree, details, "aggregated");
+    int is_number = code != 0 && tree.nodes[code].kind == J_NUMBER;
+    if (is_number && !tree.nodes[code].plain) {
+        tree_free(&tree);
+        Py_RETURN_NONE;
+    }
+    int timed_out = timed != 0 && tree.nodes[timed].kind == J_TRUE;
+    const char *output = "";
+    Py_ssize_t output_size = 0;
+    int plain = 0;
+    Out out, joined;
+    out_init(&out);
+    out_init(&joined);
+    if (aggregated != 0 && tree.nodes[aggregated].kind == J_STRING) {
+        output = tree.nodes[aggregated].text;
+        output_size = tree.nodes[aggregated].size;
+        plain = tree.nodes[aggregated].plain;
+        js_trim(&output, &output_size);
+    }
+    int status_code = 0;
+    if (output_size == 0) {
+        status_code = content_text(&tree, member(&tree, 0, "content"), &joined, &output, &output_size, &plain);
+    }
+    const Node *code_node = is_number ? &tree.nodes[code] : NULL;
+    if (status_code == 0) {
+        status_code = out_put(&out, "{\"exitCode\":", 12);
+    }
+    if (status_code == 0) {
+        status_code = code_node ? out_put(&out, code_node->text, code_node->size) : out_put(&out, "null", 4);
+    }
+    if (status_code == 0) {
+        status_code = out_put(&out, ",\"output\":", 10);
+    }
+    if (status_code == 0) {
+        status_code = plain ? write_plain(&out, output, output_size) : write_string(&out, output, output_size);
+    }
+    if (status_code == 0) {
+        status_code = out_put(&out, ",\"status\":", 10);
+    }
+    if (status_code == 0) {
+        status_code = write_string_node(&out, &tree.nodes[status]);
+    }
+    if (status_code == 0) {
+        status_code = timed_out ? out_put(&out, ",\"timedOut\":true}", 17) : out_put(&out, ",\"timedOut\":false}", 18);
+    }
+    if (status_code == 0) {
+        PyObject *bytes = PyBytes_FromStringAndSize(out.data, out.size);
+        PyObject *status_text = PyUnicode_DecodeUTF8(tree.nodes[status].text, tree.nodes[status].size, "strict");
+        PyObject *exit_code = NULL;
+        if (code_node != NULL) {
+            char digits[24];
+            memcpy(digits, code_node->text, code_node->size); /* (at most 17 characters: within 2**53) */
+            digits[code_node->size] = 0;
+            exit_code = PyLong_FromString(digits, NULL, 10);
+        } else {
+            exit_code = Py_NewRef(Py_None);
+        }
+        PyObject *output_text = PyUnicode_DecodeUTF8(output, output_size, "strict");
+        if (bytes && status_text && exit_code && output_text) {
+            answer = PyTuple_Pack(5, bytes, status_text, exit_code, timed_out ? Py_True : Py_False, output_text);
+        }
+        Py_XDECREF(bytes);
+        Py_XDECREF(status_text);
+        Py_XDECREF(exit_code);
+        Py_XDECREF(output_text);
+    }
+    out_drop(&out);
+    out_drop(&joined);
+    tree_free(&tree);
+    return answer;
+}
+
 #define MAX_CUTS 8
 
 /* split_event(data) -> (envelope, params_start, params_end, result_start, result_end) | None:
@@ -1290,6 +1397,7 @@ static PyMethodDef methods[] = {
      "A result's canonical outcome bytes with (is_object, loop_veto, unchanged), or None where unsure."},
     {"utf8_valid", utf8_valid, METH_O, "Whether the bytes are valid UTF-8."},
     {"ascii", ascii, METH_O, "Whether every byte is ASCII (below 0x80)."},
+    {"exec_outcome", exec_outcome, METH_O, "A finished exec result's fingerprint bytes, status, exit code, timeout, output."},
     {"split_event", split_event, METH_O, "An event's JSON with params and result as null, and where they were."},
     {NULL, NULL, 0, NULL},
 };

@@ -25,9 +25,9 @@ from typing import Any, Final
 from msgspec import Raw
 
 from loopwatch.config.settings import Revision
+from loopwatch.detectors import raw_json
 from loopwatch.detectors.exec_failures import failure_shape, terminal_exit_code
 from loopwatch.detectors.hashing import _JS_WHITESPACE, Digester, js_trim, update_plan_shape
-from loopwatch.detectors.raw_json import outcome as raw_outcome
 from loopwatch.detectors.stable_json import UNDEFINED, JSNumber, js_number_text, plain, stable_stringify
 from loopwatch.detectors.values import MISSING, ErrorMessage
 
@@ -270,7 +270,8 @@ def _process_fingerprint(action: object, details: dict[str, Any], text: str) -> 
     return None
 
 
-_RAW_OUTCOME: Final = raw_outcome
+_RAW_OUTCOME: Final = raw_json.outcome
+_RAW_EXEC: Final = raw_json.exec_outcome
 _RAW: Final = Raw
 #: tools whose results hash in a shape of their own (read from the decoded result)
 _OWN_SHAPES: Final = frozenset({"exec", "process", "update_plan"})
@@ -299,12 +300,15 @@ def _exec_outcome(
     return result_hash, None, None, False, None
 
 
-def _hash_of_text(
+def _outcome_of_text(
     tool: str, params: Any, result: Raw, digester: Digester, send_tools: Collection[str], rules_2026_08: bool
-) -> str | None:
-    """The result hash of a result kept as its JSON text, read without decoding it where it
-    hashes in the general shape (spec §3.3: ``{details, text}``, or the value itself when it is
-    no object); ``None``: decode it and take the general path."""
+) -> OutcomeHash | None:
+    """The outcome of a result kept as its JSON text, read without decoding it where it hashes
+    in the general shape (spec §3.3: ``{details, text}``, or the value itself when it is no
+    object) or is a finished ``exec``; ``None``: decode it and take the general path."""
+    if tool == "exec":
+        finished = _RAW_EXEC(result)
+        return _finished_exec(finished, digester, rules_2026_08) if finished is not None else None
     if tool in _OWN_SHAPES or is_send_result(tool, params, send_tools):
         return None
     read = _RAW_OUTCOME(result)
@@ -313,7 +317,28 @@ def _hash_of_text(
     hashed, is_object, veto, unchanged = read
     if is_object and (veto or (unchanged and rules_2026_08 and tool == "write")):
         return None
-    return digester.hex(hashed)
+    return digester.hex(hashed), None, None, False, None
+
+
+def _finished_exec(finished: raw_json.FinishedExec, digester: Digester, rules_2026_08: bool) -> OutcomeHash:
+    """:func:`_exec_outcome` of a finished ``exec`` as ``raw_json.exec_outcome`` read it."""
+    fingerprint, status, exit_code, timed_out, output = finished
+    result_hash = digester.hex(fingerprint)
+    if (
+        rules_2026_08
+        and exit_code  # (an int: 0 and no number are no failure)
+        and not timed_out
+        and output
+        and output != f"(Command exited with code {exit_code})"
+    ):
+        identity = {
+            "status": status,
+            "exitCode": exit_code,
+            "timedOut": False,
+            "output": failure_shape(output),
+        }
+        return result_hash, None, TERMINAL_EXEC_FAILURE, False, digester.digest(identity)
+    return result_hash, None, None, False, None
 
 
 def hash_outcome(
@@ -346,9 +371,9 @@ def hash_outcome(
     if result is _NOTHING:
         return NO_OUTCOME
     if type(result) is _RAW:
-        hashed = _hash_of_text(tool, params, result, digester, send_tools, rules_2026_08)
-        if hashed is not None:
-            return hashed, None, None, False, None
+        from_text = _outcome_of_text(tool, params, result, digester, send_tools, rules_2026_08)
+        if from_text is not None:
+            return from_text
         result = plain(result)
     if not isinstance(result, dict):
         return digester.digest(result), None, None, False, None

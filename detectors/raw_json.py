@@ -15,6 +15,10 @@ Python, for an install without a compiler.
   (status ``blocked``, deniedReason ``tool-loop``), whether they say ``changed: false``.
 * :func:`utf8_valid`: whether the bytes are valid UTF-8; :func:`ascii`: whether they are all
   ASCII (32 at a time with AVX2: an event's whole line is checked).
+* :func:`exec_outcome`: for a finished ``exec`` (details status ``completed`` or ``failed``),
+  ``(bytes, status, exit_code, timed_out, output)``: the canonical bytes of its fingerprint
+  (§3.3) and what the 2026-08 terminal-failure rule reads. The Python twin never answers
+  (``None``: the general path decodes the result).
 * :func:`split_event`: a long event's JSON with the values of ``params`` and ``result`` as
   ``null``, and where they were (msgspec skips a long text a byte at a time; this reads it as
   :func:`canonical` does, 32 bytes at a time). The Python twin never splits (``None``).
@@ -37,13 +41,16 @@ from loopwatch.detectors.stable_json import WIRE_DECODER, canonical_bytes
 
 __all__ = [
     "MAX_DEPTH",
+    "FinishedExec",
     "Outcome",
     "Split",
     "ascii",
     "canonical",
+    "exec_outcome",
     "outcome",
     "python_ascii",
     "python_canonical",
+    "python_exec_outcome",
     "python_outcome",
     "python_split_event",
     "python_utf8_valid",
@@ -98,6 +105,15 @@ def python_utf8_valid(raw: bytes | msgspec.Raw) -> bool:
     return True
 
 
+#: ``(fingerprint bytes, status, exit code or None, timed out, output)``
+FinishedExec = tuple[bytes, str, int | None, bool, str]
+
+
+def python_exec_outcome(raw: bytes | msgspec.Raw) -> FinishedExec | None:
+    """:func:`exec_outcome` in Python: never read (the general path decodes the result)."""
+    return None
+
+
 #: ``(envelope, params_start, params_end, result_start, result_end)`` (-1: absent)
 Split = tuple[bytes, int, int, int, int]
 
@@ -113,9 +129,10 @@ def python_ascii(data: bytes) -> bool:
 
 
 try:
-    from loopwatch.detectors._raw_json import ascii, canonical, outcome, split_event, utf8_valid
+    from loopwatch.detectors._raw_json import ascii, canonical, exec_outcome, outcome, split_event, utf8_valid
 except ImportError:  # built without a compiler, or imported from sources only
     ascii = python_ascii
+    exec_outcome = python_exec_outcome
     split_event = python_split_event
     canonical = python_canonical
     outcome = python_outcome

@@ -140,8 +140,10 @@ _DETAILS = (
             "status": st.sampled_from(["blocked", "completed", "failed", "running", "ok"]),
             "deniedReason": st.sampled_from(["tool-loop", "policy"]),
             "changed": st.booleans(),
-            "exitCode": st.sampled_from([0, 1, 2.5, None]),
-            "aggregated": _TEXTS,
+            "exitCode": st.sampled_from([0, 1, 2, -1, 2.5, 1e3, None, True, "1", 2**53, 2**53 + 2]),
+            "timedOut": st.booleans(),
+            "aggregated": _TEXTS
+            | st.sampled_from(["(Command exited with code 1)", "make: *** [x] Error 2 12:00:01"]),
             "action": st.sampled_from(["poll", "log", "send"]),
             "messageId": st.text(max_size=3),
         },
@@ -391,3 +393,43 @@ def test_a_long_invalid_event_says_what_a_short_one_says() -> None:
         with pytest.raises(InvalidEvent) as values:
             decode_event(line)
         assert texts.value.reason == values.value.reason
+
+
+_FINISHED = st.fixed_dictionaries(
+    {"status": st.sampled_from(["completed", "failed"])},
+    optional={
+        "exitCode": st.sampled_from([0, 1, 2, -1, -0, 2.5, 1e3, None, True, "1", 2**53, 2**53 + 2]),
+        "timedOut": st.booleans() | st.sampled_from([1, "true", None]),
+        "aggregated": _TEXTS | st.sampled_from(["(Command exited with code 1)", "x 12:00:01 (pid 42)", "  "]),
+        "durationMs": st.integers(0, 10**6),
+    },
+)
+
+
+@given(
+    details=_FINISHED,
+    blocks=_BLOCKS,
+    style=_STYLES,
+    revision=st.sampled_from(["2026-05", "2026-08"]),
+)
+@example(
+    details={"status": "failed", "exitCode": 1, "timedOut": False, "aggregated": "boom"},
+    blocks=[],
+    style={},
+    revision="2026-08",
+)
+@example(
+    details={"status": "completed", "exitCode": 2, "aggregated": "  "},
+    blocks=[{"type": "text", "text": "(Command exited with code 2)"}],
+    style={},
+    revision="2026-08",
+)
+def test_a_finished_exec_hashes_from_its_text_as_from_its_value(
+    details: dict[str, Any], blocks: list[Any], style: dict[str, Any], revision: Any
+) -> None:
+    raw = msgspec.Raw(_text(_result(blocks, details, {}), style))
+    digester = digester_for("sha256")
+    from_text = hash_outcome("exec", {}, raw, MISSING, digester, (), revision)
+    assert from_text == hash_outcome("exec", {}, plain(raw), MISSING, digester, (), revision)
+    if BUILT.exec_outcome(raw) is not None:
+        assert PORTABLE.exec_outcome(raw) == BUILT.exec_outcome(raw)
