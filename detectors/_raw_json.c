@@ -892,23 +892,29 @@ static void out_drop(Out *out) {
     }
 }
 
-/* ``raw``: bytes, or anything else holding bytes (msgspec.Raw). */
-static PyObject *canonical(PyObject *module, PyObject *raw) {
-    (void)module;
+/* ``raw`` (bytes, or anything else holding bytes: msgspec.Raw) read into ``tree``: 0; 1 where
+ * it is not sure of it and -1 with an error set (``tree`` then freed already). */
+static int read_raw(PyObject *raw, Tree *tree) {
     Py_buffer view;
     if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
+        return -1;
     }
+    int read = tree_read(tree, view.buf, view.len);
+    PyBuffer_Release(&view); /* (the tree holds copies of what it needs from the text) */
+    if (read == 0) {
+        return 0;
+    }
+    int failed = tree->failed;
+    tree_free(tree);
+    return failed ? -1 : 1;
+}
+
+static PyObject *canonical(PyObject *module, PyObject *raw) {
+    (void)module;
     Tree tree;
-    int read = tree_read(&tree, view.buf, view.len);
-    PyBuffer_Release(&view);
-    if (read < 0) {
-        int failed = tree.failed;
-        tree_free(&tree);
-        if (failed) {
-            return NULL;
-        }
-        Py_RETURN_NONE;
+    int read = read_raw(raw, &tree);
+    if (read != 0) {
+        return read < 0 ? NULL : Py_NewRef(Py_None);
     }
     Out out;
     out_init(&out);
@@ -1038,20 +1044,10 @@ static int content_text(const Tree *tree, uint32_t content, Out *joined, const c
 
 static PyObject *outcome(PyObject *module, PyObject *raw) {
     (void)module;
-    Py_buffer view;
-    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
     Tree tree;
-    int read = tree_read(&tree, view.buf, view.len);
-    PyBuffer_Release(&view);
-    if (read < 0) {
-        int failed = tree.failed;
-        tree_free(&tree);
-        if (failed) {
-            return NULL;
-        }
-        Py_RETURN_NONE;
+    int read = read_raw(raw, &tree);
+    if (read != 0) {
+        return read < 0 ? NULL : Py_NewRef(Py_None);
     }
     Out out, joined;
     out_init(&out);
@@ -1123,27 +1119,21 @@ static PyObject *outcome(PyObject *module, PyObject *raw) {
  * where unsure (an exit code written with a fraction or an exponent, or beyond 2**53). */
 static PyObject *exec_outcome(PyObject *module, PyObject *raw) {
     (void)module;
-    Py_buffer view;
-    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
     Tree tree;
-    int read = tree_read(&tree, view.buf, view.len);
-    PyBuffer_Release(&view);
+    int read = read_raw(raw, &tree);
+    if (read != 0) {
+        return read < 0 ? NULL : Py_NewRef(Py_None);
+    }
     PyObject *answer = NULL;
     uint32_t details = 0, status = 0;
-    if (read == 0 && tree.nodes[0].kind == J_OBJECT) {
+    if (tree.nodes[0].kind == J_OBJECT) {
         details = member(&tree, 0, "details");
         if (details != 0 && tree.nodes[details].kind == J_OBJECT) {
             status = member(&tree, details, "status");
         }
     }
     if (!is_string(&tree, status, "completed") && !is_string(&tree, status, "failed")) {
-        int failed = tree.failed;
         tree_free(&tree);
-        if (failed) {
-            return NULL;
-        }
         Py_RETURN_NONE;
     }
     uint32_t code = member(&tree, details, "exitCode"), timed = member(&tree, details, "timedOut");

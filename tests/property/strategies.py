@@ -72,3 +72,19 @@ def outcome_of(index: int) -> tuple[Any, str | None]:
     if index < len(RESULTS):
         return RESULTS[index], None
     return None, ERRORS[index - len(RESULTS)]
+
+
+def edge_json_values(
+    strings: st.SearchStrategy[str], keys: st.SearchStrategy[str], finite: bool
+) -> st.SearchStrategy[Any]:
+    """JSON-like values near the edges of JavaScript's: integers around 2**53, any floats
+    (non-finite ones unless ``finite``), the given strings and object keys."""
+    return st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers(min_value=-(2**54), max_value=2**54)
+        | st.floats(allow_nan=not finite, allow_infinity=not finite)
+        | strings,
+        lambda children: st.lists(children, max_size=4) | st.dictionaries(keys, children, max_size=5),
+        max_leaves=20,
+    )

@@ -37,7 +37,7 @@ from loopwatch.detectors.stable_json import (
     stable_stringify,
 )
 from tests.native_modules import built_module, portable_module
-from tests.property.strategies import json_values
+from tests.property.strategies import edge_json_values, json_values
 
 NATIVE = built_module("_json_scan")
 ENCODER = built_module("_stable_bytes")
@@ -171,15 +171,7 @@ def _claimed(value: Any) -> bool:
 
 _KEYS = st.text(alphabet=st.sampled_from('ab"\\\n\x01\x7f\u00e9\u0100\ue000\uffff\U0001f600'), max_size=3)
 _STRINGS = st.text() | st.sampled_from(["\ud800", "a\udc00b", "\U0001f600", "\u2028", "\x1f\b\f\t\r"])
-_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**54), max_value=2**54)
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | _STRINGS,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(_KEYS, children, max_size=5),
-    max_leaves=20,
-)
+_VALUES = edge_json_values(_STRINGS, _KEYS, finite=False)
 
 
 @given(st.one_of(json_values, _VALUES).map(from_python))

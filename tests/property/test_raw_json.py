@@ -27,7 +27,7 @@ from loopwatch.detectors.raw_json import MAX_DEPTH, python_canonical, python_out
 from loopwatch.detectors.stable_json import WIRE_DECODER, plain, stable_stringify
 from loopwatch.detectors.step import prepare
 from tests.native_modules import built_module, portable_module
-from tests.property.strategies import json_values
+from tests.property.strategies import edge_json_values, json_values
 
 BUILT = built_module("_raw_json")
 PORTABLE = portable_module("_raw_json", Path(tempfile.mkdtemp(prefix="loopwatch-portable-")))
@@ -37,15 +37,7 @@ _KEYS = st.text(
     alphabet=st.sampled_from('ab"\\/\n\x01\x7f\u00e9\u0100\u2028\ue000\uffff\U0001f600 '), max_size=3
 )
 _TEXTS = st.text() | st.sampled_from([" \u3000hi\ufeff ", "\U0001f600", "\u2028", "\x1f\b\f\t\r", "", "  "])
-_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**54), max_value=2**54)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | _TEXTS,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(_KEYS, children, max_size=5),
-    max_leaves=20,
-)
+_VALUES = edge_json_values(_TEXTS, _KEYS, finite=True)
 #: JSON texts of a value, as different clients write them
 _STYLES = st.sampled_from(
     [
