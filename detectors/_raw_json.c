@@ -892,27 +892,27 @@ static void out_drop(Out *out) {
     }
 }
 
-/* ``raw`` (bytes, or anything else holding bytes: msgspec.Raw) read into ``tree``: 0; 1 where
- * it is not sure of it and -1 with an error set (``tree`` then freed already). */
-static int read_raw(PyObject *raw, Tree *tree) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
+/* ``raw`` (bytes, or anything else holding bytes: msgspec.Raw) read into ``tree``, whose plain
+ * strings and numbers point into ``view``: 0 (release ``view`` when done with the tree); 1
+ * where it is not sure of it and -1 with an error set (``tree`` and ``view`` then let go). */
+static int read_raw(PyObject *raw, Py_buffer *view, Tree *tree) {
+    if (PyObject_GetBuffer(raw, view, PyBUF_SIMPLE) < 0) {
         return -1;
     }
-    int read = tree_read(tree, view.buf, view.len);
-    PyBuffer_Release(&view); /* (the tree holds copies of what it needs from the text) */
-    if (read == 0) {
+    if (tree_read(tree, view->buf, view->len) == 0) {
         return 0;
     }
     int failed = tree->failed;
     tree_free(tree);
+    PyBuffer_Release(view);
     return failed ? -1 : 1;
 }
 
 static PyObject *canonical(PyObject *module, PyObject *raw) {
     (void)module;
+    Py_buffer view;
     Tree tree;
-    int read = read_raw(raw, &tree);
+    int read = read_raw(raw, &view, &tree);
     if (read != 0) {
         return read < 0 ? NULL : Py_NewRef(Py_None);
     }
@@ -920,6 +920,7 @@ static PyObject *canonical(PyObject *module, PyObject *raw) {
     out_init(&out);
     int status = write_node(&out, &tree, 0);
     tree_free(&tree);
+    PyBuffer_Release(&view);
     if (status != 0) {
         out_drop(&out);
         if (status < 0) {
@@ -1044,8 +1045,9 @@ static int content_text(const Tree *tree, uint32_t content, Out *joined, const c
 
 static PyObject *outcome(PyObject *module, PyObject *raw) {
     (void)module;
+    Py_buffer view;
     Tree tree;
-    int read = read_raw(raw, &tree);
+    int read = read_raw(raw, &view, &tree);
     if (read != 0) {
         return read < 0 ? NULL : Py_NewRef(Py_None);
     }
@@ -1086,6 +1088,7 @@ static PyObject *outcome(PyObject *module, PyObject *raw) {
         }
     }
     tree_free(&tree);
+    PyBuffer_Release(&view);
     out_drop(&joined);
     if (status != 0) {
         out_drop(&out);
@@ -1119,8 +1122,9 @@ static PyObject *outcome(PyObject *module, PyObject *raw) {
  * where unsure (an exit code written with a fraction or an exponent, or beyond 2**53). */
 static PyObject *exec_outcome(PyObject *module, PyObject *raw) {
     (void)module;
+    Py_buffer view;
     Tree tree;
-    int read = read_raw(raw, &tree);
+    int read = read_raw(raw, &view, &tree);
     if (read != 0) {
         return read < 0 ? NULL : Py_NewRef(Py_None);
     }
@@ -1134,6 +1138,7 @@ static PyObject *exec_outcome(PyObject *module, PyObject *raw) {
     }
     if (!is_string(&tree, status, "completed") && !is_string(&tree, status, "failed")) {
         tree_free(&tree);
+        PyBuffer_Release(&view);
         Py_RETURN_NONE;
     }
     uint32_t code = member(&tree, details, "exitCode"), timed = member(&tree, details, "timedOut");
@@ -1141,6 +1146,7 @@ static PyObject *exec_outcome(PyObject *module, PyObject *raw) {
     int is_number = code != 0 && tree.nodes[code].kind == J_NUMBER;
     if (is_number && !tree.nodes[code].plain) {
         tree_free(&tree);
+        PyBuffer_Release(&view);
         Py_RETURN_NONE;
     }
     int timed_out = timed != 0 && tree.nodes[timed].kind == J_TRUE;
@@ -1206,6 +1212,7 @@ static PyObject *exec_outcome(PyObject *module, PyObject *raw) {
     out_drop(&out);
     out_drop(&joined);
     tree_free(&tree);
+    PyBuffer_Release(&view);
     return answer;
 }
 

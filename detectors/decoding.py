@@ -292,6 +292,8 @@ def _decode_fallback(data: bytes | str, error: Exception | None) -> Event:
     # sanitises them before hashing, so such events stay valid through the stdlib parser.
     try:
         value = loads_with_surrogates(data)
+    except UnicodeDecodeError as exc:  # (what msgspec said may be of a later place: this is first)
+        raise InvalidEvent(f"not valid JSON: invalid UTF-8 at byte {exc.start}") from exc
     except (ValueError, TypeError):
         raise InvalidEvent(f"not valid JSON: {_printable(str(error or _untyped_error(data)))}") from error
     except RecursionError as exc:

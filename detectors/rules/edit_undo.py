@@ -97,7 +97,7 @@ class EditUndo(Rule):
         versions = state.rule_states.get(DETECTOR)
         if not isinstance(versions, FileVersions):
             versions = FileVersions()
-        change = observe_call(versions, ctx.tool, plain(params))
+        change = observe_call(versions, ctx.tool, params)
         if versions.paths and DETECTOR not in state.rule_states:
             state.rule_states[DETECTOR] = versions
         if change is None or change[1] < rules.edit_undo_warning:
@@ -130,7 +130,10 @@ def _string(params: dict[str, Any], *keys: str) -> str | None:
 def observe_call(versions: FileVersions, tool: str, params: Any) -> tuple[str, int] | None:
     """``(path, count)`` when this call reverts or undoes an earlier change, else ``None``."""
     name = tool.lower()
-    if (name != "write" and name != "edit") or not isinstance(params, dict):
+    if name != "write" and name != "edit":
+        return None
+    params = plain(params)  # (a call's JSON text decoded only for the tools this rule reads)
+    if not isinstance(params, dict):
         return None
     path = _string(params, "path", "file_path")
     if not path:

@@ -425,3 +425,13 @@ def test_a_finished_exec_hashes_from_its_text_as_from_its_value(
     assert from_text == hash_outcome("exec", {}, plain(raw), MISSING, digester, (), revision)
     if BUILT.exec_outcome(raw) is not None:
         assert PORTABLE.exec_outcome(raw) == BUILT.exec_outcome(raw)
+
+
+@pytest.mark.parametrize("texts", [False, True])
+def test_invalid_utf8_is_named_with_its_place_whatever_else_is_wrong(texts: bool) -> None:
+    """msgspec only skips params and result: where the event is read again to say what is
+    wrong, bytes that are no UTF-8 are named first, with their place (a lone surrogate escape
+    later in the event made msgspec say the input was truncated)."""
+    line = b'{"type":"tool_result","run_id":"r","event_id":"e","tool":"t","params":"\xff","result":"\\ud800"}'
+    with pytest.raises(InvalidEvent, match=r"^not valid JSON: invalid UTF-8 at byte 71$"):
+        decode_event(line, texts=texts)
