@@ -28,9 +28,9 @@ __all__ = ["SPLIT_ABOVE", "decode_event", "validate_event"]
 _DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
 _DECODE: Final = _DECODER.decode  # bound once: no method lookup per event
 _OPENING_BRACKETS: Final = json_scan.opening_brackets
+_LINE_SCAN: Final = json_scan.line_scan
 _LONGEST_TEXT: Final = json_scan.longest_text
 _UTF8_VALID: Final = raw_json.utf8_valid
-_ASCII: Final = raw_json.ascii
 _SPLIT: Final = raw_json.split_event
 _RAW: Final = msgspec.Raw
 #: the fields msgspec keeps as their JSON text (events.JsonValue), of a result and of a call
@@ -126,11 +126,11 @@ def validate_event(event: Event, deep: bool = True, json_size: int | None = None
 
 
 def _present(text: str | None) -> bool:
-    """Whether ``text`` holds a character that is not white space (one test when it starts
-    with a printable ASCII one, as ids do)."""
+    """Whether ``text`` holds a character that is not white space (``isspace`` stops at the
+    first one that is not: an id's first)."""
     if not text:
         return False
-    return "!" <= text[0] <= "~" or not text.isspace()
+    return not text.isspace()
 
 
 def _check_call_fields(tool: str, params: Any, args_digest: Any) -> None:
@@ -220,9 +220,14 @@ def decode_event(data: bytes | str, texts: bool = False) -> Event:
     else:
         kind = type(event)
         if kind is _TOOL_CALL or kind is _TOOL_RESULT:
-            deep = _brackets(data) > MAX_NESTING
+            if isinstance(data, bytes):
+                scan = _LINE_SCAN(data)  # brackets * 2, plus 1 where not ASCII
+                deep = scan >> 1 > MAX_NESTING
+                ascii_bytes = not scan & 1  # (then every text is valid UTF-8)
+            else:
+                deep = _brackets(data) > MAX_NESTING
+                ascii_bytes = False
             values = deep or not texts
-            ascii_bytes = isinstance(data, bytes) and _ASCII(data)  # (then every text is valid UTF-8)
             if (values or not ascii_bytes) and not _texts_valid(event, kind, values):
                 event = _decode_fallback(data, None)
                 json_size = None

@@ -1,7 +1,9 @@
-"""Two scans of JSON bytes that every event pays for, in C where it was built.
+"""Scans of JSON bytes that every event pays for, in C where it was built.
 
 * :func:`opening_brackets`: how many ``[`` and ``{`` bytes the data holds (inside strings
   too): an upper bound of its nesting depth, so the exact walk runs only past the limit.
+* :func:`line_scan`: that count doubled, plus one where the data is not ASCII (then the UTF-8
+  of the texts an event keeps undecoded is checked): both facts of an event's JSON in one pass.
 * :func:`longest_text`: the most code points of a string among an event's fields at the
   given positions (its ids): only an event with a long one has its ids measured in bytes.
 * :func:`javascript_safe`: whether msgspec's sorted JSON is byte-identical to OpenClaw's
@@ -9,8 +11,8 @@
   digits (an integer beyond 2**53 may be one) and no byte >= 0xEE (a code point >= U+E000,
   whose UTF-8 order can differ from its UTF-16 order in a key).
 
-``_json_scan.c`` does both with ``memchr`` and one loop, without the copies Python's
-``bytes.translate`` makes (about 6x and 4x faster on the benchmark's events); the functions
+``_json_scan.c`` scans 16 bytes at a time, without the copies Python's ``bytes.translate``
+makes (several times faster on the benchmark's events); the functions
 below are the same scans in Python, for an install without a compiler and the sources-only
 test session. ``tests/property/test_json_scan.py`` checks that both give the same answers.
 """
@@ -21,9 +23,11 @@ from typing import Final
 
 __all__ = [
     "javascript_safe",
+    "line_scan",
     "longest_text",
     "opening_brackets",
     "python_javascript_safe",
+    "python_line_scan",
     "python_longest_text",
     "python_opening_brackets",
 ]
@@ -37,6 +41,11 @@ _SIXTEEN_DIGITS: Final = b"0" * 16
 def python_opening_brackets(data: bytes) -> int:
     """How many ``[`` and ``{`` bytes ``data`` holds (one C pass of ``translate``)."""
     return len(data) - len(data.translate(None, _OPENERS))
+
+
+def python_line_scan(data: bytes) -> int:
+    """Twice the ``[`` and ``{`` bytes of ``data``, plus one if it holds a byte >= 0x80."""
+    return python_opening_brackets(data) * 2 + (not data.isascii())
 
 
 def python_javascript_safe(out: bytes) -> bool:
@@ -58,8 +67,9 @@ def python_longest_text(values: tuple[object, ...], positions: tuple[int, ...]) 
 
 
 try:
-    from loopwatch.detectors._json_scan import javascript_safe, longest_text, opening_brackets
+    from loopwatch.detectors._json_scan import javascript_safe, line_scan, longest_text, opening_brackets
 except ImportError:  # built without a compiler, or imported from sources only
     javascript_safe = python_javascript_safe
+    line_scan = python_line_scan
     longest_text = python_longest_text
     opening_brackets = python_opening_brackets

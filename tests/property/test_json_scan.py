@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from loopwatch.detectors.json_scan import (
     python_javascript_safe,
+    python_line_scan,
     python_longest_text,
     python_opening_brackets,
 )
@@ -40,6 +41,7 @@ from tests.native_modules import built_module, portable_module
 from tests.property.strategies import edge_json_values, json_values
 
 NATIVE = built_module("_json_scan")
+PORTABLE_SCANS = portable_module("_json_scan", Path(tempfile.mkdtemp(prefix="loopwatch-portable-")))
 ENCODER = built_module("_stable_bytes")
 ENCODER.bind(JSNumber, _number_json, UNDEFINED)
 PORTABLE = portable_module("_stable_bytes", Path(tempfile.mkdtemp(prefix="loopwatch-portable-")))
@@ -108,7 +110,20 @@ def test_javascript_safe_matches_python(data: bytes) -> None:
 @example(b"[{" * 70)
 @example(b"")
 def test_opening_brackets_matches_python(data: bytes) -> None:
-    assert NATIVE.opening_brackets(data) == python_opening_brackets(data)
+    for scans in (NATIVE, PORTABLE_SCANS):
+        assert scans.opening_brackets(data) == python_opening_brackets(data)
+
+
+@given(st.one_of(_BYTES, st.binary(min_size=15, max_size=70).map(lambda data: data * 3)))
+@example(b"[{" * 70)
+@example(b"x" * 32 + b"\x80")  # the high byte in the tail after two 16-byte blocks
+@example(b"\x80" + b"x" * 31)  # and in the first block
+@example(b"")
+def test_line_scan_matches_python(data: bytes) -> None:
+    expected = python_line_scan(data)
+    assert expected == python_opening_brackets(data) * 2 + (not data.isascii())
+    for scans in (NATIVE, PORTABLE_SCANS):
+        assert scans.line_scan(data) == expected
 
 
 # what an event's fields hold: text (ASCII, any code point), absent values, numbers, subclasses
@@ -147,7 +162,7 @@ def test_longest_text_refuses_what_it_cannot_read() -> None:
         NATIVE.longest_text(["a"], (0,))
 
 
-@pytest.mark.parametrize("scan", ["javascript_safe", "opening_brackets"])
+@pytest.mark.parametrize("scan", ["javascript_safe", "line_scan", "opening_brackets"])
 def test_the_scans_refuse_what_is_not_bytes(scan: str) -> None:
     with pytest.raises(TypeError, match="takes bytes, not str"):
         getattr(NATIVE, scan)("[{")
