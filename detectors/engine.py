@@ -67,7 +67,8 @@ class Engine:
         slot.ended = ended
         slot.ended_ms = 0
         if ts is None:
-            ts = event.ts if event.ts is not None else 0
+            event_ts = event.ts
+            ts = event_ts if event_ts is not None else 0
         if ended is not None and admit(slot, event) is not None:  # an event the ended run had
             self.late += 1
             return Stepped("late")

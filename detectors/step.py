@@ -227,10 +227,13 @@ def apply(
             resolved = config.for_agent(event.agent_id)
         if prepared is None:
             prepared = prepare_for(event, config, resolved, state.history)  # type: ignore[arg-type]
+        # (each field of the event read once: a msgspec Struct's attribute is a lookup by name)
+        tool: str = event.tool  # type: ignore[union-attr]
+        call_id: str | None = event.tool_call_id  # type: ignore[union-attr]
         if kind is _TOOL_CALL:
-            outputs = _on_call(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
+            outputs = _on_call(state, event, prepared, resolved, settings, tool, call_id, ts)  # type: ignore[arg-type]
         else:
-            outputs = _on_result(state, event, prepared, resolved, settings)  # type: ignore[arg-type]
+            outputs = _on_result(state, event, prepared, resolved, settings, tool, call_id, ts)  # type: ignore[arg-type]
         if outputs and state.aborted is None:
             _note_abort(state, outputs)
         return outputs
@@ -249,8 +252,11 @@ def _on_call(
     prepared: Prepared,
     resolved: ResolvedLoopDetection,
     settings: DetectorSettings,
+    tool: str,
+    call_id: str | None,
+    ts: int | None,
 ) -> list[Output]:
-    ctx = CallContext(state, event, prepared.args_hash, prepared.known_poll, resolved, settings)
+    ctx = CallContext(state, event, prepared.args_hash, prepared.known_poll, resolved, settings, tool)
     openclaw = ctx.openclaw
     hooks = REGISTRY.for_config(resolved)
     found: Detection | None = None
@@ -269,24 +275,24 @@ def _on_call(
     if blocked:
         if ctx.revision == "2026-08":  # the blocked call leaves a veto record
             state.history.append(
-                event.tool,
+                tool,
                 ctx.args_hash,
-                event.tool_call_id,
+                call_id,
                 None,
                 None,
-                event.ts,
+                ts,
                 resolved.history_size,
                 VETO,
             )
     elif resolved.records_calls:
         params = event.params
         state.history.append(
-            event.tool,
+            tool,
             ctx.args_hash,
-            event.tool_call_id,
+            call_id,
             None,
             None,
-            event.ts,
+            ts,
             resolved.history_size,
             params=None if params is _UNSET else params,
         )
@@ -330,11 +336,14 @@ def _on_result(
     prepared: Prepared,
     resolved: ResolvedLoopDetection,
     settings: DetectorSettings,
+    tool: str,
+    call_id: str | None,
+    ts: int | None,
 ) -> list[Output]:
     outputs: list[Output] = []
-    if _record(state, event.tool, event.tool_call_id, event.ts, prepared, resolved):
+    if _record(state, tool, call_id, ts, prepared, resolved):
         ctx = ResultContext(
-            state, event, prepared.args_hash, prepared.result_hash, prepared.kind, resolved, settings
+            state, event, prepared.args_hash, prepared.result_hash, prepared.kind, resolved, settings, tool
         )
         for rule in REGISTRY.for_config(resolved).on_result:
             rule.on_result(ctx, outputs)

@@ -142,10 +142,12 @@ class CallContext:
         known_poll: bool,
         resolved: ResolvedLoopDetection,
         settings: DetectorSettings,
+        tool: str | None = None,
     ) -> None:
+        """``tool``: the event's, when the caller has read it already."""
         self.state = state
         self.event = event
-        self.tool = tool = event.tool
+        self.tool = tool = event.tool if tool is None else tool
         self.args_hash = args_hash
         self.known_poll = known_poll
         self.resolved = resolved
@@ -193,10 +195,12 @@ class ResultContext:
         kind: str | None,
         resolved: ResolvedLoopDetection,
         settings: DetectorSettings,
+        tool: str | None = None,
     ) -> None:
+        """``tool``: the event's, when the caller has read it already."""
         self.state = state
         self.event = event
-        self.tool = event.tool
+        self.tool = event.tool if tool is None else tool
         self.args_hash = args_hash
         self.result_hash = result_hash
         self.kind = kind
