@@ -32,7 +32,7 @@ from loopwatch.config.loop_detection import (
 )
 from loopwatch.config.near_misses import near_misses
 from loopwatch.config.own_rules import RawRules, merge_rules, resolve_rules, validate_rules
-from loopwatch.config.settings import DetectorSettings, parse_settings
+from loopwatch.config.settings import DetectorSettings, Digest, parse_settings
 
 __all__ = ["FleetConfig", "parse_config_text", "parse_config_value"]
 
@@ -50,12 +50,21 @@ class FleetConfig:
     #: resolved at construction (``__post_init__``), never changed afterwards
     default: ResolvedLoopDetection = field(init=False, compare=False, repr=False)
     _agents: dict[str, ResolvedLoopDetection] = field(init=False, compare=False, repr=False)
+    #: the settings every event reads, copied out of ``settings`` at construction (a native
+    #: attribute each: reading a field of the settings Struct is a lookup by name)
+    seen_event_ids: int = field(init=False, compare=False, repr=False)
+    digest: Digest = field(init=False, compare=False, repr=False)
+    provider_send_tools: frozenset[str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         default = self._resolve(None)
         agents = {agent: self._resolve(agent) for agent in (*self.agent_blocks, *self.agent_rules)}
         object.__setattr__(self, "default", default)
         object.__setattr__(self, "_agents", agents)
+        settings = self.settings
+        object.__setattr__(self, "seen_event_ids", settings.seen_event_ids)
+        object.__setattr__(self, "digest", settings.digest)
+        object.__setattr__(self, "provider_send_tools", settings.provider_send_tools)
 
     def _resolve(self, agent_id: str | None) -> ResolvedLoopDetection:
         block = self.global_block if agent_id is None else self.merged_block(agent_id)

@@ -166,11 +166,7 @@ def step_admitted(
     resolved = config.for_agent(event.agent_id)
     prepared = prepare_for(event, config, resolved, state.history)  # type: ignore[arg-type]
     block = None
-    if (
-        fleet is not None
-        and kind is _TOOL_CALL
-        and not state.has_seen(event.event_id, config.settings.seen_event_ids)
-    ):
+    if fleet is not None and kind is _TOOL_CALL and not state.has_seen(event.event_id, config.seen_event_ids):
         block = fleet.fail_fast(scope, event, ts, config)  # type: ignore[arg-type]
         if block is None:
             block = fleet.chain_block(state, event, ts, prepared, config)  # type: ignore[arg-type]

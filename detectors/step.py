@@ -70,9 +70,7 @@ def new_state(event: Event, config: FleetConfig, ts: int | None = None) -> RunSt
     """An empty state for the run scope of ``event``, its first event (at event time ``ts``,
     the event's own by default)."""
     run_id = event.run_id.strip() if event.run_id and event.run_id.strip() else None
-    state = RunState(
-        run_scope(event), event.agent_id, run_id, event.session_id, config.settings.seen_event_ids
-    )
+    state = RunState(run_scope(event), event.agent_id, run_id, event.session_id, config.seen_event_ids)
     state.first_ts = ts if ts is not None else event.ts
     chain = chain_of(event)
     if chain is not None:
@@ -196,12 +194,9 @@ def prepare_for(
     """:func:`prepare` with the digest, send tools and rule revision ``config`` gives the
     event's agent (``resolved``, when at hand): the one way every shell hashes an event.
     ``history``: the run's, when the event is about to be applied to it."""
-    settings = config.settings
     if resolved is None:
         resolved = config.for_agent(event.agent_id)
-    return prepare(
-        event, digester_for(settings.digest), settings.provider_send_tools, resolved.revision, history
-    )
+    return prepare(event, digester_for(config.digest), config.provider_send_tools, resolved.revision, history)
 
 
 def apply(
@@ -214,7 +209,7 @@ def apply(
     """Apply one event of the state's run scope; the verdicts and aborts it gives, in order.
 
     ``prepared`` and ``resolved``: the event's hashes and its agent's config, when at hand."""
-    if not state.remember(event.event_id, config.settings.seen_event_ids):
+    if not state.remember(event.event_id, config.seen_event_ids):
         return []
     state.events += 1
     ts = event.ts
