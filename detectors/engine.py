@@ -32,7 +32,7 @@ class Engine:
     ``fleet``: the fleet rules' hooks (F1's fail-fast block; the embedded runtime and replay
     watch the fleet themselves, after each step)."""
 
-    __slots__ = ("_slot", "config", "ended", "ended_limit", "fleet", "late", "states")
+    __slots__ = ("_slot", "_stepped", "config", "ended", "ended_limit", "fleet", "late", "states")
 
     def __init__(
         self, config: FleetConfig, ended_limit: int = ENDED_RUNS_KEPT, fleet: FleetHooks | None = None
@@ -45,6 +45,7 @@ class Engine:
         self.fleet = fleet
         self.late = 0
         self._slot = RunSlot()  # the entry of the event being stepped (its fields set per event)
+        self._stepped = Stepped("applied")  # what process() learns of each event (read at once)
 
     def aborted(self, scope: str) -> tuple[str, str] | None:
         """The (reason, message) of the run's first enforced abort, while the run lives."""
@@ -53,10 +54,14 @@ class Engine:
 
     def process(self, event: Event) -> list[Output]:
         """Apply one event; the verdicts and aborts it produced."""
-        return self.step(event).outputs
+        return self._step(event, None, self._stepped).outputs
 
     def step(self, event: Event, ts: int | None = None) -> Stepped:
         """Apply one event (``ts``: its time for the fleet rules, the event's own by default)."""
+        return self._step(event, ts, None)
+
+    def _step(self, event: Event, ts: int | None, into: Stepped | None) -> Stepped:
+        """:meth:`step`, its answer in ``into`` where given (:meth:`process` lends its own)."""
         run_id = event.run_id
         scope = run_id if run_id and run_id == run_id.strip() else run_scope(event)
         states = self.states
@@ -72,7 +77,7 @@ class Engine:
         if ended is not None and admit(slot, event) is not None:  # an event the ended run had
             self.late += 1
             return Stepped("late")
-        stepped = step_admitted(slot, scope, event, self.config, ts, NO_POSITION, self.fleet)
+        stepped = step_admitted(slot, scope, event, self.config, ts, NO_POSITION, self.fleet, into)
         kind = stepped.kind
         if ended is not None:
             del self.ended[scope]

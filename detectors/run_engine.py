@@ -119,6 +119,24 @@ class Stepped:
         self.loop_spend = loop_spend
 
 
+def _stepped(
+    into: Stepped | None,
+    kind: StepKind,
+    outputs: list[Output] | None = None,
+    prepared: Prepared | None = None,
+    loop_spend: float = 0.0,
+) -> Stepped:
+    """A :class:`Stepped`: ``into`` filled in, where the caller lends one (it reads it before
+    its next event), else a new one."""
+    if into is None:
+        return Stepped(kind, outputs, prepared, loop_spend)
+    into.kind = kind
+    into.outputs = outputs if outputs is not None else []
+    into.prepared = prepared
+    into.loop_spend = loop_spend
+    return into
+
+
 def admit(slot: RunSlot, event: Event, position: int = NO_POSITION) -> StepKind | None:
     """``late`` or ``redelivered`` when the event must not be applied again, else ``None``
     (an event of an ended run it never had clears the entry: a new run)."""
@@ -143,9 +161,11 @@ def step_admitted(
     ts: int,
     position: int = NO_POSITION,
     fleet: FleetHooks | None = None,
+    into: Stepped | None = None,
 ) -> Stepped:
     """Apply an event :func:`admit` let through to its run's entry ``slot`` (changed in
-    place); what it did."""
+    place); what it did (in ``into``, where the caller lends one it reads before its next
+    event: no new object per event)."""
     if position != NO_POSITION:
         slot.position = position
     kind = type(event)
@@ -153,16 +173,16 @@ def step_admitted(
         state = slot.state
         slot.state = None
         if event.event_id.startswith(EXPIRY_EVENT_PREFIX):
-            return Stepped("expired")
+            return _stepped(into, "expired")
         seen = [key_hash(key) for key in state.seen] if state is not None else []
         slot.ended = Tombstone(hashes=[*seen, id_hash(event.event_id)])
         slot.ended_ms = ts
-        return Stepped("ended")
+        return _stepped(into, "ended")
     state = slot.state
     if state is None:
         state = slot.state = new_state(event, config, ts)
     if kind is not _TOOL_CALL and kind is not _TOOL_RESULT:
-        return Stepped("applied", apply(state, event, config))
+        return _stepped(into, "applied", apply(state, event, config))
     resolved = config.for_agent(event.agent_id)
     prepared = prepare_for(event, config, resolved, state.history)  # type: ignore[arg-type]
     block = None
@@ -176,4 +196,4 @@ def step_admitted(
         outputs.insert(0, block)
     if fleet is not None:
         fleet.noted(scope, event, ts, prepared, outputs, config, state)  # type: ignore[arg-type]
-    return Stepped("applied", outputs, prepared, state.loop_spend_usd - loop_before)
+    return _stepped(into, "applied", outputs, prepared, state.loop_spend_usd - loop_before)

@@ -133,9 +133,10 @@ class RunState:
 
     def _remember_key(self, key: str | int) -> bool:
         seen = self.seen
-        if key in seen:
+        size = len(seen)
+        seen.setdefault(key, None)  # (one lookup: a key it had leaves the size as it was)
+        if len(seen) == size:
             return False
-        seen[key] = None
         ring = self._seen_ring
         taken = len(ring)
         if taken < self._seen_limit:
