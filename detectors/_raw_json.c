@@ -12,7 +12,14 @@
  * detector's own loop veto (status "blocked", deniedReason "tool-loop"), and whether they say
  * changed: false.
  *
- * utf8_valid(raw) -> bool: whether raw is valid UTF-8; ascii(data) -> bool: whether it is ASCII.
+ * args_hash(tool, raw) -> str | None: "{tool}:{XXH3-128 hex digest of canonical(raw)}", a call's
+ * argsHash under the xxh3 digest, where canonical answers. outcome_hash(raw) -> str | None: the
+ * hex digest of outcome(raw)'s bytes where it answers and its details say neither the loop veto
+ * nor changed: false (None: ask outcome). Both hash what they have just written, without
+ * handing it to Python; a long text (over LONG_TEXT bytes) goes to xxhash.xxh3_128_hexdigest,
+ * whose SIMD the CPU chooses.
+ *
+ * utf8_valid(raw) -> bool: whether raw is valid UTF-8.
  *
  * exec_outcome(raw): a finished exec's fingerprint and what the 2026-08 rules read (see below).
  *
@@ -33,6 +40,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define XXH_INLINE_ALL
+#include "_vendor/xxhash.h"
 
 #define MAX_DEPTH 32
 #if defined(__GNUC__)
@@ -294,24 +304,6 @@ __attribute__((target("avx2"))) static const unsigned char *plain_run_avx2(const
         at += 32;
     }
     return at;
-}
-
-/* Whether the bytes are all ASCII, 32 at a time. */
-__attribute__((target("avx2"))) static int ascii_avx2(const unsigned char *at, const unsigned char *stop) {
-    __m256i seen = _mm256_setzero_si256();
-    while (stop - at >= 32) {
-        seen = _mm256_or_si256(seen, _mm256_loadu_si256((const __m256i *)at));
-        at += 32;
-    }
-    if (_mm256_movemask_epi8(seen)) {
-        return 0;
-    }
-    while (at < stop) {
-        if (*at++ & 0x80) {
-            return 0;
-        }
-    }
-    return 1;
 }
 
 static inline const unsigned char *plain_run(const unsigned char *at, const unsigned char *stop) {
@@ -908,25 +900,31 @@ static int read_raw(PyObject *raw, Py_buffer *view, Tree *tree) {
     return failed ? -1 : 1;
 }
 
-static PyObject *canonical(PyObject *module, PyObject *raw) {
-    (void)module;
+/* canonical(raw)'s bytes written to ``out`` (initialised here): 0; 1 where unsure, -1 with an
+ * error set (``out`` then let go). */
+static int write_canonical(PyObject *raw, Out *out) {
     Py_buffer view;
     Tree tree;
+    out_init(out);
     int read = read_raw(raw, &view, &tree);
     if (read != 0) {
-        return read < 0 ? NULL : Py_NewRef(Py_None);
+        return read;
     }
-    Out out;
-    out_init(&out);
-    int status = write_node(&out, &tree, 0);
+    int status = write_node(out, &tree, 0);
     tree_free(&tree);
     PyBuffer_Release(&view);
     if (status != 0) {
-        out_drop(&out);
-        if (status < 0) {
-            return NULL;
-        }
-        Py_RETURN_NONE;
+        out_drop(out);
+    }
+    return status;
+}
+
+static PyObject *canonical(PyObject *module, PyObject *raw) {
+    (void)module;
+    Out out;
+    int status = write_canonical(raw, &out);
+    if (status != 0) {
+        return status < 0 ? NULL : Py_NewRef(Py_None);
     }
     return out_finish(&out);
 }
@@ -1043,20 +1041,24 @@ static int content_text(const Tree *tree, uint32_t content, Out *joined, const c
     return 0;
 }
 
-static PyObject *outcome(PyObject *module, PyObject *raw) {
-    (void)module;
+/* outcome(raw)'s bytes written to ``out`` (initialised here), with what it says in
+ * ``is_object``, ``veto`` and ``unchanged``: 0; 1 where unsure, -1 with an error set (``out``
+ * then let go). */
+static int write_outcome(PyObject *raw, Out *out, int *is_object, int *veto, int *unchanged) {
     Py_buffer view;
     Tree tree;
+    out_init(out);
+    *veto = *unchanged = 0;
     int read = read_raw(raw, &view, &tree);
     if (read != 0) {
-        return read < 0 ? NULL : Py_NewRef(Py_None);
+        return read;
     }
-    Out out, joined;
-    out_init(&out);
+    Out joined;
     out_init(&joined);
-    int is_object = tree.nodes[0].kind == J_OBJECT, veto = 0, unchanged = 0, status;
-    if (!is_object) {
-        status = write_node(&out, &tree, 0);
+    int status;
+    *is_object = tree.nodes[0].kind == J_OBJECT;
+    if (!*is_object) {
+        status = write_node(out, &tree, 0);
     } else {
         uint32_t details = member(&tree, 0, "details");
         const char *text;
@@ -1064,38 +1066,45 @@ static PyObject *outcome(PyObject *module, PyObject *raw) {
         int plain;
         status = content_text(&tree, member(&tree, 0, "content"), &joined, &text, &text_size, &plain);
         if (status == 0) {
-            status = out_put(&out, "{\"details\":", 11);
+            status = out_put(out, "{\"details\":", 11);
         }
         if (status == 0) {
             if (details != 0 && tree.nodes[details].kind == J_OBJECT) {
-                veto = is_string(&tree, member(&tree, details, "status"), "blocked") &&
-                       is_string(&tree, member(&tree, details, "deniedReason"), "tool-loop");
+                *veto = is_string(&tree, member(&tree, details, "status"), "blocked") &&
+                        is_string(&tree, member(&tree, details, "deniedReason"), "tool-loop");
                 uint32_t changed = member(&tree, details, "changed");
-                unchanged = changed != 0 && tree.nodes[changed].kind == J_FALSE;
-                status = write_node(&out, &tree, details);
+                *unchanged = changed != 0 && tree.nodes[changed].kind == J_FALSE;
+                status = write_node(out, &tree, details);
             } else {
-                status = out_put(&out, "{}", 2);
+                status = out_put(out, "{}", 2);
             }
         }
         if (status == 0) {
-            status = out_put(&out, ",\"text\":", 8);
+            status = out_put(out, ",\"text\":", 8);
         }
         if (status == 0) {
-            status = plain ? write_plain(&out, text, text_size) : write_string(&out, text, text_size);
+            status = plain ? write_plain(out, text, text_size) : write_string(out, text, text_size);
         }
         if (status == 0) {
-            status = out_put(&out, "}", 1);
+            status = out_put(out, "}", 1);
         }
     }
     tree_free(&tree);
     PyBuffer_Release(&view);
     out_drop(&joined);
     if (status != 0) {
-        out_drop(&out);
-        if (status < 0) {
-            return NULL;
-        }
-        Py_RETURN_NONE;
+        out_drop(out);
+    }
+    return status;
+}
+
+static PyObject *outcome(PyObject *module, PyObject *raw) {
+    (void)module;
+    Out out;
+    int is_object, veto, unchanged;
+    int status = write_outcome(raw, &out, &is_object, &veto, &unchanged);
+    if (status != 0) {
+        return status < 0 ? NULL : Py_NewRef(Py_None);
     }
     PyObject *bytes = out_finish(&out);
     if (bytes == NULL) {
@@ -1111,6 +1120,88 @@ static PyObject *outcome(PyObject *module, PyObject *raw) {
     PyTuple_SET_ITEM(answer, 2, Py_NewRef(veto ? Py_True : Py_False));
     PyTuple_SET_ITEM(answer, 3, Py_NewRef(unchanged ? Py_True : Py_False));
     return answer;
+}
+
+/* ----- digests of what was written ----- */
+
+/* Longer texts are hashed by xxhash.xxh3_128_hexdigest (SIMD chosen for the CPU at hand; the
+ * inlined XXH3 here is built for the baseline, SSE2 on x86-64, and short texts never reach
+ * its vector loop anyway). */
+#define LONG_TEXT 2048
+static PyObject *long_hasher = NULL;
+
+/* ``prefix`` (an ASCII or any str; NULL: none) and ":" before the XXH3-128 hex digest of the
+ * written bytes (python-xxhash's hexdigest: the canonical, big-endian form); ``out`` let go. */
+static PyObject *hashed(PyObject *prefix, Out *out) {
+    static const char hex[] = "0123456789abcdef";
+    char digest[32];
+    PyObject *text = NULL;
+    if (out->size > LONG_TEXT && long_hasher != NULL) {
+        PyObject *bytes = out_finish(out);
+        if (bytes == NULL) {
+            return NULL;
+        }
+        text = PyObject_CallOneArg(long_hasher, bytes);
+        Py_DECREF(bytes);
+        if (text == NULL || prefix == NULL) {
+            return text;
+        }
+        PyObject *joined = PyUnicode_FromFormat("%U:%U", prefix, text);
+        Py_DECREF(text);
+        return joined;
+    }
+    XXH128_canonical_t canonical;
+    XXH128_canonicalFromHash(&canonical, XXH3_128bits(out->data, (size_t)out->size));
+    out_drop(out);
+    for (int i = 0; i < 16; i++) {
+        digest[2 * i] = hex[canonical.digest[i] >> 4];
+        digest[2 * i + 1] = hex[canonical.digest[i] & 15];
+    }
+    if (prefix == NULL) {
+        return PyUnicode_FromStringAndSize(digest, 32);
+    }
+    if (!PyUnicode_IS_COMPACT_ASCII(prefix)) {
+        return PyUnicode_FromFormat("%U:%.32s", prefix, digest);
+    }
+    Py_ssize_t size = PyUnicode_GET_LENGTH(prefix);
+    text = PyUnicode_New(size + 33, 127);
+    if (text == NULL) {
+        return NULL;
+    }
+    char *at = (char *)PyUnicode_DATA(text);
+    memcpy(at, PyUnicode_DATA(prefix), (size_t)size);
+    at[size] = ':';
+    memcpy(at + size + 1, digest, 32);
+    return text;
+}
+
+static PyObject *args_hash(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "args_hash() takes a tool name (str) and a JSON text");
+        return NULL;
+    }
+    Out out;
+    int status = write_canonical(args[1], &out);
+    if (status != 0) {
+        return status < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    return hashed(args[0], &out);
+}
+
+static PyObject *outcome_hash(PyObject *module, PyObject *raw) {
+    (void)module;
+    Out out;
+    int is_object, veto, unchanged;
+    int status = write_outcome(raw, &out, &is_object, &veto, &unchanged);
+    if (status != 0) {
+        return status < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    if (is_object && (veto || unchanged)) { /* what the caller reads of it: outcome() says */
+        out_drop(&out);
+        Py_RETURN_NONE;
+    }
+    return hashed(NULL, &out);
 }
 
 /* exec_outcome(raw) -> (bytes, status, exit_code, timed_out, output) | None: for the result
@@ -1333,28 +1424,6 @@ static PyObject *split_event(PyObject *module, PyObject *data) {
     return Py_BuildValue("(Nnnnn)", envelope, found[0][0], found[0][1], found[1][0], found[1][1]);
 }
 
-/* ascii(data) -> bool: whether every byte is below 0x80. */
-static PyObject *ascii(PyObject *module, PyObject *data) {
-    (void)module;
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
-    const unsigned char *at = view.buf, *stop = at + view.len;
-    int only = 1;
-#ifdef SIMD
-    if (have_avx2) {
-        only = ascii_avx2(at, stop);
-        at = stop;
-    }
-#endif
-    for (; at < stop && only; at++) {
-        only = *at < 0x80;
-    }
-    PyBuffer_Release(&view);
-    return Py_NewRef(only ? Py_True : Py_False);
-}
-
 /* Whether ``raw`` is valid UTF-8 (what Python's UTF-8 decoder takes): ASCII 8 bytes at a time. */
 static PyObject *utf8_valid(PyObject *module, PyObject *raw) {
     (void)module;
@@ -1392,8 +1461,11 @@ static PyMethodDef methods[] = {
     {"canonical", canonical, METH_O, "stableStringify of a JSON text's value as UTF-8 bytes, or None where unsure."},
     {"outcome", outcome, METH_O,
      "A result's canonical outcome bytes with (is_object, loop_veto, unchanged), or None where unsure."},
+    {"args_hash", (PyCFunction)(void (*)(void))args_hash, METH_FASTCALL,
+     "A call's argsHash under the xxh3 digest from its params' JSON text, or None where unsure."},
+    {"outcome_hash", outcome_hash, METH_O,
+     "The xxh3 hex digest of outcome()'s bytes, or None where unsure or its details say more."},
     {"utf8_valid", utf8_valid, METH_O, "Whether the bytes are valid UTF-8."},
-    {"ascii", ascii, METH_O, "Whether every byte is ASCII (below 0x80)."},
     {"exec_outcome", exec_outcome, METH_O, "A finished exec result's fingerprint bytes, status, exit code, timeout, output."},
     {"split_event", split_event, METH_O, "An event's JSON with params and result as null, and where they were."},
     {NULL, NULL, 0, NULL},
@@ -1413,5 +1485,13 @@ PyMODINIT_FUNC PyInit__raw_json(void) {
     __builtin_cpu_init();
     have_avx2 = __builtin_cpu_supports("avx2");
 #endif
+    PyObject *xxhash = PyImport_ImportModule("xxhash");
+    if (xxhash != NULL) {
+        long_hasher = PyObject_GetAttrString(xxhash, "xxh3_128_hexdigest");
+        Py_DECREF(xxhash);
+    }
+    if (long_hasher == NULL) { /* (every text is then hashed here: the same digest) */
+        PyErr_Clear();
+    }
     return PyModule_Create(&module_def);
 }

@@ -64,10 +64,12 @@ def js_trim(text: str) -> str:
 class Digester:
     """Hashes stable serialisations with one algorithm (``xxh3`` or ``sha256``)."""
 
-    __slots__ = ("algorithm", "hex", "hex_size")
+    __slots__ = ("algorithm", "hex", "hex_size", "xxh3")
 
     def __init__(self, algorithm: str = "xxh3") -> None:
         self.algorithm = algorithm
+        #: XXH3-128: what ``raw_json.args_hash`` and ``raw_json.outcome_hash`` give from text
+        self.xxh3 = algorithm == "xxh3"
         self.hex = _HASHERS[algorithm]
         self.hex_size = len(self.hex(b""))  # hex characters of one digest
 

@@ -271,6 +271,7 @@ def _process_fingerprint(action: object, details: dict[str, Any], text: str) -> 
 
 
 _RAW_OUTCOME: Final = raw_json.outcome
+_RAW_OUTCOME_HASH: Final = raw_json.outcome_hash
 _RAW_EXEC: Final = raw_json.exec_outcome
 _RAW: Final = Raw
 #: tools whose results hash in a shape of their own (read from the decoded result)
@@ -311,6 +312,10 @@ def _outcome_of_text(
         return _finished_exec(finished, digester, rules_2026_08) if finished is not None else None
     if tool in _OWN_SHAPES or is_send_result(tool, params, send_tools):
         return None
+    if digester.xxh3:
+        hashed_text = _RAW_OUTCOME_HASH(result)  # (None: unsure, or details that say more)
+        if hashed_text is not None:
+            return hashed_text, None, None, False, None
     read = _RAW_OUTCOME(result)
     if read is None:
         return None

@@ -13,8 +13,11 @@ Python, for an install without a compiler.
   canonical bytes it hashes as in the general case of §3.3 (of the value itself when it is no
   object), whether it is an object, whether its details are the detector's own loop veto
   (status ``blocked``, deniedReason ``tool-loop``), whether they say ``changed: false``.
-* :func:`utf8_valid`: whether the bytes are valid UTF-8; :func:`ascii`: whether they are all
-  ASCII (32 at a time with AVX2: an event's whole line is checked).
+* :func:`utf8_valid`: whether the bytes are valid UTF-8.
+* :func:`args_hash` and :func:`outcome_hash`: under the ``xxh3`` digest, a call's ``argsHash``
+  (``"{tool}:{digest}"``) from :func:`canonical`'s bytes, and the digest of :func:`outcome`'s
+  where its details say neither the loop veto nor ``changed: false``: hashed in C as they are
+  written. The Python twins never answer (``None``: hash the bytes of the two above).
 * :func:`exec_outcome`: for a finished ``exec`` (details status ``completed`` or ``failed``),
   ``(bytes, status, exit_code, timed_out, output)``: the canonical bytes of its fingerprint
   (§3.3) and what the 2026-08 terminal-failure rule reads. The Python twin never answers
@@ -44,14 +47,16 @@ __all__ = [
     "FinishedExec",
     "Outcome",
     "Split",
-    "ascii",
+    "args_hash",
     "canonical",
     "exec_outcome",
     "outcome",
-    "python_ascii",
+    "outcome_hash",
+    "python_args_hash",
     "python_canonical",
     "python_exec_outcome",
     "python_outcome",
+    "python_outcome_hash",
     "python_split_event",
     "python_utf8_valid",
     "split_event",
@@ -123,15 +128,29 @@ def python_split_event(data: bytes) -> Split | None:
     return None
 
 
-def python_ascii(data: bytes) -> bool:
-    """:func:`ascii` in Python."""
-    return data.isascii()
+def python_args_hash(tool: str, raw: bytes | msgspec.Raw) -> str | None:
+    """:func:`args_hash` in Python: never hashed here (the caller hashes :func:`canonical`'s bytes)."""
+    return None
+
+
+def python_outcome_hash(raw: bytes | msgspec.Raw) -> str | None:
+    """:func:`outcome_hash` in Python: never hashed here (the caller hashes :func:`outcome`'s bytes)."""
+    return None
 
 
 try:
-    from loopwatch.detectors._raw_json import ascii, canonical, exec_outcome, outcome, split_event, utf8_valid
+    from loopwatch.detectors._raw_json import (
+        args_hash,
+        canonical,
+        exec_outcome,
+        outcome,
+        outcome_hash,
+        split_event,
+        utf8_valid,
+    )
 except ImportError:  # built without a compiler, or imported from sources only
-    ascii = python_ascii
+    args_hash = python_args_hash
+    outcome_hash = python_outcome_hash
     exec_outcome = python_exec_outcome
     split_event = python_split_event
     canonical = python_canonical

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import msgspec
 from msgspec import UNSET
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.config.settings import DetectorSettings, Revision
-from loopwatch.detectors import escalation
+from loopwatch.detectors import escalation, raw_json
 from loopwatch.detectors.events import (
     Abort,
     CompactionRetry,
@@ -64,6 +65,8 @@ _UNSET: Final = UNSET
 _MISSING: Final = MISSING
 _TOOL_CALL: Final = ToolCall
 _TOOL_RESULT: Final = ToolResult
+_RAW: Final = msgspec.Raw
+_ARGS_HASH: Final = raw_json.args_hash
 
 
 def new_state(event: Event, config: FleetConfig, ts: int | None = None) -> RunState:
@@ -148,7 +151,8 @@ def prepare(
     elif tool == "update_plan":
         args_hash = digester.args_hash(tool, plain(params))
     else:
-        args_hash = f"{tool}:{digester.hex(canonical_bytes(params))}"
+        hashed = _ARGS_HASH(tool, params) if digester.xxh3 and type(params) is _RAW else None
+        args_hash = hashed if hashed is not None else f"{tool}:{digester.hex(canonical_bytes(params))}"
     if type(event) is _TOOL_CALL:
         known_poll = event.known_poll
         if known_poll is not _UNSET:

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import xxhash
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -92,6 +93,8 @@ def test_canonical_is_stable_stringify(native: ModuleType, value: Any, style: di
     expected = _reference(raw)
     answer = native.canonical(raw)
     assert answer is None or answer == expected
+    hashed = native.args_hash("read", raw)
+    assert hashed == (None if answer is None else f"read:{xxhash.xxh3_128_hexdigest(answer)}")
     if _claimed(value) and _depth(value) <= MAX_DEPTH:
         assert answer == expected
     assert python_canonical(raw) == (expected if _depth(value) <= MAX_DEPTH else None)
@@ -174,6 +177,11 @@ def test_outcome_is_the_general_outcome(native: ModuleType, result: Any, style: 
         assert twin == (stable_stringify(value).encode(), False, False, False)
     answer = native.outcome(raw)
     assert answer is None or answer == twin
+    hashed = native.outcome_hash(raw)
+    if answer is None or (answer[1] and (answer[2] or answer[3])):  # unsure, or details that say more
+        assert hashed is None
+    else:
+        assert hashed == xxhash.xxh3_128_hexdigest(answer[0])
 
 
 _TOOLS = st.sampled_from(
@@ -285,6 +293,23 @@ def test_no_bytes_crash_it_or_pass_as_valid_json(native: ModuleType, data: bytes
         answer = native.canonical(data)
         assert answer is None or answer == _reference(data)
     assert native.utf8_valid(data) == python_utf8_valid(data)
+
+
+@MODULES
+@pytest.mark.parametrize("size", [0, 1, 100, 2000, 2048, 2049, 5000, 70000])  # around LONG_TEXT
+@pytest.mark.parametrize("tool", ["read", "r\u00e9ad", "\U0001f600", ""])
+def test_digests_from_text_are_xxhash_s_at_every_length(native: ModuleType, size: int, tool: str) -> None:
+    raw = json.dumps({"text": "x" * size, "details": {"b": "\u00e9", "a": 1}}).encode()
+    assert native.args_hash(tool, raw) == f"{tool}:{xxhash.xxh3_128_hexdigest(native.canonical(raw))}"
+    assert native.outcome_hash(raw) == xxhash.xxh3_128_hexdigest(native.outcome(raw)[0])
+    assert native.args_hash(tool, b"[1,]") is None
+    assert native.outcome_hash(b'{"details":{"status":"blocked","deniedReason":"tool-loop"}}') is None
+    assert native.outcome_hash(b'{"details":{"changed":false}}') is None
+    assert native.outcome_hash(b"[1]") == xxhash.xxh3_128_hexdigest(b"[1]")
+    with pytest.raises(TypeError, match="takes a tool name"):
+        native.args_hash(b"read", raw)
+    with pytest.raises(TypeError, match="takes a tool name"):
+        native.args_hash("read")
 
 
 @MODULES
