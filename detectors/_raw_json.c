@@ -21,7 +21,9 @@
  *
  * utf8_valid(raw) -> bool: whether raw is valid UTF-8.
  *
- * exec_outcome(raw): a finished exec's fingerprint and what the 2026-08 rules read (see below).
+ * exec_outcome(raw): a finished exec's fingerprint and what the 2026-08 rules read (see below);
+ * exec_hash(raw) -> str | None: the xxh3 digest of that fingerprint where the exec is surely no
+ * terminal failure (its exit code no number or 0, or it timed out), else None (ask exec_outcome).
  *
  * split_event(data): a wire event's JSON without the values of params and result (see below).
  *
@@ -1211,8 +1213,11 @@ static PyObject *outcome_hash(PyObject *module, PyObject *raw) {
  * it timed out and its output (the trimmed aggregated output, else the text of its content),
  * which the terminal-failure rule of revision 2026-08 reads. None for any other result, and
  * where unsure (an exit code written with a fraction or an exponent, or beyond 2**53). */
-static PyObject *exec_outcome(PyObject *module, PyObject *raw) {
-    (void)module;
+static PyObject *hashed(PyObject *prefix, Out *out);
+
+/* exec_outcome(raw), or with ``digest_only`` the hex digest of its fingerprint where it is no
+ * terminal failure (the exit code no number or 0, or timed out), None where it may be one. */
+static PyObject *finished_exec(PyObject *raw, int digest_only) {
     Py_buffer view;
     Tree tree;
     int read = read_raw(raw, &view, &tree);
@@ -1279,6 +1284,17 @@ static PyObject *exec_outcome(PyObject *module, PyObject *raw) {
     if (status_code == 0) {
         status_code = timed_out ? out_put(&out, ",\"timedOut\":true}", 17) : out_put(&out, ",\"timedOut\":false}", 18);
     }
+    int maybe_failure = code_node != NULL && !(code_node->size == 1 && code_node->text[0] == '0') && !timed_out;
+    if (status_code == 0 && digest_only) {
+        out_drop(&joined);
+        tree_free(&tree);
+        PyBuffer_Release(&view);
+        if (maybe_failure) {
+            out_drop(&out);
+            Py_RETURN_NONE;
+        }
+        return hashed(NULL, &out);
+    }
     if (status_code == 0) {
         PyObject *bytes = PyBytes_FromStringAndSize(out.data, out.size);
         PyObject *status_text = PyUnicode_DecodeUTF8(tree.nodes[status].text, tree.nodes[status].size, "strict");
@@ -1305,6 +1321,16 @@ static PyObject *exec_outcome(PyObject *module, PyObject *raw) {
     tree_free(&tree);
     PyBuffer_Release(&view);
     return answer;
+}
+
+static PyObject *exec_outcome(PyObject *module, PyObject *raw) {
+    (void)module;
+    return finished_exec(raw, 0);
+}
+
+static PyObject *exec_hash(PyObject *module, PyObject *raw) {
+    (void)module;
+    return finished_exec(raw, 1);
 }
 
 #define MAX_CUTS 8
@@ -1467,6 +1493,8 @@ static PyMethodDef methods[] = {
      "The xxh3 hex digest of outcome()'s bytes, or None where unsure or its details say more."},
     {"utf8_valid", utf8_valid, METH_O, "Whether the bytes are valid UTF-8."},
     {"exec_outcome", exec_outcome, METH_O, "A finished exec result's fingerprint bytes, status, exit code, timeout, output."},
+    {"exec_hash", exec_hash, METH_O,
+     "The xxh3 hex digest of a finished exec's fingerprint where it is no terminal failure, else None."},
     {"split_event", split_event, METH_O, "An event's JSON with params and result as null, and where they were."},
     {NULL, NULL, 0, NULL},
 };

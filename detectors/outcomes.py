@@ -273,6 +273,7 @@ def _process_fingerprint(action: object, details: dict[str, Any], text: str) -> 
 _RAW_OUTCOME: Final = raw_json.outcome
 _RAW_OUTCOME_HASH: Final = raw_json.outcome_hash
 _RAW_EXEC: Final = raw_json.exec_outcome
+_RAW_EXEC_HASH: Final = raw_json.exec_hash
 _RAW: Final = Raw
 #: tools whose results hash in a shape of their own (read from the decoded result)
 _OWN_SHAPES: Final = frozenset({"exec", "process", "update_plan"})
@@ -308,6 +309,10 @@ def _outcome_of_text(
     in the general shape (spec §3.3: ``{details, text}``, or the value itself when it is no
     object) or is a finished ``exec``; ``None``: decode it and take the general path."""
     if tool == "exec":
+        if digester.xxh3:
+            hashed_exec = _RAW_EXEC_HASH(result)  # (None: unfinished, unsure, or maybe a failure)
+            if hashed_exec is not None:
+                return hashed_exec, None, None, False, None
         finished = _RAW_EXEC(result)
         return _finished_exec(finished, digester, rules_2026_08) if finished is not None else None
     if tool in _OWN_SHAPES or is_send_result(tool, params, send_tools):

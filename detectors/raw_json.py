@@ -21,7 +21,9 @@ Python, for an install without a compiler.
 * :func:`exec_outcome`: for a finished ``exec`` (details status ``completed`` or ``failed``),
   ``(bytes, status, exit_code, timed_out, output)``: the canonical bytes of its fingerprint
   (§3.3) and what the 2026-08 terminal-failure rule reads. The Python twin never answers
-  (``None``: the general path decodes the result).
+  (``None``: the general path decodes the result). :func:`exec_hash`: under the ``xxh3``
+  digest, the digest of that fingerprint where the ``exec`` is surely no terminal failure
+  (its exit code no number or 0, or it timed out); ``None`` otherwise (the twin: always).
 * :func:`split_event`: a long event's JSON with the values of ``params`` and ``result`` as
   ``null``, and where they were (msgspec skips a long text a byte at a time; this reads it as
   :func:`canonical` does, 32 bytes at a time). The Python twin never splits (``None``).
@@ -49,11 +51,13 @@ __all__ = [
     "Split",
     "args_hash",
     "canonical",
+    "exec_hash",
     "exec_outcome",
     "outcome",
     "outcome_hash",
     "python_args_hash",
     "python_canonical",
+    "python_exec_hash",
     "python_exec_outcome",
     "python_outcome",
     "python_outcome_hash",
@@ -128,6 +132,11 @@ def python_split_event(data: bytes) -> Split | None:
     return None
 
 
+def python_exec_hash(raw: bytes | msgspec.Raw) -> str | None:
+    """:func:`exec_hash` in Python: never hashed here (the caller reads :func:`exec_outcome`)."""
+    return None
+
+
 def python_args_hash(tool: str, raw: bytes | msgspec.Raw) -> str | None:
     """:func:`args_hash` in Python: never hashed here (the caller hashes :func:`canonical`'s bytes)."""
     return None
@@ -142,6 +151,7 @@ try:
     from loopwatch.detectors._raw_json import (
         args_hash,
         canonical,
+        exec_hash,
         exec_outcome,
         outcome,
         outcome_hash,
@@ -150,6 +160,7 @@ try:
     )
 except ImportError:  # built without a compiler, or imported from sources only
     args_hash = python_args_hash
+    exec_hash = python_exec_hash
     outcome_hash = python_outcome_hash
     exec_outcome = python_exec_outcome
     split_event = python_split_event

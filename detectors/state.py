@@ -70,9 +70,10 @@ class RunState:
         self.history = History()
         self._seen_limit = seen_limit
         # The event ids seen, as detectors.tombstone.seen_key keeps them (long ids hashed), oldest
-        # first; _seen_ring: slot -> id, a ring of seenEventIds slots whose oldest is at
-        # _seen_at once all are taken (the oldest goes in O(1): iterating a dict from its start
-        # passes over the slots of every id deleted since it was last resized). Dicts of
+        # first (only the oldest is ever deleted); _seen_ring: slot -> id, a ring of the
+        # seenEventIds slots whose oldest is at _seen_at, made from the dict's order when it is
+        # first full (then the oldest goes in O(1): iterating a dict from its start passes over
+        # the slots of every id deleted since it was last resized); empty before. Dicts of
         # strings and ints are not tracked by the garbage collector: a deque and a set (or a
         # list) would be visited, id by id, by every full collection.
         self.seen: dict[str | int, None] = {}
@@ -128,24 +129,26 @@ class RunState:
         kept = list(self.seen)
         for key in kept[: max(0, len(kept) - limit)]:
             del self.seen[key]
-        self._seen_ring = dict(enumerate(kept[-limit:]))
+        self._seen_ring = {}  # (made again from the dict's order once it is full)
         self._seen_at = 0
 
     def _remember_key(self, key: str | int) -> bool:
         seen = self.seen
         size = len(seen)
-        seen.setdefault(key, None)  # (one lookup: a key it had leaves the size as it was)
-        if len(seen) == size:
+        if size < self._seen_limit:
+            seen.setdefault(key, None)  # (one lookup: a key it had leaves the size as it was)
+            return len(seen) != size
+        if key in seen:
             return False
         ring = self._seen_ring
-        taken = len(ring)
-        if taken < self._seen_limit:
-            ring[taken] = key
-            return True
+        if not ring:  # full for the first time: the ring from the dict's order, oldest first
+            ring = self._seen_ring = dict(enumerate(seen))
+            self._seen_at = 0
         at = self._seen_at
         del seen[ring[at]]
+        seen[key] = None
         ring[at] = key  # (a value replaced in place: the ring's dict never grows)
-        self._seen_at = at + 1 if at + 1 < taken else 0
+        self._seen_at = at + 1 if at + 1 < len(ring) else 0
         return True
 
     def hold(self, event_id: str, encoded: list[bytes]) -> None:

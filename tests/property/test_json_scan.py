@@ -116,6 +116,7 @@ def test_opening_brackets_matches_python(data: bytes) -> None:
 
 @given(st.one_of(_BYTES, st.binary(min_size=15, max_size=70).map(lambda data: data * 3)))
 @example(b"[{" * 70)
+@example(b"[" * 4080 + b"{" * 4081 + b"\x80")  # past 255 blocks: the per-lane counts are summed
 @example(b"x" * 32 + b"\x80")  # the high byte in the tail after two 16-byte blocks
 @example(b"\x80" + b"x" * 31)  # and in the first block
 @example(b"")

@@ -445,11 +445,19 @@ def test_a_finished_exec_hashes_from_its_text_as_from_its_value(
     details: dict[str, Any], blocks: list[Any], style: dict[str, Any], revision: Any
 ) -> None:
     raw = msgspec.Raw(_text(_result(blocks, details, {}), style))
-    digester = digester_for("sha256")
-    from_text = hash_outcome("exec", {}, raw, MISSING, digester, (), revision)
-    assert from_text == hash_outcome("exec", {}, plain(raw), MISSING, digester, (), revision)
-    if BUILT.exec_outcome(raw) is not None:
-        assert PORTABLE.exec_outcome(raw) == BUILT.exec_outcome(raw)
+    for digest in ("sha256", "xxh3"):  # (xxh3: exec_hash's digest where it is surely no failure)
+        digester = digester_for(digest)
+        from_text = hash_outcome("exec", {}, raw, MISSING, digester, (), revision)
+        assert from_text == hash_outcome("exec", {}, plain(raw), MISSING, digester, (), revision)
+    finished = BUILT.exec_outcome(raw)
+    if finished is not None:
+        assert PORTABLE.exec_outcome(raw) == finished
+    for native in (BUILT, PORTABLE):
+        hashed = native.exec_hash(raw)
+        if finished is None or (finished[2] not in (None, 0) and not finished[3]):  # maybe a failure
+            assert hashed is None
+        else:
+            assert hashed == xxhash.xxh3_128_hexdigest(finished[0])
 
 
 @pytest.mark.parametrize("texts", [False, True])

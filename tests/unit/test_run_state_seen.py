@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loopwatch.detectors.state import RunState
 
@@ -67,3 +69,32 @@ def test_a_changed_limit_keeps_the_ids_a_state_parsed_again_would(new_limit: int
     assert [kept.remember(p, new_limit) for p in probes] == fresh
     assert [parsed.remember(p, new_limit) for p in probes] == fresh
     assert list(kept.seen) == list(parsed.seen)
+
+
+@given(
+    st.integers(1, 6),
+    st.lists(st.one_of(st.integers(0, 9), st.tuples(st.just("limit"), st.integers(1, 6))), max_size=60),
+)
+def test_the_window_is_the_newest_distinct_ids_whatever_the_order_of_events(
+    limit: int, steps: list[int | tuple[str, int]]
+) -> None:
+    """Against a model: the newest ``limit`` ids not seen before, a changed limit dropping the
+    oldest; the state in memory and the one parsed again from its bytes answer alike."""
+    state = RunState("run-1", seen_limit=limit)
+    model: dict[str, None] = {}
+    for step in steps:
+        if isinstance(step, tuple):
+            limit = step[1]
+            for key in list(model)[: max(0, len(model) - limit)]:
+                del model[key]
+            state.has_seen("any", limit)  # (the limit is applied first)
+        else:
+            event_id = f"event-{step}"
+            expected = event_id not in model
+            if expected:
+                model[event_id] = None
+                if len(model) > limit:
+                    del model[next(iter(model))]
+            assert state.remember(event_id, limit) is expected
+            again = RunState.from_bytes(state.to_bytes(), limit)
+            assert list(again.seen) == list(state.seen) == list(model)
