@@ -88,7 +88,10 @@ class FleetConfig:
 
     def for_agent(self, agent_id: str) -> ResolvedLoopDetection:
         """The resolved config of one agent: its entry of the table, or the default."""
-        return self._agents.get(agent_id, self.default)
+        agents = self._agents
+        if not agents:  # (no agent of its own: no lookup, no hash of the id)
+            return self.default
+        return agents.get(agent_id, self.default)
 
     def with_agent_block(self, agent_id: str, block: RawBlock | None) -> FleetConfig:
         """A copy with one agent's block replaced (``None`` removes the override)."""

@@ -91,9 +91,27 @@ class Digester:
 _DIGESTERS: Final[dict[str, Digester]] = {}
 
 
+class _Last:
+    """The digester :func:`digester_for` gave last (asked for once per event: an attribute,
+    no dict lookup; one object holds the algorithm and its digester, so a thread that swaps
+    it in never pairs one with the other's)."""
+
+    __slots__ = ("digester",)
+
+    def __init__(self) -> None:
+        self.digester: Digester | None = None
+
+
+_LAST: Final = _Last()
+
+
 def digester_for(algorithm: str) -> Digester:
     """The shared :class:`Digester` of an algorithm."""
+    digester = _LAST.digester
+    if digester is not None and digester.algorithm == algorithm:
+        return digester
     digester = _DIGESTERS.get(algorithm)
     if digester is None:
         digester = _DIGESTERS[algorithm] = Digester(algorithm)
+    _LAST.digester = digester
     return digester
