@@ -25,13 +25,23 @@ PREVIOUS_RELEASE = "17ffdfb"
 
 
 def release_tree(ref: str) -> Path:
-    """A worktree of ``ref`` with its core compiled in place."""
-    tree = ROOT / ".bench" / f"ref-{ref}"
+    """A worktree of ``ref`` with its core compiled in place (kept under the commit ``ref``
+    names now: ``HEAD`` or a branch moves, a worktree named after it would be stale)."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", "--short=12", f"{ref}^{{commit}}"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    tree = ROOT / ".bench" / f"ref-{commit}"
     if not (tree / ".compiled").exists():
         if not tree.exists():
             tree.parent.mkdir(parents=True, exist_ok=True)
             subprocess.run(["git", "worktree", "prune"], cwd=ROOT, check=True)
-            subprocess.run(["git", "worktree", "add", "-f", "--detach", str(tree), ref], cwd=ROOT, check=True)
+            subprocess.run(
+                ["git", "worktree", "add", "-f", "--detach", str(tree), commit], cwd=ROOT, check=True
+            )
         subprocess.run(
             [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
             cwd=tree,
