@@ -24,6 +24,7 @@ COMPILED = [
     "detectors/decoding.py",
     "detectors/detection.py",
     "detectors/engine.py",
+    "detectors/event_fields.py",
     "detectors/exec_failures.py",
     "detectors/escalation.py",
     "detectors/hashing.py",

@@ -13,10 +13,11 @@ had starts a new run under the same id. A ``run_end`` whose id starts with
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from loopwatch.config.fleet import FleetConfig
-from loopwatch.detectors.events import Event, Output, run_scope
+from loopwatch.detectors.event_fields import CALL, RESULT, fields_of
+from loopwatch.detectors.events import Event, Output, ToolCall, ToolResult, run_scope
 from loopwatch.detectors.run_engine import NO_POSITION, FleetHooks, RunSlot, Stepped, admit, step_admitted
 from loopwatch.detectors.state import RunState
 from loopwatch.detectors.tombstone import Tombstone
@@ -24,6 +25,10 @@ from loopwatch.detectors.tombstone import Tombstone
 __all__ = ["ENDED_RUNS_KEPT", "Engine"]
 
 ENDED_RUNS_KEPT: Final = 4096
+
+# compiled, a module's own Final names are C statics (the Structs' names would be looked up)
+_TOOL_CALL: Final = ToolCall
+_TOOL_RESULT: Final = ToolResult
 
 
 class Engine:
@@ -62,7 +67,16 @@ class Engine:
 
     def _step(self, event: Event, ts: int | None, into: Stepped | None) -> Stepped:
         """:meth:`step`, its answer in ``into`` where given (:meth:`process` lends its own)."""
-        run_id = event.run_id
+        event_kind = type(event)
+        values: tuple[Any, ...] | None = None
+        if event_kind is _TOOL_CALL or event_kind is _TOOL_RESULT:  # (fields read once: event_fields)
+            values = fields_of(event)  # type: ignore[arg-type]
+            at = CALL if event_kind is _TOOL_CALL else RESULT
+            run_id: str | None = values[at.run_id]
+            event_ts: int | None = values[at.ts]
+        else:
+            run_id = event.run_id
+            event_ts = event.ts
         scope = run_id if run_id and run_id == run_id.strip() else run_scope(event)
         states = self.states
         state = states.get(scope)
@@ -72,12 +86,11 @@ class Engine:
         slot.ended = ended
         slot.ended_ms = 0
         if ts is None:
-            event_ts = event.ts
             ts = event_ts if event_ts is not None else 0
         if ended is not None and admit(slot, event) is not None:  # an event the ended run had
             self.late += 1
             return Stepped("late")
-        stepped = step_admitted(slot, scope, event, self.config, ts, NO_POSITION, self.fleet, into)
+        stepped = step_admitted(slot, scope, event, self.config, ts, NO_POSITION, self.fleet, into, values)
         kind = stepped.kind
         if ended is not None:
             del self.ended[scope]

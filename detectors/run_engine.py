@@ -22,11 +22,12 @@ The shell does its I/O around it: decode before, publish, store and commit after
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from mypy_extensions import mypyc_attr
 
 from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.event_fields import CALL, RESULT, fields_of
 from loopwatch.detectors.events import EXPIRY_EVENT_PREFIX, Event, Output, RunEnd, ToolCall, ToolResult
 from loopwatch.detectors.state import RunState
 from loopwatch.detectors.step import Prepared, apply, new_state, prepare_for
@@ -162,10 +163,12 @@ def step_admitted(
     position: int = NO_POSITION,
     fleet: FleetHooks | None = None,
     into: Stepped | None = None,
+    values: tuple[Any, ...] | None = None,
 ) -> Stepped:
     """Apply an event :func:`admit` let through to its run's entry ``slot`` (changed in
     place); what it did (in ``into``, where the caller lends one it reads before its next
-    event: no new object per event)."""
+    event: no new object per event). ``values``: a call's or result's
+    :func:`~detectors.event_fields.fields_of`, when the shell has read them."""
     if position != NO_POSITION:
         slot.position = position
     kind = type(event)
@@ -183,15 +186,17 @@ def step_admitted(
         state = slot.state = new_state(event, config, ts)
     if kind is not _TOOL_CALL and kind is not _TOOL_RESULT:
         return _stepped(into, "applied", apply(state, event, config))
-    resolved = config.for_agent(event.agent_id)
-    prepared = prepare_for(event, config, resolved, state.history)  # type: ignore[arg-type]
+    if values is None:
+        values = fields_of(event)  # type: ignore[arg-type]
+    resolved = config.for_agent(values[(CALL if kind is _TOOL_CALL else RESULT).agent_id])
+    prepared = prepare_for(event, config, resolved, state.history, values)  # type: ignore[arg-type]
     block = None
     if fleet is not None and kind is _TOOL_CALL and not state.has_seen(event.event_id, config.seen_event_ids):
         block = fleet.fail_fast(scope, event, ts, config)  # type: ignore[arg-type]
         if block is None:
             block = fleet.chain_block(state, event, ts, prepared, config)  # type: ignore[arg-type]
     loop_before = state.loop_spend_usd
-    outputs = apply(state, event, config, prepared, resolved)
+    outputs = apply(state, event, config, prepared, resolved, values)
     if block is not None:
         outputs.insert(0, block)
     if fleet is not None:

@@ -34,6 +34,7 @@ from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.config.settings import DetectorSettings, Revision
 from loopwatch.detectors import escalation, raw_json
+from loopwatch.detectors.event_fields import CALL, RESULT, fields_of
 from loopwatch.detectors.events import (
     Abort,
     CompactionRetry,
@@ -129,22 +130,28 @@ def prepare(
     send_tools: frozenset[str],
     revision: Revision = "2026-05",
     history: History | None = None,
+    values: tuple[Any, ...] | None = None,
 ) -> Prepared:
     """Hash one event: its ``argsHash`` and, for a result, its outcome (spec §3).
 
     ``revision`` "2026-08" classifies outcomes by that revision's rules. ``history``: the run's,
     when at hand (a result answering the newest call with the same params takes its argsHash).
+    ``values``: the event's :func:`~detectors.event_fields.fields_of`, when at hand.
     """
-    tool = event.tool
-    params: Any = event.params
+    is_call = type(event) is _TOOL_CALL
+    if values is None:
+        values = fields_of(event)
+    at = CALL if is_call else RESULT
+    tool: str = values[at.tool]
+    params: Any = values[at.params]
     digest_only = params is _UNSET
     if digest_only:
         params = None
-        args_hash = f"{tool}:{event.args_digest}"
+        args_hash = f"{tool}:{values[at.args_digest]}"
     elif (
         history is not None
-        and type(event) is _TOOL_RESULT
-        and (answered := history.newest_call_hash(tool, event.tool_call_id, params, digester.hex_size))
+        and not is_call
+        and (answered := history.newest_call_hash(tool, values[at.tool_call_id], params, digester.hex_size))
         is not None
     ):
         args_hash = answered
@@ -153,34 +160,35 @@ def prepare(
     else:
         hashed = _ARGS_HASH(tool, params) if digester.xxh3 and type(params) is _RAW else None
         args_hash = hashed if hashed is not None else f"{tool}:{digester.hex(canonical_bytes(params))}"
-    if type(event) is _TOOL_CALL:
-        known_poll = event.known_poll
+    if is_call:
+        known_poll = values[at.known_poll]
         if known_poll is not _UNSET:
             known = bool(known_poll)
         else:
             known = False if digest_only else is_known_poll(tool, params)
         return Prepared(args_hash, known)
-    answer: ToolResult = event  # type: ignore[assignment]  # (no isinstance: a slower call)
-    result_digest = answer.result_digest
+    result_digest = values[at.result_digest]
     if result_digest is not _UNSET:
         result_digest = result_digest or None
         if revision != "2026-08":
-            return Prepared(args_hash, result_hash=result_digest, unknown_tool_name=answer.unknown_tool_name)
+            return Prepared(
+                args_hash, result_hash=result_digest, unknown_tool_name=values[at.unknown_tool_name]
+            )
         return Prepared(
             args_hash,
             False,
             result_digest,
-            answer.unknown_tool_name,
-            answer.outcome_kind,
-            answer.no_progress,
-            answer.failure_digest,
+            values[at.unknown_tool_name],
+            values[at.outcome_kind],
+            values[at.no_progress],
+            values[at.failure_digest],
         )
-    error: Any = answer.error
+    error: Any = values[at.error]
     if error is _UNSET or error is None:
         error = _MISSING
     elif isinstance(error, str):
         error = ErrorMessage(error)
-    result = answer.result
+    result = values[at.result]
     if result is _UNSET:
         result = _MISSING
     result_hash, unknown, kind, no_progress, failure_id = hash_outcome(
@@ -194,13 +202,17 @@ def prepare_for(
     config: FleetConfig,
     resolved: ResolvedLoopDetection | None = None,
     history: History | None = None,
+    values: tuple[Any, ...] | None = None,
 ) -> Prepared:
     """:func:`prepare` with the digest, send tools and rule revision ``config`` gives the
     event's agent (``resolved``, when at hand): the one way every shell hashes an event.
-    ``history``: the run's, when the event is about to be applied to it."""
+    ``history``: the run's, when the event is about to be applied to it; ``values``: as for
+    :func:`prepare`."""
     if resolved is None:
         resolved = config.for_agent(event.agent_id)
-    return prepare(event, digester_for(config.digest), config.provider_send_tools, resolved.revision, history)
+    return prepare(
+        event, digester_for(config.digest), config.provider_send_tools, resolved.revision, history, values
+    )
 
 
 def apply(
@@ -209,28 +221,42 @@ def apply(
     config: FleetConfig,
     prepared: Prepared | None = None,
     resolved: ResolvedLoopDetection | None = None,
+    values: tuple[Any, ...] | None = None,
 ) -> list[Output]:
     """Apply one event of the state's run scope; the verdicts and aborts it gives, in order.
 
-    ``prepared`` and ``resolved``: the event's hashes and its agent's config, when at hand."""
-    if not state.remember(event.event_id, config.seen_event_ids):
+    ``prepared`` and ``resolved``: the event's hashes and its agent's config, when at hand;
+    ``values``: a call's or result's :func:`~detectors.event_fields.fields_of`, when at hand."""
+    kind = type(event)
+    hashed = kind is _TOOL_CALL or kind is _TOOL_RESULT
+    if hashed:  # (each field read once, from one tuple: see detectors.event_fields)
+        if values is None:
+            values = fields_of(event)  # type: ignore[arg-type]
+        at = CALL if kind is _TOOL_CALL else RESULT
+        event_id: str = values[at.event_id]
+        ts: int | None = values[at.ts]
+    else:
+        event_id = event.event_id
+        ts = event.ts
+    if not state.remember(event_id, config.seen_event_ids):
         return []
     state.events += 1
-    ts = event.ts
     if ts is not None and (state.last_ts is None or ts > state.last_ts):
         state.last_ts = ts
-    kind = type(event)
-    if kind is _TOOL_CALL or kind is _TOOL_RESULT:
+    if hashed:
+        assert values is not None
         settings = config.settings
         if resolved is None:
-            resolved = config.for_agent(event.agent_id)
+            resolved = config.for_agent(values[at.agent_id])
         if prepared is None:
-            prepared = prepare_for(event, config, resolved, state.history)  # type: ignore[arg-type]
-        # (each field of the event read once: a msgspec Struct's attribute is a lookup by name)
-        tool: str = event.tool  # type: ignore[union-attr]
-        call_id: str | None = event.tool_call_id  # type: ignore[union-attr]
+            prepared = prepare_for(event, config, resolved, state.history, values)  # type: ignore[arg-type]
+        tool: str = values[at.tool]
+        call_id: str | None = values[at.tool_call_id]
         if kind is _TOOL_CALL:
-            outputs = _on_call(state, event, prepared, resolved, settings, tool, call_id, ts)  # type: ignore[arg-type]
+            call: ToolCall = event  # type: ignore[assignment]
+            outputs = _on_call(
+                state, call, prepared, resolved, settings, tool, call_id, ts, values[at.params]
+            )
         else:
             outputs = _on_result(state, event, prepared, resolved, settings, tool, call_id, ts)  # type: ignore[arg-type]
         if outputs and state.aborted is None:
@@ -254,6 +280,7 @@ def _on_call(
     tool: str,
     call_id: str | None,
     ts: int | None,
+    params: Any,
 ) -> list[Output]:
     ctx = CallContext(state, event, prepared.args_hash, prepared.known_poll, resolved, settings, tool)
     openclaw = ctx.openclaw
@@ -284,7 +311,6 @@ def _on_call(
                 VETO,
             )
     elif resolved.records_calls:
-        params = event.params
         state.history.append(
             tool,
             ctx.args_hash,
