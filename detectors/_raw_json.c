@@ -309,10 +309,16 @@ __attribute__((target("avx2"))) static const unsigned char *plain_run_avx2(const
 }
 
 static inline const unsigned char *plain_run(const unsigned char *at, const unsigned char *stop) {
-    if (have_avx2 && stop - at >= 128) { /* (a short string ends in the first block anyway) */
-        at = plain_run_avx2(at, stop);
-    }
     const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    if (have_avx2 && stop - at >= 144) { /* a long run: past a first block (most strings end there), 32 at a time */
+        __m128i block = _mm_loadu_si128((const __m128i *)at);
+        __m128i special = _mm_or_si128(_mm_cmpeq_epi8(block, quote), _mm_cmpeq_epi8(block, backslash));
+        unsigned int mask = (unsigned int)_mm_movemask_epi8(_mm_or_si128(special, _mm_cmplt_epi8(block, space)));
+        if (mask) {
+            return at + __builtin_ctz(mask);
+        }
+        at = plain_run_avx2(at + 16, stop);
+    }
     while (stop - at >= 16) {
         __m128i block = _mm_loadu_si128((const __m128i *)at);
         /* signed: bytes from 0x80 on are below 0x20 too (UTF-8, checked by the caller) */
@@ -1323,6 +1329,271 @@ static PyObject *finished_exec(PyObject *raw, int digest_only) {
     return answer;
 }
 
+/* ----- fast_event: a common call or result read straight into its Struct ----- */
+
+/* The fields fast_event reads, in the order their keyword names are passed; a call has no
+ * result, a result no known_poll. */
+enum { F_EVENT_ID, F_RUN_ID, F_SESSION_ID, F_AGENT_ID, F_TS, F_TOOL, F_TOOL_CALL_ID, F_PARAMS, F_RESULT,
+       F_KNOWN_POLL, N_FIELDS };
+static const char *const FIELD_NAMES[N_FIELDS] = {
+    "event_id", "run_id", "session_id", "agent_id", "ts", "tool", "tool_call_id", "params", "result", "known_poll",
+};
+#define MAX_PLAIN_ID 512 /* input_limits.MAX_ID_BYTES */
+#define MAX_TS_DIGITS 15 /* within 2**53, far within int64 */
+
+static PyObject *event_types[2] = {NULL, NULL}; /* ToolCall, ToolResult (bind_events) */
+static PyObject *raw_type = NULL;               /* msgspec.Raw */
+static PyObject *field_names[N_FIELDS];
+static PyObject *kwnames_cache[2][1 << N_FIELDS];
+
+/* A key or a string value that is plain printable ASCII (no escape, no byte from 0x80 on):
+ * ``at`` on its opening quote; its text and size, the input after its closing quote. */
+static int plain_ascii(const unsigned char **at, const unsigned char *stop, const unsigned char **text,
+                       Py_ssize_t *size) {
+    const unsigned char *start = *at + 1, *end = plain_run(start, stop);
+    if (end >= stop || *end != '"') {
+        return -1; /* an escape, a control character, a byte from 0x80 on, or no end */
+    }
+    *text = start;
+    *size = end - start;
+    *at = end + 1;
+    return 0;
+}
+
+static int field_of(const unsigned char *key, Py_ssize_t size) {
+    for (int i = 0; i < N_FIELDS; i++) {
+        if ((size_t)size == strlen(FIELD_NAMES[i]) && memcmp(key, FIELD_NAMES[i], (size_t)size) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static PyObject *kwnames_for(int kind, unsigned int mask) {
+    PyObject *names = kwnames_cache[kind][mask];
+    if (names != NULL) {
+        return names;
+    }
+    Py_ssize_t n = 0;
+    for (int i = 0; i < N_FIELDS; i++) {
+        n += (mask >> i) & 1;
+    }
+    names = PyTuple_New(n);
+    if (names == NULL) {
+        return NULL;
+    }
+    for (int i = 0, j = 0; i < N_FIELDS; i++) {
+        if ((mask >> i) & 1) {
+            PyTuple_SET_ITEM(names, j++, Py_NewRef(field_names[i]));
+        }
+    }
+    kwnames_cache[kind][mask] = names; /* (kept: at most 2 * 2**N_FIELDS small tuples) */
+    return names;
+}
+
+/* Whether a run id or session id names something: not blank (the plain ASCII of fast_event
+ * is blank only as spaces). */
+static int named(PyObject *value) {
+    if (value == NULL || value == Py_None) {
+        return 0;
+    }
+    const char *text = (const char *)PyUnicode_DATA(value);
+    for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(value); i++) {
+        if (text[i] != ' ') {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* fast_event(data) -> ToolCall | ToolResult | None: the event decode_event(data, texts=True)
+ * gives, for the common shape it can be sure of without msgspec: a JSON object whose keys are
+ * plain ASCII, each at most once, all of them among "type" ("tool_call" or "tool_result"),
+ * event_id, run_id, session_id, agent_id, tool, tool_call_id (plain printable ASCII strings
+ * of at most MAX_PLAIN_ID bytes, or null where the field may be None), ts (null or an integer
+ * of at most MAX_TS_DIGITS digits), params and, for a result, result (any JSON the tree reader
+ * takes: valid JSON and UTF-8, at most MAX_DEPTH deep; kept as msgspec.Raw of their text),
+ * known_poll (true or false, a call's); and valid as validate_event would find it (an
+ * event_id and a tool, a run_id or session_id that is not blank, params, and a result's
+ * result). None for anything else: decode_event then reads the event as it always did. */
+static PyObject *fast_event(PyObject *module, PyObject *data) {
+    (void)module;
+    if (event_types[0] == NULL || !PyBytes_Check(data)) {
+        Py_RETURN_NONE;
+    }
+    const unsigned char *base = (const unsigned char *)PyBytes_AS_STRING(data);
+    Tree tree;
+    tree_init(&tree, (const char *)base, PyBytes_GET_SIZE(data));
+    const unsigned char *stop = tree.stop;
+    PyObject *values[N_FIELDS] = {NULL};
+    unsigned int mask = 0;
+    int kind = -1, sure = 0, failed = 0;
+    skip_space(&tree);
+    if (tree.at >= stop || *tree.at != '{') {
+        goto done;
+    }
+    tree.at++;
+    skip_space(&tree);
+    if (tree.at < stop && *tree.at == '}') {
+        goto done;
+    }
+    for (;;) {
+        const unsigned char *key, *text;
+        Py_ssize_t key_size, size;
+        if (tree.at >= stop || *tree.at != '"' || plain_ascii(&tree.at, stop, &key, &key_size) < 0) {
+            goto done;
+        }
+        skip_space(&tree);
+        if (tree.at >= stop || *tree.at != ':') {
+            goto done;
+        }
+        tree.at++;
+        skip_space(&tree);
+        if (tree.at >= stop) {
+            goto done;
+        }
+        if (key_size == 4 && memcmp(key, "type", 4) == 0) {
+            if (kind >= 0 || *tree.at != '"' || plain_ascii(&tree.at, stop, &text, &size) < 0) {
+                goto done;
+            }
+            if (size == 9 && memcmp(text, "tool_call", 9) == 0) {
+                kind = 0;
+            } else if (size == 11 && memcmp(text, "tool_result", 11) == 0) {
+                kind = 1;
+            } else {
+                goto done;
+            }
+        } else {
+            int field = field_of(key, key_size);
+            if (field < 0 || (mask >> field) & 1) {
+                goto done; /* a field it does not read, or one given twice */
+            }
+            unsigned char c = *tree.at;
+            PyObject *value = NULL;
+            if (field == F_PARAMS || field == F_RESULT) {
+                const unsigned char *start = tree.at;
+                tree.n_nodes = 0;
+                if (read_value(&tree, 0) < 0) {
+                    failed = tree.failed;
+                    goto done;
+                }
+                PyObject *text_bytes = PyBytes_FromStringAndSize((const char *)start, tree.at - start);
+                if (text_bytes == NULL) {
+                    failed = 1;
+                    goto done;
+                }
+                value = PyObject_CallOneArg(raw_type, text_bytes);
+                Py_DECREF(text_bytes);
+            } else if (field == F_KNOWN_POLL) {
+                if (read_literal(&tree, "true", 4) == 0) {
+                    value = Py_NewRef(Py_True);
+                } else if (read_literal(&tree, "false", 5) == 0) {
+                    value = Py_NewRef(Py_False);
+                } else {
+                    goto done;
+                }
+            } else if (c == 'n') {
+                if ((field != F_RUN_ID && field != F_SESSION_ID && field != F_TOOL_CALL_ID && field != F_TS) ||
+                    read_literal(&tree, "null", 4) < 0) {
+                    goto done;
+                }
+                value = Py_NewRef(Py_None);
+            } else if (field == F_TS) {
+                const unsigned char *start = tree.at, *digits = start + (c == '-');
+                const unsigned char *end = digits;
+                while (end < stop && *end >= '0' && *end <= '9') {
+                    end++;
+                }
+                Py_ssize_t count = end - digits;
+                if (count == 0 || count > MAX_TS_DIGITS || (count > 1 && *digits == '0') ||
+                    (end < stop && (*end == '.' || *end == 'e' || *end == 'E'))) {
+                    goto done;
+                }
+                long long number = 0;
+                for (const unsigned char *d = digits; d < end; d++) {
+                    number = number * 10 + (*d - '0');
+                }
+                tree.at = end;
+                value = PyLong_FromLongLong(c == '-' ? -number : number);
+            } else {
+                if (c != '"' || plain_ascii(&tree.at, stop, &text, &size) < 0 || size > MAX_PLAIN_ID) {
+                    goto done;
+                }
+                value = PyUnicode_New(size, 127);
+                if (value != NULL) {
+                    memcpy(PyUnicode_DATA(value), text, (size_t)size);
+                }
+            }
+            if (value == NULL) {
+                failed = 1;
+                goto done;
+            }
+            values[field] = value;
+            mask |= 1u << field;
+        }
+        skip_space(&tree);
+        if (tree.at < stop && *tree.at == ',') {
+            tree.at++;
+            skip_space(&tree);
+            continue;
+        }
+        if (tree.at < stop && *tree.at == '}') {
+            tree.at++;
+            break;
+        }
+        goto done;
+    }
+    skip_space(&tree);
+    sure = tree.at == stop && kind >= 0 && values[F_EVENT_ID] != NULL && PyUnicode_GET_LENGTH(values[F_EVENT_ID]) > 0 &&
+           values[F_TOOL] != NULL && PyUnicode_GET_LENGTH(values[F_TOOL]) > 0 && values[F_PARAMS] != NULL &&
+           (named(values[F_RUN_ID]) || named(values[F_SESSION_ID])) &&
+           (kind == 1 ? values[F_RESULT] != NULL && values[F_KNOWN_POLL] == NULL : values[F_RESULT] == NULL);
+done:
+    tree_free(&tree);
+    PyObject *event = NULL;
+    if (sure) {
+        PyObject *names = kwnames_for(kind, mask);
+        PyObject *args[N_FIELDS];
+        Py_ssize_t n = 0;
+        for (int i = 0; i < N_FIELDS; i++) {
+            if (values[i] != NULL) {
+                args[n++] = values[i];
+            }
+        }
+        event = names == NULL ? NULL : PyObject_Vectorcall(event_types[kind], args, 0, names);
+        failed = event == NULL;
+    }
+    for (int i = 0; i < N_FIELDS; i++) {
+        Py_XDECREF(values[i]);
+    }
+    if (failed) {
+        return NULL; /* (out of memory: an error is set) */
+    }
+    return event != NULL ? event : Py_NewRef(Py_None);
+}
+
+/* bind_events(ToolCall, ToolResult, Raw): the types fast_event builds (until bound: None). */
+static PyObject *bind_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "bind_events() takes the ToolCall, ToolResult and Raw types");
+        return NULL;
+    }
+    for (int i = 0; i < N_FIELDS; i++) {
+        if (field_names[i] == NULL && (field_names[i] = PyUnicode_InternFromString(FIELD_NAMES[i])) == NULL) {
+            return NULL;
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        Py_XSETREF(event_types[i], Py_NewRef(args[i]));
+        for (unsigned int mask = 0; mask < (1u << N_FIELDS); mask++) {
+            Py_CLEAR(kwnames_cache[i][mask]);
+        }
+    }
+    Py_XSETREF(raw_type, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
 static PyObject *exec_outcome(PyObject *module, PyObject *raw) {
     (void)module;
     return finished_exec(raw, 0);
@@ -1495,6 +1766,9 @@ static PyMethodDef methods[] = {
     {"exec_outcome", exec_outcome, METH_O, "A finished exec result's fingerprint bytes, status, exit code, timeout, output."},
     {"exec_hash", exec_hash, METH_O,
      "The xxh3 hex digest of a finished exec's fingerprint where it is no terminal failure, else None."},
+    {"fast_event", fast_event, METH_O, "A common call or result read straight into its Struct, or None."},
+    {"bind_events", (PyCFunction)(void (*)(void))bind_events, METH_FASTCALL,
+     "The ToolCall, ToolResult and Raw types fast_event builds."},
     {"split_event", split_event, METH_O, "An event's JSON with params and result as null, and where they were."},
     {NULL, NULL, 0, NULL},
 };

@@ -25,6 +25,8 @@ from loopwatch.detectors.stable_json import WIRE_DECODER, _float_hook, encodable
 
 __all__ = ["SPLIT_ABOVE", "decode_event", "validate_event"]
 
+raw_json.bind_events(ToolCall, ToolResult, msgspec.Raw)  # the types raw_json.fast_event builds
+
 _DECODER: Final = msgspec.json.Decoder(Event, float_hook=_float_hook)
 _DECODE: Final = _DECODER.decode  # bound once: no method lookup per event
 _OPENING_BRACKETS: Final = json_scan.opening_brackets
@@ -32,6 +34,7 @@ _LINE_SCAN: Final = json_scan.line_scan
 _LONGEST_TEXT: Final = json_scan.longest_text
 _UTF8_VALID: Final = raw_json.utf8_valid
 _SPLIT: Final = raw_json.split_event
+_FAST_EVENT: Final = raw_json.fast_event
 _RAW: Final = msgspec.Raw
 #: the fields msgspec keeps as their JSON text (events.JsonValue), of a result and of a call
 _TEXTS: Final = ("params", "result")
@@ -196,9 +199,21 @@ def decode_event(data: bytes | str, texts: bool = False) -> Event:
     ``texts``: keep ``params`` and ``result`` as their JSON text (``msgspec.Raw``, read by
     :func:`detectors.stable_json.plain`), for the shells that hand the event straight to the
     engine, which hashes that text without building the value (:mod:`detectors.raw_json`);
-    otherwise they are the decoded values. The same events are valid either way.
+    otherwise they are the decoded values. The same events are valid either way. With
+    ``texts``, a call or result of the common shape is read in C straight into its Struct
+    (``raw_json.fast_event``), the same event msgspec and :func:`validate_event` would give.
 
     Never raises anything else for any input (deep nesting included)."""
+    if texts and isinstance(data, bytes):
+        fast: Event | None = _FAST_EVENT(data)  # (None: not its common shape)
+        if fast is not None:
+            return fast
+    return _decode_whole(data, texts)
+
+
+def _decode_whole(data: bytes | str, texts: bool) -> Event:
+    """:func:`decode_event` without its C reader of common calls and results: msgspec reads
+    the event (its long texts cut out first), then :func:`validate_event` checks it."""
     # msgspec's strings hold no lone surrogate and no more bytes than the JSON they came from
     json_size = len(data) if isinstance(data, bytes) else None
     if texts and json_size is not None and json_size > SPLIT_ABOVE:

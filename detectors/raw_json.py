@@ -24,6 +24,10 @@ Python, for an install without a compiler.
   (``None``: the general path decodes the result). :func:`exec_hash`: under the ``xxh3``
   digest, the digest of that fingerprint where the ``exec`` is surely no terminal failure
   (its exit code no number or 0, or it timed out); ``None`` otherwise (the twin: always).
+* :func:`fast_event`: a call or result of the common shape (plain ASCII ids, ``ts`` a small
+  integer or null, params and result any JSON it can read) straight into its Struct, as
+  ``decode_event(data, texts=True)`` would give it, once :func:`bind_events` has named the
+  types; ``None`` for anything else (the twin: always).
 * :func:`split_event`: a long event's JSON with the values of ``params`` and ``result`` as
   ``null``, and where they were (msgspec skips a long text a byte at a time; this reads it as
   :func:`canonical` does, 32 bytes at a time). The Python twin never splits (``None``).
@@ -50,15 +54,19 @@ __all__ = [
     "Outcome",
     "Split",
     "args_hash",
+    "bind_events",
     "canonical",
     "exec_hash",
     "exec_outcome",
+    "fast_event",
     "outcome",
     "outcome_hash",
     "python_args_hash",
+    "python_bind_events",
     "python_canonical",
     "python_exec_hash",
     "python_exec_outcome",
+    "python_fast_event",
     "python_outcome",
     "python_outcome_hash",
     "python_split_event",
@@ -132,6 +140,15 @@ def python_split_event(data: bytes) -> Split | None:
     return None
 
 
+def python_fast_event(data: bytes) -> Any:
+    """:func:`fast_event` in Python: never read here (decode_event reads the event as always)."""
+    return None
+
+
+def python_bind_events(call: type, result: type, raw: type) -> None:
+    """:func:`bind_events` in Python: nothing to bind."""
+
+
 def python_exec_hash(raw: bytes | msgspec.Raw) -> str | None:
     """:func:`exec_hash` in Python: never hashed here (the caller reads :func:`exec_outcome`)."""
     return None
@@ -150,9 +167,11 @@ def python_outcome_hash(raw: bytes | msgspec.Raw) -> str | None:
 try:
     from loopwatch.detectors._raw_json import (
         args_hash,
+        bind_events,
         canonical,
         exec_hash,
         exec_outcome,
+        fast_event,
         outcome,
         outcome_hash,
         split_event,
@@ -160,6 +179,8 @@ try:
     )
 except ImportError:  # built without a compiler, or imported from sources only
     args_hash = python_args_hash
+    bind_events = python_bind_events
+    fast_event = python_fast_event
     exec_hash = python_exec_hash
     outcome_hash = python_outcome_hash
     exec_outcome = python_exec_outcome
