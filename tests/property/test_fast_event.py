@@ -120,7 +120,8 @@ def _events(draw: st.DrawFn) -> bytes:
     members = draw(st.permutations(members))
     if members and draw(st.integers(0, 19)) == 0:  # a key given twice
         members.append(draw(st.sampled_from(members)))
-    style = draw(st.sampled_from([{"separators": (",", ":")}, {}, {"indent": 1}, {"ensure_ascii": False}]))
+    styles: list[dict[str, Any]] = [{"separators": (",", ":")}, {}, {"indent": 1}, {"ensure_ascii": False}]
+    style = draw(st.sampled_from(styles))
     text = "{" + ",".join(f"{json.dumps(key)}:{json.dumps(value, **style)}" for key, value in members) + "}"
     if draw(st.booleans()):
         text = text.replace(":", " : ", 1) + "\n"
