@@ -644,6 +644,125 @@ static int read_value(Tree *tree, int depth) {
     return 0;
 }
 
+/* ----- checking a value without keeping it ----- */
+
+/* A string (``at`` on its opening quote) checked as read_string checks it (valid UTF-8, no
+ * control character, escapes JSON's own and no lone surrogate among them), nothing kept. */
+static int skip_string(Tree *tree) {
+    const unsigned char *at = tree->at + 1, *stop = tree->stop;
+    int astral = 0;
+    for (;;) {
+        at = plain_run(at, stop);
+        if (at >= stop) {
+            return -1;
+        }
+        unsigned char c = *at;
+        if (c == '"') {
+            tree->at = at + 1;
+            return 0;
+        }
+        if (c >= 0x80) {
+            int length = utf8_sequence(at, stop, &astral);
+            if (length == 0) {
+                return -1;
+            }
+            at += length;
+            continue;
+        }
+        if (c != '\\' || stop - at < 2) {
+            return -1;
+        }
+        unsigned char e = at[1];
+        at += 2;
+        if (e == 'u') {
+            uint32_t unit, low;
+            tree->at = at;
+            if (read_hex4(tree, &unit) < 0) {
+                return -1;
+            }
+            at = tree->at;
+            if (unit >= 0xDC00 && unit <= 0xDFFF) {
+                return -1;
+            }
+            if (unit >= 0xD800 && unit <= 0xDBFF) {
+                if (stop - at < 6 || at[0] != '\\' || at[1] != 'u') {
+                    return -1;
+                }
+                tree->at = at + 2;
+                if (read_hex4(tree, &low) < 0 || low < 0xDC00 || low > 0xDFFF) {
+                    return -1;
+                }
+                at = tree->at;
+            }
+        } else if (e != '"' && e != '\\' && e != '/' && e != 'b' && e != 'f' && e != 'n' && e != 'r' && e != 't') {
+            return -1;
+        }
+    }
+}
+
+/* One value (white space before it skipped by the caller) checked as read_value checks it
+ * (nesting at most MAX_DEPTH deep), without a node: where nothing of it is kept. */
+static int skip_value(Tree *tree, int depth) {
+    if (tree->at >= tree->stop) {
+        return -1;
+    }
+    unsigned char c = *tree->at;
+    switch (c) {
+    case '"':
+        return skip_string(tree);
+    case 'n':
+        return read_literal(tree, "null", 4);
+    case 't':
+        return read_literal(tree, "true", 4);
+    case 'f':
+        return read_literal(tree, "false", 5);
+    case '[':
+    case '{': {
+        int object = c == '{';
+        if (depth >= MAX_DEPTH) {
+            return -1;
+        }
+        tree->at++;
+        skip_space(tree);
+        if (tree->at < tree->stop && *tree->at == (object ? '}' : ']')) {
+            tree->at++;
+            return 0;
+        }
+        for (;;) {
+            if (object) {
+                if (tree->at >= tree->stop || *tree->at != '"' || skip_string(tree) < 0) {
+                    return -1;
+                }
+                skip_space(tree);
+                if (tree->at >= tree->stop || *tree->at != ':') {
+                    return -1;
+                }
+                tree->at++;
+                skip_space(tree);
+            }
+            if (skip_value(tree, depth + 1) < 0) {
+                return -1;
+            }
+            skip_space(tree);
+            if (tree->at < tree->stop && *tree->at == ',') {
+                tree->at++;
+                skip_space(tree);
+                continue;
+            }
+            if (tree->at < tree->stop && *tree->at == (object ? '}' : ']')) {
+                tree->at++;
+                return 0;
+            }
+            return -1;
+        }
+    }
+    default: {
+        Node number;
+        return read_number(tree, &number);
+    }
+    }
+}
+
 static void tree_init(Tree *tree, const char *data, Py_ssize_t size) {
     tree->at = (const unsigned char *)data;
     tree->stop = tree->at + size;
@@ -1472,9 +1591,7 @@ static PyObject *fast_event(PyObject *module, PyObject *data) {
             PyObject *value = NULL;
             if (field == F_PARAMS || field == F_RESULT) {
                 const unsigned char *start = tree.at;
-                tree.n_nodes = 0;
-                if (read_value(&tree, 0) < 0) {
-                    failed = tree.failed;
+                if (skip_value(&tree, 0) < 0) { /* (checked here, read again when hashed) */
                     goto done;
                 }
                 PyObject *text_bytes = PyBytes_FromStringAndSize((const char *)start, tree.at - start);

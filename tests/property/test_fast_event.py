@@ -210,3 +210,39 @@ def test_decode_event_reads_the_common_shape_with_it() -> None:
     event = decode_event(_COMMON, texts=True)
     assert event == _decode_whole(_COMMON, True)
     assert decode_event(_COMMON) == _decode_whole(_COMMON, False)  # (values: the whole path)
+
+
+_PIECES = [*'{}[]":,0123456789-+.eE \\/ubfnrtal', "\\u00e9", "\\ud83d\\ude00", "\\ud800", "é", "\x1f"]
+
+
+@st.composite
+def _jsonish(draw: st.DrawFn) -> str:
+    """JSON text, half of it with one piece put in, replaced or taken out somewhere."""
+    text = json.dumps(draw(_often_json), ensure_ascii=draw(st.booleans()))
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(text)))
+        cut = draw(st.integers(0, 1))
+        text = text[:at] + draw(st.sampled_from(["", *_PIECES])) + text[at + cut :]
+    return text
+
+
+_often_json = st.one_of(_SIMPLE_JSON, _JSON)
+_JSONISH = _jsonish()
+
+
+@MODULES
+@given(params=_JSONISH, result=_JSONISH)
+@settings(max_examples=400)
+@example(params='{"a":[1,-0,2.5e3,{"b":"\\ud83d\\ude00"}]}', result='"x"')
+@example(params='{"a" 1}', result="1")
+@example(params='"\\x"', result="1")  # an escape JSON does not have
+@example(params='"\\u12"', result="1")
+@example(params='{"\\udc00":1}', result="1")  # a lone low surrogate, in a key
+@example(params='"\x01"', result="1")  # a control character
+@example(params="[" * 33 + "]" * 33, result="1")  # deeper than its MAX_DEPTH: the whole path reads it
+def test_its_check_of_params_and_result_is_msgspec_s(native: ModuleType, params: str, result: str) -> None:
+    """Any text where params and result go: answered only where msgspec takes it too."""
+    data = (
+        f'{{"type":"tool_result","run_id":"r","event_id":"e","tool":"t","params":{params},"result":{result}}}'
+    ).encode("utf-8", "surrogatepass")
+    _agrees(native, data)
