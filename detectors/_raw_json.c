@@ -1464,6 +1464,10 @@ static PyObject *event_types[2] = {NULL, NULL}; /* ToolCall, ToolResult (bind_ev
 static PyObject *raw_type = NULL;               /* msgspec.Raw */
 static PyObject *field_names[N_FIELDS];
 static PyObject *kwnames_cache[2][1 << N_FIELDS];
+/* The last string read of each id field but event_id: a run's events come together and name
+ * the same run, agent and tool, a result its call's id; the same text is the same str again
+ * (no new object, and its hash, asked for by every dict the step looks it up in, is known). */
+static PyObject *recent_texts[N_FIELDS];
 
 /* A key or a string value that is plain printable ASCII (no escape, no byte from 0x80 on):
  * ``at`` on its opening quote; its text and size, the input after its closing quote. */
@@ -1636,9 +1640,15 @@ static PyObject *fast_event(PyObject *module, PyObject *data) {
                 if (c != '"' || plain_ascii(&tree.at, stop, &text, &size) < 0 || size > MAX_PLAIN_ID) {
                     goto done;
                 }
-                value = PyUnicode_New(size, 127);
-                if (value != NULL) {
+                PyObject *last = recent_texts[field];
+                if (last != NULL && PyUnicode_GET_LENGTH(last) == size &&
+                    memcmp(PyUnicode_DATA(last), text, (size_t)size) == 0) {
+                    value = Py_NewRef(last); /* (the same str again: its hash is known already) */
+                } else if ((value = PyUnicode_New(size, 127)) != NULL) {
                     memcpy(PyUnicode_DATA(value), text, (size_t)size);
+                    if (field != F_EVENT_ID) {
+                        Py_XSETREF(recent_texts[field], Py_NewRef(value));
+                    }
                 }
             }
             if (value == NULL) {
