@@ -370,6 +370,36 @@ static inline const unsigned char *unescaped_run(const unsigned char *at, const 
 }
 #endif
 
+/* The code point of a ``\\u`` escape (``*at`` just after its "\\u"), a surrogate pair read
+ * whole (``astral`` set): 0, ``*at`` past it; -1 where it is no escape or a lone surrogate
+ * (the Python path sanitises those). */
+static int unicode_escape(Tree *tree, const unsigned char **at, uint32_t *point, int *astral) {
+    const unsigned char *stop = tree->stop;
+    uint32_t unit;
+    tree->at = *at;
+    if (read_hex4(tree, &unit) < 0) {
+        return -1;
+    }
+    if (unit >= 0xD800 && unit <= 0xDBFF) {
+        uint32_t low;
+        const unsigned char *next = tree->at;
+        if (stop - next < 6 || next[0] != '\\' || next[1] != 'u') {
+            return -1;
+        }
+        tree->at = next + 2;
+        if (read_hex4(tree, &low) < 0 || low < 0xDC00 || low > 0xDFFF) {
+            return -1;
+        }
+        unit = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+        *astral = 1;
+    } else if (unit >= 0xDC00 && unit <= 0xDFFF) {
+        return -1;
+    }
+    *at = tree->at;
+    *point = unit;
+    return 0;
+}
+
 /* The escapes and UTF-8 of a string from ``at`` (after its opening quote, or where its first
  * escape is) to its closing quote, decoded into the buffer at ``size``. */
 static int decode_string(Tree *tree, const unsigned char *at, Py_ssize_t *size, int *astral) {
@@ -416,24 +446,7 @@ static int decode_string(Tree *tree, const unsigned char *at, Py_ssize_t *size, 
         case 't': text[n++] = '\t'; break;
         case 'u': {
             uint32_t unit;
-            tree->at = at;
-            if (read_hex4(tree, &unit) < 0) {
-                return -1;
-            }
-            at = tree->at;
-            if (unit >= 0xD800 && unit <= 0xDBFF) {
-                uint32_t low;
-                if (stop - at < 6 || at[0] != '\\' || at[1] != 'u') {
-                    return -1; /* a lone surrogate: the Python path sanitises it */
-                }
-                tree->at = at + 2;
-                if (read_hex4(tree, &low) < 0 || low < 0xDC00 || low > 0xDFFF) {
-                    return -1;
-                }
-                at = tree->at;
-                unit = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
-                *astral = 1;
-            } else if (unit >= 0xDC00 && unit <= 0xDFFF) {
+            if (unicode_escape(tree, &at, &unit, astral) < 0) {
                 return -1;
             }
             put_utf8(text, &n, unit); /* (never longer than its escape) */
@@ -675,24 +688,9 @@ static int skip_string(Tree *tree) {
         unsigned char e = at[1];
         at += 2;
         if (e == 'u') {
-            uint32_t unit, low;
-            tree->at = at;
-            if (read_hex4(tree, &unit) < 0) {
+            uint32_t unit;
+            if (unicode_escape(tree, &at, &unit, &astral) < 0) {
                 return -1;
-            }
-            at = tree->at;
-            if (unit >= 0xDC00 && unit <= 0xDFFF) {
-                return -1;
-            }
-            if (unit >= 0xD800 && unit <= 0xDBFF) {
-                if (stop - at < 6 || at[0] != '\\' || at[1] != 'u') {
-                    return -1;
-                }
-                tree->at = at + 2;
-                if (read_hex4(tree, &low) < 0 || low < 0xDC00 || low > 0xDFFF) {
-                    return -1;
-                }
-                at = tree->at;
             }
         } else if (e != '"' && e != '\\' && e != '/' && e != 'b' && e != 'f' && e != 'n' && e != 'r' && e != 't') {
             return -1;
