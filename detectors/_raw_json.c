@@ -400,17 +400,25 @@ static int unicode_escape(Tree *tree, const unsigned char **at, uint32_t *point,
     return 0;
 }
 
+/* What a one-character escape stands for (0: JSON has no such escape). */
+static const char UNESCAPE[128] = {
+    ['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b', ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t',
+};
+
 /* The escapes and UTF-8 of a string from ``at`` (after its opening quote, or where its first
- * escape is) to its closing quote, decoded into the buffer at ``size``. */
-static int decode_string(Tree *tree, const unsigned char *at, Py_ssize_t *size, int *astral) {
+ * escape is) to its closing quote, checked, and with ``keep`` decoded into the buffer at
+ * ``size`` (without, nothing is written: skip_string). */
+static int decode_string(Tree *tree, const unsigned char *at, Py_ssize_t *size, int *astral, int keep) {
     const unsigned char *stop = tree->stop;
     char *text = tree->text;
     Py_ssize_t n = *size;
     for (;;) {
         const unsigned char *run = at;
         at = plain_run(at, stop);
-        memcpy(text + n, run, (size_t)(at - run));
-        n += at - run;
+        if (keep) {
+            memcpy(text + n, run, (size_t)(at - run));
+            n += at - run;
+        }
         if (at >= stop) {
             return -1;
         }
@@ -425,8 +433,10 @@ static int decode_string(Tree *tree, const unsigned char *at, Py_ssize_t *size, 
             if (length == 0) {
                 return -1;
             }
-            memcpy(text + n, at, (size_t)length);
-            n += length;
+            if (keep) {
+                memcpy(text + n, at, (size_t)length);
+                n += length;
+            }
             at += length;
             continue;
         }
@@ -435,24 +445,19 @@ static int decode_string(Tree *tree, const unsigned char *at, Py_ssize_t *size, 
         }
         unsigned char e = at[1];
         at += 2;
-        switch (e) {
-        case '"': text[n++] = '"'; break;
-        case '\\': text[n++] = '\\'; break;
-        case '/': text[n++] = '/'; break;
-        case 'b': text[n++] = '\b'; break;
-        case 'f': text[n++] = '\f'; break;
-        case 'n': text[n++] = '\n'; break;
-        case 'r': text[n++] = '\r'; break;
-        case 't': text[n++] = '\t'; break;
-        case 'u': {
+        if (e == 'u') {
             uint32_t unit;
             if (unicode_escape(tree, &at, &unit, astral) < 0) {
                 return -1;
             }
-            put_utf8(text, &n, unit); /* (never longer than its escape) */
-            break;
-        }
-        default:
+            if (keep) {
+                put_utf8(text, &n, unit); /* (never longer than its escape) */
+            }
+        } else if (e < 128 && UNESCAPE[e]) {
+            if (keep) {
+                text[n++] = UNESCAPE[e];
+            }
+        } else {
             return -1;
         }
     }
@@ -490,7 +495,7 @@ static int read_string(Tree *tree, Node *node) {
     }
     Py_ssize_t begin = tree->n_text, size = begin + (at - start);
     memcpy(tree->text + begin, start, (size_t)(at - start));
-    if (decode_string(tree, at, &size, &astral) < 0) {
+    if (decode_string(tree, at, &size, &astral, 1) < 0) {
         return -1;
     }
     node->text = tree->text + begin;
@@ -567,33 +572,51 @@ static int read_literal(Tree *tree, const char *word, Py_ssize_t size) {
     return 0;
 }
 
-/* One value (white space before it skipped by the caller); its node and subtree appended. */
-static int read_value(Tree *tree, int depth) {
+/* A string (``at`` on its opening quote) checked as read_string checks it (valid UTF-8, no
+ * control character, escapes JSON's own and no lone surrogate among them), nothing kept. */
+static int skip_string(Tree *tree) {
+    Py_ssize_t size = 0;
+    int astral = 0;
+    return decode_string(tree, tree->at + 1, &size, &astral, 0);
+}
+
+/* A new node of the tree, or with ``keep`` 0 the ``scratch`` one (nothing appended). */
+static Node *value_node(Tree *tree, int kind, int keep, Node *scratch) {
+    if (keep) {
+        return new_node(tree, kind);
+    }
+    scratch->kind = (uint8_t)kind;
+    return scratch;
+}
+
+/* One value (white space before it skipped by the caller); its node and subtree appended, or
+ * with ``keep`` 0 only checked, as it would be read (fast_event: what is hashed later). */
+static int read_value(Tree *tree, int depth, int keep) {
     if (tree->at >= tree->stop) {
         return -1;
     }
     unsigned char c = *tree->at;
     Py_ssize_t index = tree->n_nodes;
-    Node *node;
+    Node scratch, *node;
     switch (c) {
     case '"':
-        node = new_node(tree, J_STRING);
-        if (node == NULL || read_string(tree, node) < 0) {
+        node = value_node(tree, J_STRING, keep, &scratch);
+        if (node == NULL || (keep ? read_string(tree, node) : skip_string(tree)) < 0) {
             return -1;
         }
         break;
     case 'n':
-        if (new_node(tree, J_NULL) == NULL || read_literal(tree, "null", 4) < 0) {
+        if (value_node(tree, J_NULL, keep, &scratch) == NULL || read_literal(tree, "null", 4) < 0) {
             return -1;
         }
         break;
     case 't':
-        if (new_node(tree, J_TRUE) == NULL || read_literal(tree, "true", 4) < 0) {
+        if (value_node(tree, J_TRUE, keep, &scratch) == NULL || read_literal(tree, "true", 4) < 0) {
             return -1;
         }
         break;
     case 'f':
-        if (new_node(tree, J_FALSE) == NULL || read_literal(tree, "false", 5) < 0) {
+        if (value_node(tree, J_FALSE, keep, &scratch) == NULL || read_literal(tree, "false", 5) < 0) {
             return -1;
         }
         break;
@@ -601,7 +624,7 @@ static int read_value(Tree *tree, int depth) {
     case '{': {
         int object = c == '{';
         uint32_t count = 0;
-        if (depth >= MAX_DEPTH || new_node(tree, object ? J_OBJECT : J_ARRAY) == NULL) {
+        if (depth >= MAX_DEPTH || value_node(tree, object ? J_OBJECT : J_ARRAY, keep, &scratch) == NULL) {
             return -1;
         }
         tree->at++;
@@ -615,11 +638,15 @@ static int read_value(Tree *tree, int depth) {
                 if (tree->at >= tree->stop || *tree->at != '"') {
                     return -1;
                 }
-                Node *key = new_node(tree, J_STRING);
-                if (key == NULL || read_string(tree, key) < 0) {
+                if (keep) {
+                    Node *key = new_node(tree, J_STRING);
+                    if (key == NULL || read_string(tree, key) < 0) {
+                        return -1;
+                    }
+                    key->end = (uint32_t)tree->n_nodes;
+                } else if (skip_string(tree) < 0) {
                     return -1;
                 }
-                key->end = (uint32_t)tree->n_nodes;
                 skip_space(tree);
                 if (tree->at >= tree->stop || *tree->at != ':') {
                     return -1;
@@ -628,7 +655,7 @@ static int read_value(Tree *tree, int depth) {
                 skip_space(tree);
                 count++;
             }
-            if (read_value(tree, depth + 1) < 0) {
+            if (read_value(tree, depth + 1, keep) < 0) {
                 return -1;
             }
             count++;
@@ -644,121 +671,21 @@ static int read_value(Tree *tree, int depth) {
             }
             return -1;
         }
-        tree->nodes[index].count = count;
+        if (keep) {
+            tree->nodes[index].count = count;
+        }
         break;
     }
     default:
-        node = new_node(tree, J_NUMBER);
+        node = value_node(tree, J_NUMBER, keep, &scratch);
         if (node == NULL || read_number(tree, node) < 0) {
             return -1;
         }
     }
-    tree->nodes[index].end = (uint32_t)tree->n_nodes;
+    if (keep) {
+        tree->nodes[index].end = (uint32_t)tree->n_nodes;
+    }
     return 0;
-}
-
-/* ----- checking a value without keeping it ----- */
-
-/* A string (``at`` on its opening quote) checked as read_string checks it (valid UTF-8, no
- * control character, escapes JSON's own and no lone surrogate among them), nothing kept. */
-static int skip_string(Tree *tree) {
-    const unsigned char *at = tree->at + 1, *stop = tree->stop;
-    int astral = 0;
-    for (;;) {
-        at = plain_run(at, stop);
-        if (at >= stop) {
-            return -1;
-        }
-        unsigned char c = *at;
-        if (c == '"') {
-            tree->at = at + 1;
-            return 0;
-        }
-        if (c >= 0x80) {
-            int length = utf8_sequence(at, stop, &astral);
-            if (length == 0) {
-                return -1;
-            }
-            at += length;
-            continue;
-        }
-        if (c != '\\' || stop - at < 2) {
-            return -1;
-        }
-        unsigned char e = at[1];
-        at += 2;
-        if (e == 'u') {
-            uint32_t unit;
-            if (unicode_escape(tree, &at, &unit, &astral) < 0) {
-                return -1;
-            }
-        } else if (e != '"' && e != '\\' && e != '/' && e != 'b' && e != 'f' && e != 'n' && e != 'r' && e != 't') {
-            return -1;
-        }
-    }
-}
-
-/* One value (white space before it skipped by the caller) checked as read_value checks it
- * (nesting at most MAX_DEPTH deep), without a node: where nothing of it is kept. */
-static int skip_value(Tree *tree, int depth) {
-    if (tree->at >= tree->stop) {
-        return -1;
-    }
-    unsigned char c = *tree->at;
-    switch (c) {
-    case '"':
-        return skip_string(tree);
-    case 'n':
-        return read_literal(tree, "null", 4);
-    case 't':
-        return read_literal(tree, "true", 4);
-    case 'f':
-        return read_literal(tree, "false", 5);
-    case '[':
-    case '{': {
-        int object = c == '{';
-        if (depth >= MAX_DEPTH) {
-            return -1;
-        }
-        tree->at++;
-        skip_space(tree);
-        if (tree->at < tree->stop && *tree->at == (object ? '}' : ']')) {
-            tree->at++;
-            return 0;
-        }
-        for (;;) {
-            if (object) {
-                if (tree->at >= tree->stop || *tree->at != '"' || skip_string(tree) < 0) {
-                    return -1;
-                }
-                skip_space(tree);
-                if (tree->at >= tree->stop || *tree->at != ':') {
-                    return -1;
-                }
-                tree->at++;
-                skip_space(tree);
-            }
-            if (skip_value(tree, depth + 1) < 0) {
-                return -1;
-            }
-            skip_space(tree);
-            if (tree->at < tree->stop && *tree->at == ',') {
-                tree->at++;
-                skip_space(tree);
-                continue;
-            }
-            if (tree->at < tree->stop && *tree->at == (object ? '}' : ']')) {
-                tree->at++;
-                return 0;
-            }
-            return -1;
-        }
-    }
-    default: {
-        Node number;
-        return read_number(tree, &number);
-    }
-    }
 }
 
 static void tree_init(Tree *tree, const char *data, Py_ssize_t size) {
@@ -786,7 +713,7 @@ static void tree_free(Tree *tree) {
 static int tree_read(Tree *tree, const char *data, Py_ssize_t size) {
     tree_init(tree, data, size);
     skip_space(tree);
-    if (read_value(tree, 0) < 0) {
+    if (read_value(tree, 0, 1) < 0) {
         return -1;
     }
     skip_space(tree);
@@ -1223,13 +1150,22 @@ static int write_outcome(PyObject *raw, Out *out, int *is_object, int *veto, int
     return status;
 }
 
-static PyObject *outcome(PyObject *module, PyObject *raw) {
-    (void)module;
+static PyObject *hashed(PyObject *prefix, Out *out);
+
+/* outcome(raw), or with ``digest_only`` outcome_hash(raw). */
+static PyObject *outcome_answer(PyObject *raw, int digest_only) {
     Out out;
     int is_object, veto, unchanged;
     int status = write_outcome(raw, &out, &is_object, &veto, &unchanged);
     if (status != 0) {
         return status < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    if (digest_only) {
+        if (is_object && (veto || unchanged)) { /* what the caller reads of it: outcome() says */
+            out_drop(&out);
+            Py_RETURN_NONE;
+        }
+        return hashed(NULL, &out);
     }
     PyObject *bytes = out_finish(&out);
     if (bytes == NULL) {
@@ -1245,6 +1181,11 @@ static PyObject *outcome(PyObject *module, PyObject *raw) {
     PyTuple_SET_ITEM(answer, 2, Py_NewRef(veto ? Py_True : Py_False));
     PyTuple_SET_ITEM(answer, 3, Py_NewRef(unchanged ? Py_True : Py_False));
     return answer;
+}
+
+static PyObject *outcome(PyObject *module, PyObject *raw) {
+    (void)module;
+    return outcome_answer(raw, 0);
 }
 
 /* ----- digests of what was written ----- */
@@ -1316,17 +1257,7 @@ static PyObject *args_hash(PyObject *module, PyObject *const *args, Py_ssize_t n
 
 static PyObject *outcome_hash(PyObject *module, PyObject *raw) {
     (void)module;
-    Out out;
-    int is_object, veto, unchanged;
-    int status = write_outcome(raw, &out, &is_object, &veto, &unchanged);
-    if (status != 0) {
-        return status < 0 ? NULL : Py_NewRef(Py_None);
-    }
-    if (is_object && (veto || unchanged)) { /* what the caller reads of it: outcome() says */
-        out_drop(&out);
-        Py_RETURN_NONE;
-    }
-    return hashed(NULL, &out);
+    return outcome_answer(raw, 1);
 }
 
 /* exec_outcome(raw) -> (bytes, status, exit_code, timed_out, output) | None: for the result
@@ -1335,10 +1266,8 @@ static PyObject *outcome_hash(PyObject *module, PyObject *raw) {
  * status, timedOut}), its status, its exit code (an int; None where it is no number), whether
  * it timed out and its output (the trimmed aggregated output, else the text of its content),
  * which the terminal-failure rule of revision 2026-08 reads. None for any other result, and
- * where unsure (an exit code written with a fraction or an exponent, or beyond 2**53). */
-static PyObject *hashed(PyObject *prefix, Out *out);
-
-/* exec_outcome(raw), or with ``digest_only`` the hex digest of its fingerprint where it is no
+ * where unsure (an exit code written with a fraction or an exponent, or beyond 2**53).
+ * exec_outcome(raw) that, or with ``digest_only`` the hex digest of its fingerprint where it is no
  * terminal failure (the exit code no number or 0, or timed out), None where it may be one. */
 static PyObject *finished_exec(PyObject *raw, int digest_only) {
     Py_buffer view;
@@ -1593,7 +1522,7 @@ static PyObject *fast_event(PyObject *module, PyObject *data) {
             PyObject *value = NULL;
             if (field == F_PARAMS || field == F_RESULT) {
                 const unsigned char *start = tree.at;
-                if (skip_value(&tree, 0) < 0) { /* (checked here, read again when hashed) */
+                if (read_value(&tree, 0, 0) < 0) { /* (checked here, read again when hashed) */
                     goto done;
                 }
                 PyObject *text_bytes = PyBytes_FromStringAndSize((const char *)start, tree.at - start);
@@ -1777,9 +1706,7 @@ static PyObject *split_event(PyObject *module, PyObject *data) {
             tree.at++;
             skip_space(&tree);
             Py_ssize_t start = tree.at - base;
-            tree.n_nodes = 0;
-            tree.n_text = 0;
-            if (read_value(&tree, 1) < 0) {
+            if (read_value(&tree, 1, 0) < 0) { /* (checked only: hashed later from the text) */
                 break;
             }
             Py_ssize_t end = tree.at - base;
