@@ -141,6 +141,21 @@ _COMMON = (
 @example(data=b'{"run_id":"r","event_id":"e","tool":"t","params":{},"ts":-0,"type":"tool_call"}')
 @example(data=b'{"type":"tool_call","session_id":"s","run_id":"   ","event_id":"e","tool":"t","params":[]}')
 @example(data=b'{"type":"tool_call","run_id":"r","event_id":"e","tool":"t","params":1,"known_poll":true}')
+@example(
+    data=b'{"type":"tool_call","run_id":"r","event_id":"e","tool":"' + b"{" * 65 + b'","params":{"a":1}}'
+)
+@example(
+    data=b'{"type":"tool_call","run_id":"r","event_id":"e","tool":"t","params":[' + b"[]," * 64 + b"[]]}"
+)
+@example(data=b'{"type":"tool_call","run_id":"r","event_id":"e","tool":"t","params":"' + b"[" * 3000 + b'"}')
+@example(  # 32 deep, in a line split_event declines (it reads params one level down)
+    data=b'{"type":"tool_result","run_id":"r","event_id":"e","tool":"t","params":'
+    + b"[" * 32
+    + b"]" * 32
+    + b',"result":"'
+    + b"p" * 2100
+    + b'"}'
+)
 def test_it_gives_the_event_the_whole_path_gives(native: ModuleType, data: bytes) -> None:
     _agrees(native, data)
 
