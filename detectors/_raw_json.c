@@ -44,7 +44,6 @@
 #include <string.h>
 
 #define XXH_INLINE_ALL
-#include "_byte_scans.h"
 #include "_vendor/xxhash.h"
 
 #define MAX_DEPTH 32
@@ -100,7 +99,7 @@ static int grow_buffer(void **data, Py_ssize_t *capacity, Py_ssize_t need, size_
         capacity_now *= 2;
     }
     void *grown;
-    if (*data == stack) {
+    if (stack != NULL && *data == stack) {
         grown = PyMem_Malloc((size_t)capacity_now * item);
         if (grown != NULL) {
             memcpy(grown, stack, (size_t)*capacity * item);
@@ -1386,7 +1385,6 @@ static const char *const FIELD_NAMES[N_FIELDS] = {
     "event_id", "run_id", "session_id", "agent_id", "ts", "tool", "tool_call_id", "params", "result", "known_poll",
 };
 #define MAX_PLAIN_ID 512 /* input_limits.MAX_ID_BYTES */
-#define MAX_NESTING 64 /* input_limits.MAX_NESTING: a line with more brackets is read the whole way */
 #define MAX_TS_DIGITS 15 /* within 2**53, far within int64 */
 
 static PyObject *event_types[2] = {NULL, NULL}; /* ToolCall, ToolResult (bind_events) */
@@ -1467,22 +1465,15 @@ static int named(PyObject *value) {
  * takes: valid JSON and UTF-8, at most MAX_DEPTH deep; kept as msgspec.Raw of their text),
  * known_poll (true or false, a call's); and valid as validate_event would find it (an
  * event_id and a tool, a run_id or session_id that is not blank, params, and a result's
- * result), in a line of at most MAX_NESTING '[' and '{' bytes (decode_event walks the nesting of a
- * line with more, and gives its params and result as values). None for anything else:
- * decode_event then reads the event as it always did. */
+ * result). None for anything else: decode_event then reads the event as it always did. */
 static PyObject *fast_event(PyObject *module, PyObject *data) {
     (void)module;
     if (event_types[0] == NULL || !PyBytes_Check(data)) {
         Py_RETURN_NONE;
     }
     const unsigned char *base = (const unsigned char *)PyBytes_AS_STRING(data);
-    Py_ssize_t data_size = PyBytes_GET_SIZE(data);
-    int high;
-    if (data_size > MAX_NESTING && scan_bytes(base, base + data_size, &high) > MAX_NESTING) {
-        Py_RETURN_NONE; /* the whole path may give such an event decoded values (to walk their nesting) */
-    }
     Tree tree;
-    tree_init(&tree, (const char *)base, data_size);
+    tree_init(&tree, (const char *)base, PyBytes_GET_SIZE(data));
     const unsigned char *stop = tree.stop;
     PyObject *values[N_FIELDS] = {NULL};
     unsigned int mask = 0;

@@ -242,8 +242,8 @@ def _decode_whole(data: bytes | str, texts: bool) -> Event:
             else:
                 deep = _brackets(data) > MAX_NESTING
                 ascii_bytes = False
-            values = deep or not texts
-            if (values or not ascii_bytes) and not _texts_valid(event, kind, values):
+            values = not texts
+            if (values or deep or not ascii_bytes) and not _texts_valid(event, kind, values, deep):
                 event = _decode_fallback(data, None)
                 json_size = None
             validate_event(event, deep, json_size)
@@ -277,20 +277,23 @@ def _from_split(data: bytes, split: raw_json.Split) -> Event | None:
     return event
 
 
-def _texts_valid(event: Event, kind: type[Event], values: bool) -> bool:
+def _texts_valid(event: Event, kind: type[Event], values: bool, deep: bool) -> bool:
     """Whether the JSON texts msgspec kept of the event's ``params`` and ``result`` are valid
     (it checked all but their UTF-8 when it skipped them); ``values``: give them as their
-    values instead. ``False``: the event is read again as a whole, to say what is wrong as it
-    always did."""
+    values instead; ``deep``: each is decoded once here (where it might nest too deep for the
+    decoder), then kept as its text. ``False``: the event is read again as a whole, to say
+    what is wrong as it always did."""
     for name in _TEXTS if kind is _TOOL_RESULT else _CALL_TEXTS:
         raw = getattr(event, name)
         if raw is _UNSET:
             continue
-        if values:
+        if values or deep:
             try:
-                _FORCE_SETATTR(event, name, _DECODE_VALUE(raw))
+                value = _DECODE_VALUE(raw)
             except (msgspec.DecodeError, RecursionError):
                 return False
+            if values:
+                _FORCE_SETATTR(event, name, value)
         elif not _UTF8_VALID(raw):
             return False
     return True

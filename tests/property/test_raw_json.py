@@ -20,7 +20,7 @@ import xxhash
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from loopwatch.detectors.decoding import decode_event
+from loopwatch.detectors.decoding import _decode_whole, decode_event
 from loopwatch.detectors.events import InvalidEvent, ToolCall, ToolResult
 from loopwatch.detectors.hashing import digester_for
 from loopwatch.detectors.outcomes import MISSING, content_text, hash_outcome
@@ -468,3 +468,18 @@ def test_invalid_utf8_is_named_with_its_place_whatever_else_is_wrong(texts: bool
     line = b'{"type":"tool_result","run_id":"r","event_id":"e","tool":"t","params":"\xff","result":"\\ud800"}'
     with pytest.raises(InvalidEvent, match=r"^not valid JSON: invalid UTF-8 at byte 71$"):
         decode_event(line, texts=texts)
+
+
+@pytest.mark.parametrize("reader", [decode_event, _decode_whole], ids=["decode_event", "whole"])
+def test_texts_stay_texts_in_a_line_of_many_brackets(reader: Any) -> None:
+    """Over 64 brackets a line's nesting is walked, and ``texts`` still keeps params and
+    result as their JSON text (the C reader and the whole path give the same event)."""
+    wide: dict[str, Any] = {"type": "tool_result", "event_id": "e", "run_id": "r", "tool": "t"}
+    wide.update(params=[[]] * 40, result=[{}] * 40)
+    event = reader(json.dumps(wide).encode(), True)
+    assert type(event.params) is msgspec.Raw
+    assert type(event.result) is msgspec.Raw
+    assert (plain(event.params), plain(event.result)) == (wide["params"], wide["result"])
+    deep = dict(wide, params=json.loads("[" * 65 + "]" * 65))
+    with pytest.raises(InvalidEvent, match="params: nests more than 64 arrays and objects"):
+        reader(json.dumps(deep).encode(), True)
