@@ -19,9 +19,10 @@ tool run twice would). A value that is not an event any door would take raises
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from msgspec import UNSET
 
@@ -33,6 +34,7 @@ from loopwatch.detectors.events import (
     Abort,
     Action,
     CompactionRetry,
+    Event,
     Output,
     RunEnd,
     Usage,
@@ -130,15 +132,70 @@ class ProposedCall:
     tool_call_id: str | None = None
 
 
-class LoopDetector:
-    """Synchronous loop detection for many runs of one process."""
+#: How long a run may send nothing before :class:`LoopDetector` forgets it, by default (the
+#: worker's and the gateway's ``state_ttl_s`` default too)
+STATE_TTL_S: Final = 3600.0
 
-    def __init__(self, config: FleetConfig | None = None, agent_id: str = "default") -> None:
+
+class LoopDetector:
+    """Synchronous loop detection for many runs of one process.
+
+    ``state_ttl_s``: a run that sends nothing for that long (seconds of ``clock``) is
+    forgotten, its abort too, as the worker forgets it: memory stays bounded when a run never
+    gets to :meth:`end_run` (an agent that raised, a process that kept serving). ``None``
+    keeps every run until :meth:`end_run`. :attr:`expired` counts the runs forgotten so."""
+
+    def __init__(
+        self,
+        config: FleetConfig | None = None,
+        agent_id: str = "default",
+        *,
+        state_ttl_s: float | None = STATE_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if state_ttl_s is not None and (
+            isinstance(state_ttl_s, bool) or not isinstance(state_ttl_s, (int, float)) or not state_ttl_s > 0
+        ):
+            raise ValueError(f"state_ttl_s must be a number of seconds above 0, or None, not {state_ttl_s!r}")
         # a run id may be used again after end_run: no memory of ended runs
         self._engine = Engine(config or FleetConfig.enabled_default(), ended_limit=0)
         self._agent_id = agent_id
         self._events = 0
         self._batches = 0
+        self.state_ttl_s = state_ttl_s
+        self._clock = clock
+        self._last_seen: dict[str, float] = {}  # run scope -> when it last sent; oldest first
+        #: runs forgotten for sending nothing for ``state_ttl_s``
+        self.expired = 0
+
+    def _expire(self) -> None:
+        """Forget the runs idle past the state TTL (oldest first), before an event is applied."""
+        if self.state_ttl_s is None:
+            return
+        last_seen, states = self._last_seen, self._engine.states
+        horizon = self._clock() - self.state_ttl_s
+        while last_seen:
+            scope, seen_at = next(iter(last_seen.items()))
+            if seen_at > horizon:
+                return
+            del last_seen[scope]
+            if states.pop(scope, None) is not None:
+                self.expired += 1
+
+    def _touch(self, scope: str) -> None:
+        """The run sent an event now (it lives on, if its state does)."""
+        if self.state_ttl_s is None:
+            return
+        last_seen = self._last_seen
+        last_seen.pop(scope, None)
+        if scope in self._engine.states:
+            last_seen[scope] = self._clock()
+
+    def _apply(self, event: Event) -> list[Output]:
+        self._expire()
+        outputs = self._engine.process(event)
+        self._touch(run_scope(event))
+        return outputs
 
     @property
     def config(self) -> FleetConfig:
@@ -183,7 +240,7 @@ class LoopDetector:
             usage=usage,
             parent_run_id=parent_run_id,
         )
-        outputs = self._engine.process(event)
+        outputs = self._apply(event)
         return decision_of(outputs, self._engine.aborted(run_scope(event)))
 
     def before_tool_calls(
@@ -219,7 +276,9 @@ class LoopDetector:
             )
             for index, call in enumerate(calls)
         ]
+        self._expire()
         outcome = step_batch(self._engine, events)
+        self._touch(run_scope(events[0]))
         return batch_decision_of(outcome, self._engine.aborted(run_scope(events[0])))
 
     def after_tool_call(
@@ -250,11 +309,11 @@ class LoopDetector:
         )
         if event.result is UNSET and event.error is UNSET:
             return Decision("allow")  # nothing to record
-        return decision_of(self._engine.process(event))
+        return decision_of(self._apply(event))
 
     def on_compaction_retry(self, run_id: str, *, agent_id: str | None = None) -> None:
         """A compaction after context overflow succeeded: arm the run's guard."""
-        self._engine.process(
+        self._apply(
             checked(
                 CompactionRetry(event_id=self._event_id(), run_id=run_id, agent_id=agent_id or self._agent_id)
             )
@@ -262,4 +321,4 @@ class LoopDetector:
 
     def end_run(self, run_id: str) -> None:
         """Forget a finished run."""
-        self._engine.process(checked(RunEnd(event_id=self._event_id(), run_id=run_id)))
+        self._apply(checked(RunEnd(event_id=self._event_id(), run_id=run_id)))

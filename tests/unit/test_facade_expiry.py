@@ -1,0 +1,82 @@
+"""The in-process detector forgets a run that sends nothing for ``state_ttl_s`` (its abort
+too), as the worker and the gateway do: memory stays bounded when ``end_run`` never comes."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopwatch import LoopDetector
+from loopwatch.detectors.facade import STATE_TTL_S, ProposedCall
+
+MISSING = {"path": "/missing"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _abort(detector: LoopDetector, run_id: str) -> None:
+    for _ in range(40):
+        decision = detector.before_tool_call(run_id, "read", MISSING)
+        if decision.action == "abort":
+            return
+        if decision.proceed:
+            detector.after_tool_call(run_id, "read", MISSING, error="ENOENT")
+    raise AssertionError("the run never aborted")
+
+
+def test_a_run_idle_past_the_ttl_is_forgotten_with_its_abort() -> None:
+    clock = Clock()
+    detector = LoopDetector(state_ttl_s=60, clock=clock)
+    _abort(detector, "stuck")
+    assert detector.before_tool_call("stuck", "write", {"path": "x"}).sticky
+    clock.now += 59
+    assert detector.before_tool_call("stuck", "write", {"path": "x"}).action == "abort"  # (it sent: alive)
+    clock.now += 60.5
+    assert detector.before_tool_call("stuck", "write", {"path": "x"}).action == "allow"
+    assert detector.expired == 1
+
+
+def test_only_the_idle_runs_go_oldest_first() -> None:
+    clock = Clock()
+    detector = LoopDetector(state_ttl_s=10, clock=clock)
+    for index in range(5):
+        detector.before_tool_call(f"run-{index}", "read", {"path": str(index)})
+        clock.now += 3
+    # run-0 sent at 1000, run-4 at 1012; now 1015: run-0 and run-1 are past 10 s
+    detector.before_tool_calls("run-4", [ProposedCall("read", {"path": "again"})])
+    assert sorted(detector._engine.states) == ["run-2", "run-3", "run-4"]
+    assert detector.expired == 2
+
+
+def test_an_ended_run_is_not_counted_as_expired() -> None:
+    clock = Clock()
+    detector = LoopDetector(state_ttl_s=10, clock=clock)
+    detector.before_tool_call("done", "read", {"path": "a"})
+    detector.end_run("done")
+    clock.now += 100
+    detector.before_tool_call("other", "read", {"path": "a"})
+    assert (detector.expired, sorted(detector._engine.states)) == (0, ["other"])
+
+
+def test_without_a_ttl_a_run_lives_until_it_ends() -> None:
+    clock = Clock()
+    detector = LoopDetector(state_ttl_s=None, clock=clock)
+    _abort(detector, "stuck")
+    clock.now += 10 * STATE_TTL_S
+    assert detector.before_tool_call("stuck", "read", {"path": "b"}).sticky
+    assert detector.expired == 0
+
+
+def test_the_default_is_the_worker_s_hour() -> None:
+    assert LoopDetector().state_ttl_s == STATE_TTL_S == 3600.0
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "60", float("nan")])
+def test_a_ttl_that_is_no_number_of_seconds_is_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="state_ttl_s must be a number of seconds above 0"):
+        LoopDetector(state_ttl_s=bad)  # type: ignore[arg-type]
