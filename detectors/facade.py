@@ -41,6 +41,7 @@ from loopwatch.detectors.events import (
     Verdict,
     run_scope,
 )
+from loopwatch.detectors.idle_runs import IdleRuns
 from loopwatch.detectors.outcomes import MISSING
 
 __all__ = [
@@ -164,37 +165,20 @@ class LoopDetector:
         self._batches = 0
         self.state_ttl_s = state_ttl_s
         self._clock = clock
-        self._last_seen: dict[str, float] = {}  # run scope -> when it last sent; oldest first
+        self._idle = IdleRuns()
         #: runs forgotten for sending nothing for ``state_ttl_s``
         self.expired = 0
 
     def _expire(self) -> None:
-        """Forget the runs idle past the state TTL (oldest first), before an event is applied."""
-        if self.state_ttl_s is None:
-            return
-        last_seen, states = self._last_seen, self._engine.states
-        horizon = self._clock() - self.state_ttl_s
-        while last_seen:
-            scope, seen_at = next(iter(last_seen.items()))
-            if seen_at > horizon:
-                return
-            del last_seen[scope]
-            if states.pop(scope, None) is not None:
-                self.expired += 1
-
-    def _touch(self, scope: str) -> None:
-        """The run sent an event now (it lives on, if its state does)."""
-        if self.state_ttl_s is None:
-            return
-        last_seen = self._last_seen
-        last_seen.pop(scope, None)
-        if scope in self._engine.states:
-            last_seen[scope] = self._clock()
+        """Forget the runs idle past the state TTL, before an event is applied."""
+        if self.state_ttl_s is not None:
+            self.expired += self._idle.expire(self._engine.states, self._clock() - self.state_ttl_s)
 
     def _apply(self, event: Event) -> list[Output]:
         self._expire()
         outputs = self._engine.process(event)
-        self._touch(run_scope(event))
+        if self.state_ttl_s is not None:
+            self._idle.touch(run_scope(event), self._clock(), type(event) is not RunEnd)
         return outputs
 
     @property
@@ -278,7 +262,8 @@ class LoopDetector:
         ]
         self._expire()
         outcome = step_batch(self._engine, events)
-        self._touch(run_scope(events[0]))
+        if self.state_ttl_s is not None:
+            self._idle.touch(run_scope(events[0]), self._clock())
         return batch_decision_of(outcome, self._engine.aborted(run_scope(events[0])))
 
     def after_tool_call(

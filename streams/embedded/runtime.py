@@ -37,6 +37,7 @@ from loopwatch.detectors.fleet.alerts import FleetAlert
 from loopwatch.detectors.fleet.chains import chain_key
 from loopwatch.detectors.fleet.watch import FleetWatch, WatchHooks
 from loopwatch.detectors.hashing import digester_for
+from loopwatch.detectors.idle_runs import IdleRuns
 from loopwatch.detectors.step import Prepared
 from loopwatch.streams.embedded.batch_steps import batch_fleet_alerts, step_batch_done
 from loopwatch.streams.fleet_view.view import FleetView
@@ -104,7 +105,7 @@ class EmbeddedRuntime:
         self.state_ttl_s = state_ttl_s
         self.clock = clock
         # per worker: scope -> when it last had an event, least recently active first
-        self._last_seen: list[dict[str, float]] = [{} for _ in range(workers)]
+        self._idle = [IdleRuns() for _ in range(workers)]  # when each run last sent, per worker
         self._progress_at = clock()  # when the released position last moved (or work arrived)
         self.expired = 0
         self.view = view  # fed every event and output, for the dashboard
@@ -158,22 +159,11 @@ class EmbeddedRuntime:
     def _expire(self, index: int) -> None:
         """Forget the runs of worker ``index`` idle past the state TTL (oldest first)."""
         assert self.state_ttl_s is not None
-        last_seen, engine = self._last_seen[index], self.engines[index]
         horizon = self.clock() - self.state_ttl_s
-        while last_seen:
-            scope, seen_at = next(iter(last_seen.items()))
-            if seen_at > horizon:
-                return
-            del last_seen[scope]
-            if engine.states.pop(scope, None) is not None:
-                self.expired += 1
+        self.expired += self._idle[index].expire(self.engines[index].states, horizon)
 
     def _touch(self, index: int, event: Event) -> None:
-        last_seen = self._last_seen[index]
-        scope = run_scope(event)
-        last_seen.pop(scope, None)
-        if type(event) is not RunEnd:
-            last_seen[scope] = self.clock()
+        self._idle[index].touch(run_scope(event), self.clock(), type(event) is not RunEnd)
 
     def stalled(self, after_s: float) -> bool:
         """Whether events wait and none was released for ``after_s`` seconds."""
