@@ -89,7 +89,7 @@ def _observe(view: FleetView, is_verdict: bool, value: bytes | None, ts_ms: int,
         if is_verdict:
             view.output(_OUTPUTS.decode(value), ts_ms)
         else:
-            view.event(decode_event(value), ts_ms)
+            view.event(decode_event(value, texts=True), ts_ms)  # (the view reads params as text too)
     except (InvalidEvent, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         pass  # invalid input is counted by the metrics and kept in the dead-letter topic
     except Exception as exc:  # noqa: BLE001 - a bug of the view: it must not stop the worker

@@ -654,3 +654,50 @@ def test_events_with_lone_surrogates_are_encoded_and_decode_back_the_same() -> N
         again = decode_event(encode_event(event))
         assert again == event
         assert canonical_bytes(again) == canonical_bytes(event)
+
+
+def test_the_fleet_view_s_follower_shows_what_the_events_values_show() -> None:
+    """The follower keeps params and results as their JSON text (cheaper to read): the view it
+    feeds shows the same fingerprints, previews and outcomes as one fed decoded values."""
+    from loopwatch.streams.kafka import topic_followers
+
+    lines = [
+        {
+            "type": "tool_call",
+            "event_id": "c1",
+            "run_id": "r",
+            "tool": "read",
+            "params": {"b": [1, 2.5], "a": "é"},
+        },
+        {
+            "type": "tool_result",
+            "event_id": "r1",
+            "run_id": "r",
+            "tool": "read",
+            "params": {"b": [1, 2.5], "a": "é"},
+            "result": {"content": [{"type": "text", "text": "x" * 300}]},
+        },
+        {
+            "type": "tool_call",
+            "event_id": "c2",
+            "run_id": "r",
+            "tool": "exec",
+            "params": {"command": "ls  -l\u2028"},
+        },
+        {
+            "type": "tool_result",
+            "event_id": "r2",
+            "run_id": "r",
+            "tool": "exec",
+            "params": {"command": "ls"},
+            "error": "ENOENT",
+        },
+    ]
+    followed, direct = FleetView("worker"), FleetView("worker")
+    for line in lines:
+        value = json.dumps(line, indent=1).encode()
+        topic_followers._observe(followed, False, value, 5, 1 << 20)
+        direct.event(decode_event(value), 5)
+    assert followed.events == len(lines)
+    assert followed.overview(10) == direct.overview(10)
+    assert followed.activity.runs["r"].recent == direct.activity.runs["r"].recent
