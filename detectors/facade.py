@@ -138,6 +138,22 @@ class ProposedCall:
 STATE_TTL_S: Final = 3600.0
 
 
+def _ttl_seconds(value: float | None) -> float | None:
+    """``state_ttl_s`` as a float of seconds above 0 (``inf``: never), or ``None``."""
+    if value is None:
+        return None
+    problem = f"state_ttl_s must be a number of seconds above 0, or None, not {value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(problem)
+    try:
+        seconds = float(value)
+    except OverflowError:  # (an int beyond any float: no clock would reach it)
+        raise ValueError(problem) from None
+    if not seconds > 0:
+        raise ValueError(problem)
+    return seconds
+
+
 class LoopDetector:
     """Synchronous loop detection for many runs of one process.
 
@@ -154,16 +170,12 @@ class LoopDetector:
         state_ttl_s: float | None = STATE_TTL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if state_ttl_s is not None and (
-            isinstance(state_ttl_s, bool) or not isinstance(state_ttl_s, (int, float)) or not state_ttl_s > 0
-        ):
-            raise ValueError(f"state_ttl_s must be a number of seconds above 0, or None, not {state_ttl_s!r}")
+        self.state_ttl_s = _ttl_seconds(state_ttl_s)
         # a run id may be used again after end_run: no memory of ended runs
         self._engine = Engine(config or FleetConfig.enabled_default(), ended_limit=0)
         self._agent_id = agent_id
         self._events = 0
         self._batches = 0
-        self.state_ttl_s = state_ttl_s
         self._clock = clock
         self._idle = IdleRuns()
         #: runs forgotten for sending nothing for ``state_ttl_s``

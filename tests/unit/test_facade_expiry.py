@@ -3,10 +3,13 @@ too), as the worker and the gateway do: memory stays bounded when ``end_run`` ne
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 
 from loopwatch import LoopDetector
 from loopwatch.detectors.facade import STATE_TTL_S, ProposedCall
+from loopwatch.detectors.idle_runs import IdleRuns
 
 MISSING = {"path": "/missing"}
 
@@ -76,7 +79,25 @@ def test_the_default_is_the_worker_s_hour() -> None:
     assert LoopDetector().state_ttl_s == STATE_TTL_S == 3600.0
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, "60", float("nan")])
+@pytest.mark.parametrize("bad", [0, -1, True, "60", float("nan"), 10**400])
 def test_a_ttl_that_is_no_number_of_seconds_is_refused(bad: object) -> None:
     with pytest.raises(ValueError, match="state_ttl_s must be a number of seconds above 0"):
         LoopDetector(state_ttl_s=bad)  # type: ignore[arg-type]
+
+
+def test_an_int_ttl_is_kept_as_float_seconds() -> None:
+    assert LoopDetector(state_ttl_s=60).state_ttl_s == 60.0
+
+
+def test_finding_the_oldest_run_stays_cheap_while_runs_take_turns() -> None:
+    """Runs that send in turn move to the end again and again: the oldest is still found by
+    looking at one entry (a plain dict walked every slot those moves left at its front)."""
+    idle = IdleRuns()
+    states = {f"r{n}": object() for n in range(1000)}
+    for step in range(20_000):
+        idle.touch(f"r{step % 1000}", float(step))
+        assert idle.expire(states, -1.0) == 0
+    assert type(idle._last_seen) is OrderedDict
+    assert next(iter(idle._last_seen)) == "r0"  # (r0 sent at 19,000: the oldest of the last round)
+    assert idle.expire(states, 19_000.5) == 1
+    assert "r0" not in states
