@@ -32,6 +32,7 @@ import itertools
 import os
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -158,6 +159,9 @@ class LoopwatchClient:
         self._follower: asyncio.Task[None] | None = None
         self._redis: Any = None
         self._latest: dict[str, Output] = {}
+        #: runs Redis was asked about and held no abort for, no verdict of theirs read since:
+        #: an abort of theirs can only come through the verdict stream now (followed)
+        self._not_aborted: OrderedDict[str, None] = OrderedDict()
         self._by_trigger: dict[str, list[Output]] = {}
         self._waiters: dict[str, asyncio.Future[Output]] = {}
         self._ids = itertools.count()
@@ -415,6 +419,7 @@ class LoopwatchClient:
         )
         scope = run_scope(event)
         self._latest.pop(scope, None)
+        self._not_aborted.pop(scope, None)
         self._ended.pop(scope, None)
         self._ended[scope] = self._number(event.event_id) or 0
         if len(self._ended) > RUNS_KEPT:
@@ -431,6 +436,7 @@ class LoopwatchClient:
                 scope = (message.key or b"").decode()
             except (msgspec.DecodeError, TypeError, UnicodeDecodeError):
                 continue
+            self._not_aborted.pop(scope, None)  # (its decision is the stream's now, while kept)
             if not self._before_end(scope, output.trigger_event_id):  # (a late one of an ended run)
                 previous = self._latest.pop(scope, None)
                 self._latest[scope] = (  # (the newest decided run last: the oldest is forgotten first)
@@ -479,6 +485,25 @@ class LoopwatchClient:
                 return decided
         return RunDecision.of(self._latest.get(run_id))
 
+    async def _kept_abort(self, run: str) -> RunDecision | None:
+        """The abort Redis holds for a run this client has read no verdict of (one decided
+        before it started), or ``None``. Where Redis answered without one and this client
+        follows the verdicts, the run is not asked about again until a verdict of it is read
+        (a later abort comes through the stream; one forgotten from the stream's latest is
+        asked about again)."""
+        try:
+            fields = await self._redis.hgetall(f"loopwatch:run:{run}")
+        except Exception:  # noqa: BLE001 - Redis trouble (any): the stream decides, asked again next time
+            return None
+        decided = _redis_decision(fields) if fields else None
+        if decided is not None and decided.action == "abort":
+            return decided
+        if self._follow and run not in self._latest:  # (no verdict of it read while Redis answered)
+            self._not_aborted[run] = None
+            if len(self._not_aborted) > RUNS_KEPT:
+                self._not_aborted.popitem(last=False)
+        return None
+
     async def gate(self, event_id: str, timeout: float = 0.25) -> RunDecision:
         """Wait up to ``timeout`` seconds for the verdict of the event just published.
 
@@ -495,9 +520,9 @@ class LoopwatchClient:
         aborted = self._latest.get(run)
         if isinstance(aborted, Abort) and aborted.enforced:
             return RunDecision.of(aborted)  # an aborted run stays aborted: every later call too
-        if run and self._redis is not None and aborted is None:  # a run this client has not seen
-            kept = await self.decision(run)  # aborted before this client started: Redis knows
-            if kept.action == "abort":
+        if run and self._redis is not None and aborted is None and run not in self._not_aborted:
+            kept = await self._kept_abort(run)  # aborted before this client started: Redis knows
+            if kept is not None:
                 return kept
         blocked = self._outage_block(event_id)
         if blocked is not None:

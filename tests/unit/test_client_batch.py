@@ -426,3 +426,65 @@ def test_the_client_publishes_what_the_in_process_detector_hashes_and_refuses_an
         assert "r" in lw._latest  # a stopped client changed nothing before it refused
 
     asyncio.run(scenario())
+
+
+class _CountingRedis(_Redis):
+    def __init__(self, fields: dict[bytes, bytes]) -> None:
+        super().__init__(fields)
+        self.asked = 0
+
+    async def hgetall(self, key: str) -> dict[bytes, bytes]:
+        self.asked += 1
+        return self.fields
+
+
+def _following() -> LoopwatchClient:
+    lw, _ = client()
+    lw._follow = True  # (as a client that reads the verdict stream: its follower is not started here)
+    return lw
+
+
+def test_a_healthy_run_is_asked_of_redis_once_while_the_client_follows_the_verdicts() -> None:
+    from loopwatch.detectors.events import encode_output
+
+    async def scenario() -> None:
+        lw = _following()
+        redis = lw._redis = _CountingRedis({})
+        for n in range(5):
+            assert (await lw.gate(await lw.tool_call("r", "read", {"n": n}), timeout=0)).action == "allow"
+        assert redis.asked == 1
+        # a verdict of the run is read, then forgotten (more than RUNS_KEPT runs decided since):
+        # Redis is asked again, and knows of the abort the stream's latest no longer holds
+        lw._consumer = _Records([_Message(b"r", encode_output(verdict("e9", "warn")))])
+        await lw._follow_verdicts()
+        assert "r" not in lw._not_aborted
+        del lw._latest["r"]
+        redis.fields = {b"action": b"abort", b"message": b"stop", b"verdict_id": b"v-9"}
+        gated = await lw.gate(await lw.tool_call("r", "read", {"n": 9}), timeout=0)
+        assert (gated.action, gated.verdict_id, redis.asked) == ("abort", "v-9", 2)
+
+    asyncio.run(scenario())
+
+
+def test_redis_is_asked_at_every_gate_where_it_failed_or_the_client_reads_no_verdicts() -> None:
+    class Failing:
+        asked = 0
+
+        async def hgetall(self, key: str) -> dict[bytes, bytes]:
+            Failing.asked += 1
+            raise ConnectionError("redis down")
+
+    async def scenario() -> None:
+        lw = _following()
+        lw._redis = Failing()
+        for n in range(3):
+            assert (await lw.gate(await lw.tool_call("r", "read", {"n": n}), timeout=0)).action == "allow"
+        assert Failing.asked == 3
+        blind, _ = client()  # follows no verdicts: Redis is how it learns of an abort, every time
+        redis = blind._redis = _CountingRedis({})
+        await blind.gate(await blind.tool_call("r", "read", {}), timeout=0)
+        redis.fields = {b"action": b"abort", b"message": b"stop", b"verdict_id": b"v-9"}
+        gated = await blind.gate(await blind.tool_call("r", "read", {"n": 1}), timeout=0)
+        assert (gated.action, redis.asked) == ("abort", 2)
+
+    asyncio.run(scenario())
