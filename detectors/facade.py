@@ -186,11 +186,15 @@ class LoopDetector:
         if self.state_ttl_s is not None:
             self.expired += self._idle.expire(self._engine.states, self._clock() - self.state_ttl_s)
 
+    def _touch(self, scope: str, alive: bool = True) -> None:
+        """The run sent an event now (``alive``: not its end)."""
+        if self.state_ttl_s is not None:
+            self._idle.touch(scope, self._clock(), alive)
+
     def _apply(self, event: Event) -> list[Output]:
         self._expire()
         outputs = self._engine.process(event)
-        if self.state_ttl_s is not None:
-            self._idle.touch(run_scope(event), self._clock(), type(event) is not RunEnd)
+        self._touch(run_scope(event), type(event) is not RunEnd)
         return outputs
 
     @property
@@ -274,8 +278,7 @@ class LoopDetector:
         ]
         self._expire()
         outcome = step_batch(self._engine, events)
-        if self.state_ttl_s is not None:
-            self._idle.touch(run_scope(events[0]), self._clock())
+        self._touch(run_scope(events[0]))
         return batch_decision_of(outcome, self._engine.aborted(run_scope(events[0])))
 
     def after_tool_call(

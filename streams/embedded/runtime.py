@@ -104,7 +104,6 @@ class EmbeddedRuntime:
         self.workers = workers
         self.state_ttl_s = state_ttl_s
         self.clock = clock
-        # per worker: scope -> when it last had an event, least recently active first
         self._idle = [IdleRuns() for _ in range(workers)]  # when each run last sent, per worker
         self._progress_at = clock()  # when the released position last moved (or work arrived)
         self.expired = 0
