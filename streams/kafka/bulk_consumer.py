@@ -9,7 +9,8 @@ own read offsets, which a rebalance can move past records that were never proces
 before it seeks them, a pre-fetched batch raises ``_read_offset`` again, and every re-read
 record below it is dropped as "DROPPED MESSAGE ROFF" while the commit moves past it).
 
-:class:`BulkConsumer` replaces that loop. Records of changelog topics (recovery, standbys)
+:class:`BulkConsumer` replaces that loop, and runs faust's consumer "thread" on the worker's
+own event loop (:class:`BulkConsumerThread`). Records of changelog topics (recovery, standbys)
 still go through faust's conductor exactly as before. Records of the bulk topics (the input,
 and the fleet facts re-keyed by tool and agent) are handed, a whole fetch at a time, to the
 app's :class:`BulkSink`, which applies them against its own cursors
@@ -45,13 +46,15 @@ revoked before any is assigned):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import faust
 import structlog
 from aiokafka import TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from mode import Service
+from mode.utils.futures import maybe_async
 
 __all__ = ["BulkConsumer", "BulkSink", "BulkTransport", "IdempotentProducer", "LoopwatchApp"]
 
@@ -92,12 +95,46 @@ class LoopwatchApp(faust.App):
 
 
 class BulkConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
-    """faust's consumer thread, its aiokafka consumer with a short fetch wait."""
+    """faust's consumer "thread", run on the worker's own event loop, its aiokafka consumer
+    with a short fetch wait.
+
+    faust runs the consumer in a thread of its own with a second event loop: every fetch is a
+    round trip between the loops (a self-pipe write each way) and the two threads take turns
+    at the GIL. Here the service runs as a task of the main loop and ``call_thread`` is a plain
+    call, so a fetch is an ``await`` on aiokafka; rebalance callbacks still go through the
+    consumer's method queue, as faust sends them.
+    """
+
+    def __init__(self, consumer: Any, *, loop: Any = None, **kwargs: Any) -> None:
+        main = loop or asyncio.get_event_loop_policy().get_event_loop()
+        super().__init__(consumer, loop=main, thread_loop=main, **kwargs)  # (not closed on stop)
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS  # read by the fetcher created at start
         return consumer
+
+    async def start(self) -> None:
+        """Start the service as a task of this loop (mode starts a thread that runs it)."""
+        assert not self._thread_started.is_set()
+        self._thread_started.set()
+        self._thread_running = self.parent_loop.create_future()
+        self._serving = asyncio.ensure_future(self._serve())
+        try:
+            if not self.should_stop:
+                await self._thread_running  # set once started, or to the error that stopped it
+        finally:
+            self._thread_running = None
+
+    async def stop(self) -> None:
+        if self._started.is_set():
+            await Service.stop(self)  # (mode's also stops the thread, of which there is none)
+
+    async def _gather_remaining_tasks(self) -> None:
+        """Nothing: mode cancels every task left on the thread's loop, here the worker's own."""
+
+    async def call_thread(self, fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await maybe_async(fun(*args, **kwargs))
 
 
 class BulkConsumer(faust_aiokafka.Consumer):
@@ -127,7 +164,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
         await sink.on_ready(offsets)
 
     async def seek_input(self, topic: str, partition: int, offset: int) -> None:
-        """Seek a bulk topic's partition on the consumer's own thread (ordered with its fetches)."""
+        """Seek a bulk topic's partition through the consumer "thread" (ordered with its fetches)."""
         tp = faust.types.TP(topic, partition)
         consumer = self._thread._ensure_consumer()
         await self._thread.call_thread(self._seek_on_thread, consumer, tp, offset)
