@@ -185,6 +185,9 @@ class RunProcessor:
         self._replies = topics.get("replies")  # decisions asked for (REPLY_HEADER) go there
         #: how replies are sent (the worker: its own producer without linger; default: ``send``)
         self.send_reply: Send = send
+        #: each decoded input record (partition, offset, event, record time), before it is
+        #: applied: the worker's fleet view (streams.kafka.view_handoff); None: not shown
+        self.show: Callable[[int, int, Event, int], None] | None = None
         self._answer: tuple[str, list[bytes]] | None = None  # the record being applied: its outputs
         self._answer_key: bytes | None = None  # ... and its run's key
         self.cursors = InputCursors()
@@ -390,6 +393,8 @@ class RunProcessor:
         except Exception as exc:  # noqa: BLE001 - whatever one record breaks, the worker goes on
             await self._refuse(record, f"undecodable: {type(exc).__name__}: {exc}")
             return "invalid"
+        if self.show is not None:
+            self.show(record.partition, record.offset, event, record.timestamp)
         if record.key != key:  # its run's other events are elsewhere: applied, it would drop some
             await self._refuse(record, _misrouted(record.key, key))
             return "invalid"

@@ -1,6 +1,7 @@
 """What every worker follows besides its input, each with its own consumer (no group):
 
-* :func:`follow_fleet` — every event and verdict of the fleet, for the fleet view (/fleet);
+* :func:`follow_fleet` — every event and verdict of the fleet, for the fleet view (/fleet),
+  but the events of the worker's own partitions, which it shows the view as it applies them;
 * :func:`follow_alerts` — every fleet alert from the start of the alerts topic: open
   outages (F1's fail-fast blocks on this worker's runs), systemic loops, delegation chains
   (F6's chain blocks), for the dashboard and the metrics;
@@ -21,16 +22,18 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from loopwatch.config.stream_settings import StreamSettings
 from loopwatch.detectors.decoding import decode_event
-from loopwatch.detectors.events import Abort, InvalidEvent, Verdict
+from loopwatch.detectors.events import Abort, Event, InvalidEvent, Output, Verdict
 from loopwatch.detectors.fleet.alerts import decode_alert
 from loopwatch.detectors.fleet.chain_blocks import ChainBlocks
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.kafka.connect import aiokafka_auth
+from loopwatch.streams.kafka.view_handoff import PAUSE, ViewHandoff
 
-__all__ = ["follow_alerts", "follow_config", "follow_fleet"]
+__all__ = ["follow_alerts", "follow_config", "follow_fleet", "show_event", "show_output"]
 
-#: The fleet view's follower fetches in bulk (see :func:`follow_fleet`).
+#: The fleet view's follower fetches in bulk (see :func:`follow_fleet`) and shows the view
+#: at most FLEET_YIELD_EVERY records at a time between two turns of the detection loop.
 FLEET_FETCH_MIN_BYTES: Final = 256 * 1024
 FLEET_FETCH_WAIT_MS: Final = 250
 FLEET_YIELD_EVERY: Final = 100
@@ -48,18 +51,39 @@ def _consumer(settings: StreamSettings, **options: Any) -> AIOKafkaConsumer:
     )
 
 
-async def follow_fleet(settings: StreamSettings, view: FleetView, max_bytes: Callable[[], int]) -> None:
+async def follow_fleet(
+    settings: StreamSettings,
+    view: FleetView,
+    max_bytes: Callable[[], int],
+    handoff: ViewHandoff | None = None,
+) -> None:
     """Every event and verdict of the fleet (all partitions), from the view's horizon on.
 
-    Fetches wait up to FLEET_FETCH_WAIT_MS for FLEET_FETCH_MIN_BYTES: a dashboard a quarter
-    of a second behind costs far fewer fetch round trips than one that chases every record.
+    ``handoff``: the input records the worker shows the view itself (its own partitions,
+    :mod:`streams.kafka.view_handoff`) are not read here. Fetches wait up to
+    FLEET_FETCH_WAIT_MS for FLEET_FETCH_MIN_BYTES: a dashboard a quarter of a second behind
+    costs far fewer fetch round trips than one that chases every record.
     """
     consumer = _consumer(
         settings, fetch_min_bytes=FLEET_FETCH_MIN_BYTES, fetch_max_wait_ms=FLEET_FETCH_WAIT_MS
     )
     await consumer.start()
+    events = settings.topic_events
+    paused: set[int] = set()
+
+    def pause(partition: int, at: int) -> None:  # the worker shows the records from ``at`` on
+        tp = TopicPartition(events, partition)
+        consumer.seek(tp, at)
+        consumer.pause(tp)
+        paused.add(partition)
+
+    def resume(partition: int) -> None:  # released by the worker
+        if partition in paused:
+            paused.discard(partition)
+            consumer.resume(TopicPartition(events, partition))
+
     try:
-        topics = (settings.topic_events, settings.topic_verdicts)
+        topics = (events, settings.topic_verdicts)
         partitions = [TopicPartition(t, p) for t in topics for p in range(settings.partitions)]
         consumer.assign(partitions)
         since = int(time.time() * 1000) - view.horizon_ms
@@ -67,17 +91,27 @@ async def follow_fleet(settings: StreamSettings, view: FleetView, max_bytes: Cal
         starts = await consumer.offsets_for_times(dict.fromkeys(partitions, since))
         for tp in partitions:
             found = starts.get(tp)
-            consumer.seek(tp, ends[tp] if found is None else found.offset)
+            offset = ends[tp] if found is None else found.offset
+            consumer.seek(tp, offset)
+            if handoff is not None and tp.topic == events:
+                handoff.positioned(tp.partition, offset)
+        if handoff is not None:
+            handoff.on_release = resume
         while True:
-            batch = await consumer.getmany(timeout_ms=1000)
-            seen = 0
+            batch = await consumer.getmany(timeout_ms=1000, max_records=FLEET_YIELD_EVERY)
             for tp, messages in batch.items():
-                is_verdict = tp.topic == settings.topic_verdicts
+                is_verdict = tp.topic != events
                 for message in messages:
+                    if handoff is not None and not is_verdict:
+                        goes_on = handoff.follower_skips(tp.partition, message.offset)
+                        if goes_on is not None:
+                            if goes_on == PAUSE:
+                                pause(tp.partition, message.offset)
+                            else:
+                                consumer.seek(tp, goes_on)
+                            break
                     _observe(view, is_verdict, message.value, message.timestamp, max_bytes())
-                    seen += 1
-                    if seen % FLEET_YIELD_EVERY == 0:
-                        await asyncio.sleep(0)  # detection never waits for a whole fetch of the view
+            await asyncio.sleep(0)  # detection never waits for more than a chunk of the view
     finally:
         await consumer.stop()
 
@@ -87,15 +121,36 @@ def _observe(view: FleetView, is_verdict: bool, value: bytes | None, ts_ms: int,
         return  # refused by the workers too
     try:
         if is_verdict:
-            view.output(_OUTPUTS.decode(value), ts_ms)
+            output = _OUTPUTS.decode(value)
         else:
-            view.event(decode_event(value, texts=True), ts_ms)  # (the view reads params as text too)
+            event = decode_event(value, texts=True)  # (the view reads params as text too)
     except (InvalidEvent, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        pass  # invalid input is counted by the metrics and kept in the dead-letter topic
-    except Exception as exc:  # noqa: BLE001 - a bug of the view: it must not stop the worker
-        # (the follower would crash the worker, seek back to the record after the restart and
-        # crash it again; the view is monitoring, detection must go on without it)
-        _log.error("fleet view skipped a record it could not take", error=f"{type(exc).__name__}: {exc}")
+        return  # invalid input is counted by the metrics and kept in the dead-letter topic
+    if is_verdict:
+        show_output(view, output, ts_ms)
+    else:
+        show_event(view, event, ts_ms)
+
+
+def show_event(view: FleetView, event: Event, ts_ms: int) -> None:
+    """``view.event``, whose failure (a bug of the view) is logged: it never stops detection."""
+    try:
+        view.event(event, ts_ms)
+    except Exception as exc:  # noqa: BLE001 - the view is monitoring, detection goes on
+        _skipped(exc)
+
+
+def show_output(view: FleetView, output: Output, ts_ms: int) -> None:
+    try:
+        view.output(output, ts_ms)
+    except Exception as exc:  # noqa: BLE001 - as in show_event
+        _skipped(exc)
+
+
+def _skipped(exc: Exception) -> None:
+    # (raised in a follower, it would crash the worker, which would seek back to the record
+    # after the restart and crash again)
+    _log.error("fleet view skipped a record it could not take", error=f"{type(exc).__name__}: {exc}")
 
 
 async def follow_alerts(

@@ -63,7 +63,8 @@ from loopwatch.streams.kafka.local_state import LocalState
 from loopwatch.streams.kafka.redis_cache import DecisionCache
 from loopwatch.streams.kafka.run_processor import EXPIRY_AT, RunProcessor
 from loopwatch.streams.kafka.run_table import live_offset_of
-from loopwatch.streams.kafka.topic_followers import follow_alerts, follow_config, follow_fleet
+from loopwatch.streams.kafka.topic_followers import follow_alerts, follow_config, follow_fleet, show_event
+from loopwatch.streams.kafka.view_handoff import ViewHandoff
 from loopwatch.streams.otlp_verdicts import verdict_exporter_from_env
 from loopwatch.streams.partitions import key_partition
 
@@ -267,6 +268,11 @@ class LoopwatchWorker:
             self._on_alert,
         )
         self.processor.send_reply = self._send_reply
+        #: the input records this worker shows its fleet view as it applies them (its own
+        #: partitions), the others its follower reads; None: no fleet view
+        self.view_handoff = ViewHandoff() if settings.fleet_view else None
+        if self.view_handoff is not None:
+            self.processor.show = self._show
         self._reply_producer: AIOKafkaProducer | None = None
         self._committed: dict[Any, int] = {}  # topic-partition -> committed offset
         self._revocations = 0  # revocations begun: on_ready starts no cursor of an older assignment
@@ -286,7 +292,7 @@ class LoopwatchWorker:
         app.page("/metrics")(metrics)
         app.page("/health")(health)
         register_faust_pages(app, Dashboard(self.fleet))  # /dashboard, /fleet, /fleet/overview, /fleet/run
-        if settings.fleet_view:  # every worker then also reads every event and verdict
+        if settings.fleet_view:  # every event and verdict: its own input partitions as applied, the rest followed
             app.task(self._follow_fleet)
         app.timer(COMMIT_INTERVAL_S)(self._commit_applied)
         app.timer(settings.expiry_interval_s)(self._expire_idle_runs)
@@ -326,6 +332,8 @@ class LoopwatchWorker:
                     if tp.topic == topic:
                         processor.cursors.start(tp.partition, offset)
                         self._committed[tp] = offset
+                        if topic == self.topic and self.view_handoff is not None:
+                            self.view_handoff.take(tp.partition, offset)
         positions = {f"{tp.topic}[{tp.partition}]": o for tp, o in sorted(offsets.items())}
         replayed = {f"{topic}[{p}]": n for (topic, p), n in sorted(self._replayed.items())}
         standbys = sorted(f"{tp.topic}[{tp.partition}]" for tp in self.app.assignor.assigned_standbys())
@@ -361,6 +369,8 @@ class LoopwatchWorker:
                 running = processor.cursors.stop(partitions)
                 for partition, offset in running.items():
                     stopped[faust.types.TP(topic, partition)] = offset
+                    if processor is self.processor and self.view_handoff is not None:
+                        self.view_handoff.release(partition, offset)  # the follower reads on
                 if processor is self.processor:  # complete inventories kept for a quick return
                     self.processor.forget_partitions(partitions, set(running), self._revocations)
                 else:
@@ -573,7 +583,15 @@ class LoopwatchWorker:
     # -- followers (streams.kafka.topic_followers) ----------------------------------------------------
 
     async def _follow_fleet(self) -> None:
-        await follow_fleet(self.settings, self.fleet, lambda: self.config.settings.max_event_bytes)
+        await follow_fleet(
+            self.settings, self.fleet, lambda: self.config.settings.max_event_bytes, self.view_handoff
+        )
+
+    def _show(self, partition: int, offset: int, event: Event, ts_ms: int) -> None:
+        """An input record being applied, shown to the fleet view unless its follower did."""
+        handoff = self.view_handoff
+        if handoff is not None and handoff.worker_shows(partition, offset):
+            show_event(self.fleet, event, ts_ms)
 
     async def _follow_alerts(self) -> None:
         await follow_alerts(self.settings, self.alerts, self.processor.facts.chains)

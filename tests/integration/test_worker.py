@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,39 @@ def test_second_worker_joining_mid_backlog_changes_no_verdict(
     start_worker(names, kafka_bootstrap, tmp_path, workers, "w2")  # while w1 is mid-backlog
     got = run(consume(kafka_bootstrap, names.verdicts, until=len(expected), timeout=120, settle=3))
     assert per_run(got, dedupe=True) == per_run(expected)
+
+
+def test_the_fleet_view_shows_every_event_once_through_a_join_and_a_leave(
+    kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    """A worker shows its fleet view the events of its own partitions as it applies them and
+    follows the others' (streams.kafka.view_handoff): when a second worker joins, and when it
+    leaves, partitions change hands both ways, and the first worker's view still counts every
+    event exactly once."""
+    events = fleet_events(runs=90, seed=44)
+    parts = [events[: len(events) // 3], events[len(events) // 3 : 2 * len(events) // 3]]
+    parts.append(events[2 * len(events) // 3 :])
+    expected = expected_outputs(events)
+    first = start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
+    run(produce(kafka_bootstrap, names.events, event_records(parts[0])))
+    run(consume(kafka_bootstrap, names.verdicts, until=1, timeout=60))
+    second = start_worker(names, kafka_bootstrap, tmp_path, workers, "w2")  # takes partitions of w1
+    second.wait_for_log(b"partitions ready", timeout=90)
+    run(produce(kafka_bootstrap, names.events, event_records(parts[1])))
+    run(
+        consume(kafka_bootstrap, names.verdicts, until=len(expected_outputs(parts[0] + parts[1])), timeout=90)
+    )
+    second.stop()  # its partitions back to w1
+    run(produce(kafka_bootstrap, names.events, event_records(parts[2])))
+    got = run(consume(kafka_bootstrap, names.verdicts, until=len(expected), timeout=120, settle=3))
+    assert per_run(got, dedupe=True) == per_run(expected)
+    kinds = Counter(type(event).__name__ for event in events)
+    view = poll_fleet(first, lambda v: v["events"].get("tool_call", 0) >= kinds["ToolCall"], timeout=60)
+    time.sleep(2)  # (a record shown twice would come now)
+    view = poll_fleet(first, lambda v: True)
+    assert view["events"]["tool_call"] == kinds["ToolCall"]
+    assert view["events"]["tool_result"] == kinds["ToolResult"]
+    assert sum(view["events"].values()) == len(events)
 
 
 def test_an_exception_in_one_event_loses_no_other_event(

@@ -515,7 +515,9 @@ def _rebalancing_worker(proc: RunProcessor) -> Any:
 
     from loopwatch.streams.kafka.worker import LoopwatchWorker
 
-    worker: Any = SimpleNamespace(topic="in", processor=proc, _revocations=0, _committed={})
+    worker: Any = SimpleNamespace(
+        topic="in", processor=proc, _revocations=0, _committed={}, view_handoff=None
+    )
     worker._processors = lambda: [("in", proc)]
     worker._resume_inventory = lambda p, r: LoopwatchWorker._resume_inventory(worker, p, r)
     return worker
