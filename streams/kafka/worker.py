@@ -292,7 +292,7 @@ class LoopwatchWorker:
         app.page("/metrics")(metrics)
         app.page("/health")(health)
         register_faust_pages(app, Dashboard(self.fleet))  # /dashboard, /fleet, /fleet/overview, /fleet/run
-        if settings.fleet_view:  # every event and verdict: its own input partitions as applied, the rest followed
+        if settings.fleet_view:  # events: own partitions as applied, the rest followed
             app.task(self._follow_fleet)
         app.timer(COMMIT_INTERVAL_S)(self._commit_applied)
         app.timer(settings.expiry_interval_s)(self._expire_idle_runs)
