@@ -16,6 +16,12 @@ its own runs only, and shown at most ``CHAIN_ROWS`` rows at a time.
 Tool arguments are shown as a short fingerprint of their canonical JSON (the same
 serialisation the detectors hash, so repeated arguments are visible at a glance) and,
 unless ``previews`` is off, a preview cut at ``PREVIEW_CHARS`` characters.
+
+Cheap to feed (a worker shows it every event it applies, on the detection loop): entries are
+kept as plain tuples of strings and numbers, which the garbage collector stops tracking at
+once (a named tuple stays tracked: 100,000 of them in every collection of the old
+generations), and the preview of a text of at most ``LAZY_PREVIEW_BYTES`` (arguments, most
+results) is made from a copy of it when the run is shown, not for every event.
 """
 
 from __future__ import annotations
@@ -45,9 +51,20 @@ from loopwatch.detectors.stable_json import canonical_bytes, encodable, plain, w
 from loopwatch.streams.fleet_view.chain_tree import CYCLE, PARENT_NOT_SEEN, ROOT_NOT_SEEN, chain_layout
 from loopwatch.streams.fleet_view.fleet_stats import result_failed
 
-__all__ = ["ACTION_RANK", "CHAIN_ROWS", "PREVIEW_CHARS", "Fired", "RunActivity", "RunRecord", "Step"]
+__all__ = [
+    "ACTION_RANK",
+    "CHAIN_ROWS",
+    "LAZY_PREVIEW_BYTES",
+    "PREVIEW_CHARS",
+    "Fired",
+    "RunActivity",
+    "RunRecord",
+    "Step",
+]
 
 PREVIEW_CHARS = 120
+#: A value's JSON text up to this size is kept (copied) and previewed when shown.
+LAZY_PREVIEW_BYTES = 256
 #: Rows of a delegation chain's tree shown by default (a runaway chain has thousands of runs).
 CHAIN_ROWS = 200
 #: How serious an action is, for "worst so far" and for ordering runs on the dashboard.
@@ -57,7 +74,8 @@ _PREVIEW = msgspec.json.Encoder(enc_hook=wire_enc_hook)
 
 
 class Step(NamedTuple):
-    """A call, a result, a compaction retry or the run's end."""
+    """A call, a result, a compaction retry or the run's end (kept as a plain tuple of these
+    fields; ``preview`` may be the JSON text it is made from, as bytes)."""
 
     kind: str
     ts_ms: int
@@ -68,7 +86,7 @@ class Step(NamedTuple):
 
 
 class Fired(NamedTuple):
-    """A verdict or an abort."""
+    """A verdict or an abort (kept as a plain tuple of these fields)."""
 
     kind: str
     ts_ms: int
@@ -82,7 +100,9 @@ class Fired(NamedTuple):
     enforced: bool
 
 
-Entry = Step | Fired
+#: A Step's or a Fired's fields, as a plain tuple (``kind`` says which).
+Entry = tuple[Any, ...]
+_FIRED_KINDS = frozenset({"verdict", "abort"})
 
 
 @dataclass
@@ -100,7 +120,7 @@ class RunRecord:
     worst: str | None = None
     last_detector: str | None = None
     recent: deque[Entry] = field(default_factory=deque)
-    verdicts: deque[Fired] = field(default_factory=deque)
+    verdicts: deque[Entry] = field(default_factory=deque)  # Fired
     # (detector, action, level) -> [verdicts, first ms, last ms, highest count]: every verdict
     fired: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
     chain: tuple[str, str, int] | None = None  # (parent, root, depth): fixed by the first event
@@ -148,7 +168,7 @@ class RunActivity:
         self.verdicts_per_run = verdicts_per_run
         self.previews = previews
         self.runs: OrderedDict[str, RunRecord] = OrderedDict()
-        self.feed: deque[tuple[Fired, str, str]] = deque(maxlen=feed_size)
+        self.feed: deque[tuple[Entry, str, str]] = deque(maxlen=feed_size)  # (Fired, run, agent)
         # delegation chains: root -> the runs kept here that belong to it (the root's own
         # record, if any, is under its scope in ``runs``, not in here)
         self.chains: dict[str, dict[str, None]] = {}
@@ -191,30 +211,31 @@ class RunActivity:
                 self.chains.setdefault(record.chain[1], {})[scope] = None
         if isinstance(event, RunEnd):
             record.ended = True
-            record.recent.append(Step("run_end", ts_ms))
+            record.recent.append(("run_end", ts_ms, None, None, None, None))
             return
         record.ended = False  # a run id that comes back is active again
         if isinstance(event, CompactionRetry):
             record.compactions += 1
-            record.recent.append(Step("compaction", ts_ms))
+            record.recent.append(("compaction", ts_ms, None, None, None, None))
             return
         tool = sys.intern(event.tool)
         args = self._fingerprint(event.params, event.args_digest)
         if isinstance(event, ToolCall):
             record.calls += 1
-            record.recent.append(Step("call", ts_ms, tool, args, None, self._preview(event.params)))
+            record.recent.append(("call", ts_ms, tool, args, None, self._preview(event.params)))
             return
         assert isinstance(event, ToolResult)
         record.results += 1
         failed = result_failed(event)
         record.errors += failed
         outcome = "error" if failed else "ok"
-        record.recent.append(Step("result", ts_ms, tool, args, outcome, self._preview(_outcome_value(event))))
+        record.recent.append(("result", ts_ms, tool, args, outcome, self._preview(_outcome_value(event))))
 
     def output(self, output: Output, ts_ms: int) -> None:
         scope = output.run_id if output.run_id is not None else f"session:{output.session_id}"
         record = self._record(scope, output.agent_id, ts_ms)
         entry = _fired(output, ts_ms)
+        kept = tuple(entry)
         record.actions[entry.action] += 1
         if record.worst is None or ACTION_RANK[entry.action] > ACTION_RANK[record.worst]:
             record.worst = entry.action
@@ -227,9 +248,9 @@ class RunActivity:
             tally[0] += 1
             tally[2] = ts_ms
             tally[3] = max(tally[3], entry.hits or 0)
-        record.verdicts.append(entry)
-        record.recent.append(entry)
-        self.feed.append((entry, scope, record.agent_id))
+        record.verdicts.append(kept)
+        record.recent.append(kept)
+        self.feed.append((kept, scope, record.agent_id))
 
     def run(self, scope: str) -> dict[str, Any] | None:
         """One run: its summary, its last verdicts and its recent activity (oldest first)."""
@@ -307,19 +328,27 @@ class RunActivity:
             return str(args_digest)[:12]
         return xxhash.xxh3_64_intdigest(canonical_bytes(params)) >> 32  # an int is smaller than text
 
-    def _preview(self, value: Any) -> str | None:
+    def _preview(self, value: Any) -> str | bytes | None:
+        """The preview of ``value``, or the JSON text it is made from when shown."""
         if not self.previews or value is UNSET:
             return None
-        value = plain(value)  # (the value as it would be decoded, not the text as it came)
-        try:
-            text = value if isinstance(value, str) else _PREVIEW.encode(value).decode("utf-8", "replace")
-        except (TypeError, ValueError, OverflowError):  # (a lone surrogate inside: UnicodeEncodeError)
-            text = repr(value)
-        if not encodable(text):  # a lone surrogate: U+FFFD, as JavaScript shows it (pairs joined)
-            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-        return (
-            text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
-        )  # ASCII: a str with "…" takes 2 bytes a character
+        if type(value) is msgspec.Raw and len(value) <= LAZY_PREVIEW_BYTES:
+            return bytes(value)
+        return _preview_text(value)
+
+
+def _preview_text(value: Any) -> str:
+    """What a value looks like on the dashboard: its compact JSON (a string as it is), cut."""
+    value = plain(value)  # (the value as it would be decoded, not the text as it came)
+    try:
+        text = value if isinstance(value, str) else _PREVIEW.encode(value).decode("utf-8", "replace")
+    except (TypeError, ValueError, OverflowError):  # (a lone surrogate inside: UnicodeEncodeError)
+        text = repr(value)
+    if not encodable(text):  # a lone surrogate: U+FFFD, as JavaScript shows it (pairs joined)
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return (
+        text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
+    )  # ASCII: a str with "…" takes 2 bytes a character
 
 
 def _fired_rows(record: RunRecord) -> list[dict[str, Any]]:
@@ -342,11 +371,15 @@ def _fired_rows(record: RunRecord) -> list[dict[str, Any]]:
 
 
 def _as_dict(entry: Entry) -> dict[str, Any]:
-    out = entry._asdict()
-    if isinstance(entry, Fired):
+    if entry[0] in _FIRED_KINDS:
+        out = dict(zip(Fired._fields, entry, strict=True))
         out["count"] = out.pop("hits")
-    elif isinstance(entry.args, int):
-        out["args"] = f"{entry.args:08x}"
+        return out
+    out = dict(zip(Step._fields, entry, strict=True))
+    if isinstance(out["args"], int):
+        out["args"] = f"{out['args']:08x}"
+    if isinstance(out["preview"], bytes):  # made now, from the text kept
+        out["preview"] = _preview_text(msgspec.Raw(out["preview"]))
     return out
 
 

@@ -239,3 +239,22 @@ def test_an_event_kept_as_its_text_shows_as_its_value() -> None:
         pages.append(activity.run("r")["recent"])  # type: ignore[index]
     assert pages[0] == pages[1]
     assert pages[1][0]["preview"] == '{"path":"/a","n":[1,2]}'
+
+
+def test_kept_activity_is_not_tracked_by_the_garbage_collector() -> None:
+    """Entries are plain tuples of strings and numbers (and a small value's JSON text, kept
+    for its preview): after one young collection the collector no longer walks them."""
+    import gc
+
+    from loopwatch.detectors.decoding import decode_event
+
+    activity = RunActivity()
+    call = b'{"type":"tool_call","event_id":"c1","run_id":"r","tool":"read","params":{"path":"/a"}}'
+    result = call.replace(b"tool_call", b"tool_result").replace(b'"c1"', b'"r1"')[:-1] + b',"error":"x"}'
+    activity.event(decode_event(call, texts=True), 1)
+    activity.event(decode_event(result, texts=True), 2)
+    gc.collect(0)
+    recent = activity.runs["r"].recent
+    assert len(recent) == 2
+    assert not any(gc.is_tracked(entry) for entry in recent)
+    assert activity.run("r")["recent"][0]["preview"] == '{"path":"/a"}'  # type: ignore[index]

@@ -700,4 +700,7 @@ def test_the_fleet_view_s_follower_shows_what_the_events_values_show() -> None:
         direct.event(decode_event(value), 5)
     assert followed.events == len(lines)
     assert followed.overview(10) == direct.overview(10)
-    assert followed.activity.runs["r"].recent == direct.activity.runs["r"].recent
+    shown = followed.run("r")
+    assert shown == direct.run("r")
+    assert shown is not None
+    assert [step.get("preview") for step in shown["recent"]][:1] == ['{"b":[1,2.5],"a":"é"}']
