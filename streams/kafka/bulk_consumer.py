@@ -102,7 +102,9 @@ class BulkConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     round trip between the loops (a self-pipe write each way) and the two threads take turns
     at the GIL. Here the service runs as a task of the main loop and ``call_thread`` is a plain
     call, so a fetch is an ``await`` on aiokafka; rebalance callbacks still go through the
-    consumer's method queue, as faust sends them.
+    consumer's method queue, as faust sends them. aiokafka's heartbeats share the loop too: a
+    batch never holds it for long (a fetch holds at most the worker's MAX_POLL_RECORDS), far
+    from the session timeout.
     """
 
     def __init__(self, consumer: Any, *, loop: Any = None, **kwargs: Any) -> None:
@@ -120,6 +122,7 @@ class BulkConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         self._thread_started.set()
         self._thread_running = self.parent_loop.create_future()
         self._serving = asyncio.ensure_future(self._serve())
+        self._serving.add_done_callback(_retrieved)  # (its error reaches start() or the crash log)
         try:
             if not self.should_stop:
                 await self._thread_running  # set once started, or to the error that stopped it
@@ -135,6 +138,11 @@ class BulkConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     async def call_thread(self, fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await maybe_async(fun(*args, **kwargs))
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class BulkConsumer(faust_aiokafka.Consumer):

@@ -126,6 +126,9 @@ def _observe(view: FleetView, is_verdict: bool, value: bytes | None, ts_ms: int,
             event = decode_event(value, texts=True)  # (the view reads params as text too)
     except (InvalidEvent, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return  # invalid input is counted by the metrics and kept in the dead-letter topic
+    except Exception as exc:  # noqa: BLE001 - a bug of the decoding: logged, the view goes on
+        _skipped(exc)
+        return
     if is_verdict:
         show_output(view, output, ts_ms)
     else:

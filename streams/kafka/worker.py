@@ -270,7 +270,7 @@ class LoopwatchWorker:
         self.processor.send_reply = self._send_reply
         #: the input records this worker shows its fleet view as it applies them (its own
         #: partitions), the others its follower reads; None: no fleet view
-        self.view_handoff = ViewHandoff() if settings.fleet_view else None
+        self.view_handoff = ViewHandoff(self._show_event) if settings.fleet_view else None
         if self.view_handoff is not None:
             self.processor.show = self._show
         self._reply_producer: AIOKafkaProducer | None = None
@@ -588,10 +588,12 @@ class LoopwatchWorker:
         )
 
     def _show(self, partition: int, offset: int, event: Event, ts_ms: int) -> None:
-        """An input record being applied, shown to the fleet view unless its follower did."""
-        handoff = self.view_handoff
-        if handoff is not None and handoff.worker_shows(partition, offset):
-            show_event(self.fleet, event, ts_ms)
+        """An input record being applied: to the fleet view, unless its follower shows it."""
+        if self.view_handoff is not None:
+            self.view_handoff.worker_applies(partition, offset, event, ts_ms)
+
+    def _show_event(self, event: Event, ts_ms: int) -> None:
+        show_event(self.fleet, event, ts_ms)
 
     async def _follow_alerts(self) -> None:
         await follow_alerts(self.settings, self.alerts, self.processor.facts.chains)
