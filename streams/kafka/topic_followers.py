@@ -69,18 +69,14 @@ async def follow_fleet(
     )
     await consumer.start()
     events = settings.topic_events
-    paused: set[int] = set()
 
     def pause(partition: int, at: int) -> None:  # the worker shows the records from ``at`` on
         tp = TopicPartition(events, partition)
         consumer.seek(tp, at)
         consumer.pause(tp)
-        paused.add(partition)
 
-    def resume(partition: int) -> None:  # released by the worker
-        if partition in paused:
-            paused.discard(partition)
-            consumer.resume(TopicPartition(events, partition))
+    def resume(partition: int) -> None:  # released by the worker (paused or not)
+        consumer.resume(TopicPartition(events, partition))
 
     try:
         topics = (events, settings.topic_verdicts)

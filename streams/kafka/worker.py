@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import importlib.util
 import os
 import time
@@ -270,9 +271,11 @@ class LoopwatchWorker:
         self.processor.send_reply = self._send_reply
         #: the input records this worker shows its fleet view as it applies them (its own
         #: partitions), the others its follower reads; None: no fleet view
-        self.view_handoff = ViewHandoff(self._show_event) if settings.fleet_view else None
+        self.view_handoff = (
+            ViewHandoff(functools.partial(show_event, self.fleet)) if settings.fleet_view else None
+        )
         if self.view_handoff is not None:
-            self.processor.show = self._show
+            self.processor.show = self.view_handoff.worker_applies
         self._reply_producer: AIOKafkaProducer | None = None
         self._committed: dict[Any, int] = {}  # topic-partition -> committed offset
         self._revocations = 0  # revocations begun: on_ready starts no cursor of an older assignment
@@ -586,14 +589,6 @@ class LoopwatchWorker:
         await follow_fleet(
             self.settings, self.fleet, lambda: self.config.settings.max_event_bytes, self.view_handoff
         )
-
-    def _show(self, partition: int, offset: int, event: Event, ts_ms: int) -> None:
-        """An input record being applied: to the fleet view, unless its follower shows it."""
-        if self.view_handoff is not None:
-            self.view_handoff.worker_applies(partition, offset, event, ts_ms)
-
-    def _show_event(self, event: Event, ts_ms: int) -> None:
-        show_event(self.fleet, event, ts_ms)
 
     async def _follow_alerts(self) -> None:
         await follow_alerts(self.settings, self.alerts, self.processor.facts.chains)
