@@ -10,7 +10,7 @@
 # Quiet: the installers' output goes to .bench/quality-peers.log, shown only on failure.
 # Fails loudly: any failed step prints the log's tail and exits non-zero.
 #
-# PEERS_PYTHON=/path/to/python3.12 chooses the interpreter for the venv; otherwise the first
+# PEERS_PYTHON=/path/to/python3.12 chooses the interpreter for both venvs; otherwise the first
 # of python3.12, python3.13 on PATH or in pyenv's versions.
 set -euo pipefail
 
