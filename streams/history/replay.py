@@ -9,8 +9,9 @@ to another ``openclawRevision`` would change on recorded history). Where calls c
 stopping them at their abort saves, under each config. The fleet-wide rules' alerts (tool
 outages and recoveries, systemic loops, delegation chains) are listed with their ids, which
 the same history always gives again.
-Sources: an events file, a folder of them, or a Kafka topic (``kafka:TOPIC`` with
-``--since``/``--until``).
+Sources: an events file, an agent history (OpenClaw, Claude Code, Codex, Gemini CLI, OpenHands,
+SWE-agent, mini-swe-agent: :mod:`agent_histories`), a folder of them, or a Kafka topic
+(``kafka:TOPIC`` with ``--since``/``--until``); without a source, each runtime's default place.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from loopwatch.streams.console import report_console
 from loopwatch.streams.fleet_view.spend_ledger import SpendLedger
 from loopwatch.streams.inputs.config_files import load_config
 from loopwatch.streams.inputs.event_lines import BadLine, read_sourced_events
-from loopwatch.streams.inputs.sources import InputError, input_lines, source_files
+from loopwatch.streams.inputs.sources import InputError, input_lines
 
 __all__ = ["RunSummary", "replay", "run_replay"]
 
@@ -117,12 +118,13 @@ def _millis(text: str | None, default: int) -> int:
     return default if text is None else int(datetime.fromisoformat(text).timestamp() * 1000)
 
 
-def _check_window(source: str, since: str | None, until: str | None) -> None:
+def _check_window(source: str | None, since: str | None, until: str | None) -> None:
     """``--since`` and ``--until``: a Kafka source's, ISO times, in order; else what is wrong."""
     given = [(flag, text) for flag, text in (("--since", since), ("--until", until)) if text is not None]
-    if not source.startswith("kafka:"):
+    if source is None or not source.startswith("kafka:"):
         if given:
-            raise InputError(f"{given[0][0]} applies to a Kafka source (kafka:TOPIC) only, not to {source}")
+            where = source or "the default places of the agent runtimes"
+            raise InputError(f"{given[0][0]} applies to a Kafka source (kafka:TOPIC) only, not to {where}")
         return
     if not source.removeprefix("kafka:"):
         raise InputError("kafka: names no topic (kafka:TOPIC, e.g. kafka:loopwatch.tool-events)")
@@ -183,10 +185,10 @@ def _kafka_lines(topic: str, since: str | None, until: str | None) -> Iterator[t
     yield from fetched
 
 
-def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) -> list[Event]:
+def _load(source: str | None, args: argparse.Namespace, max_bytes: int, err: TextIO) -> list[Event]:
     events: list[Event] = []
     transcripts: list[Event] = []
-    if source.startswith("kafka:"):
+    if source is not None and source.startswith("kafka:"):
         lines: Iterator[tuple[str, bytes]] = _kafka_lines(
             source.removeprefix("kafka:"), args.since, args.until
         )
@@ -212,31 +214,21 @@ def _load(source: str, args: argparse.Namespace, max_bytes: int, err: TextIO) ->
 
 
 def _event_files_and_transcripts(
-    source: str, agent_id: str | None, err: TextIO
+    source: str | None, agent_id: str | None, err: TextIO
 ) -> tuple[Iterator[tuple[str, bytes]], list[Event]]:
-    """Lines of the event files of a source, and the events of its OpenClaw transcripts."""
-    from loopwatch.streams.history.transcripts import agent_from_path, is_transcript, read_transcript
-    from loopwatch.streams.history.transcripts_sqlite import is_sqlite, read_sqlite_store
+    """Lines of the event files of a source, and the events of its agent histories (every
+    runtime's default place without a source)."""
+    from loopwatch.streams.history.agent_histories import default_files, history_files, read_histories
 
-    event_files = []
-    imported: list[Event] = []
-    for path in source_files(source):
-        if is_sqlite(path):  # OpenClaw 2026.8+: the agent's SQLite transcript store
-            imported.extend(read_sqlite_store(path, agent_id, err) or ())
-            continue
-        with path.open("rb") as stream:
-            first = stream.readline()
-        if is_transcript(first):
-            agent = agent_id or agent_from_path(str(path)) or "main"
-            imported.extend(read_transcript(path, agent, err))
-        else:
-            event_files.append(path)
+    files = default_files() if source is None else history_files(source)
+    found = read_histories(files, agent_id, err)
+    event_files = [] if source is None else found.others
 
     def lines() -> Iterator[tuple[str, bytes]]:
         for path in event_files:
             yield from input_lines(str(path))
 
-    return lines(), imported
+    return lines(), found.events
 
 
 def _table(
@@ -309,8 +301,9 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
     events = _load(args.source, args, config.settings.max_event_bytes, err)
     if not events:
         print(
-            f"loopwatch: no event to replay in {args.source}. Event lines are described by "
-            "`loopwatch run --help`; OpenClaw session transcripts are read as they are.",
+            f"loopwatch: no event to replay in {args.source or 'the default places of the agent runtimes'}. "
+            "Event lines are described by `loopwatch run --help`; agent histories (OpenClaw, Claude "
+            "Code, Codex, Gemini CLI, OpenHands, SWE-agent) are read as they are.",
             file=err,
         )
         return 1

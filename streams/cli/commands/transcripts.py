@@ -1,4 +1,5 @@
-"""``loopwatch import``: OpenClaw transcripts to events, and the ``--follow`` sidecar."""
+"""``loopwatch import``: agent histories (OpenClaw transcripts, Claude Code, Codex, Gemini CLI,
+OpenHands, SWE-agent) to events, and the ``--follow`` sidecar (OpenClaw transcripts)."""
 
 from __future__ import annotations
 
@@ -80,38 +81,33 @@ def cmd_import(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
                 file=err,
             )
             return 2
-    if not args.paths:
-        print("loopwatch: import needs transcript paths, or --follow DIR", file=err)
-        return 2
     from loopwatch.detectors.events import encode_event
-    from loopwatch.streams.history.transcripts import agent_from_path, is_transcript, read_transcript
-    from loopwatch.streams.history.transcripts_sqlite import is_sqlite, read_sqlite_store
-    from loopwatch.streams.inputs.sources import source_files
+    from loopwatch.streams.history.agent_histories import default_files, history_files, read_histories
 
-    imported = 0
-    for source in args.paths:
-        for path in source_files(source):
-            if is_sqlite(path):  # OpenClaw 2026.8+: the agent's SQLite transcript store
-                stored = read_sqlite_store(path, args.agent_id, err)
-                for event in stored or ():
-                    out.write(encode_event(event) + b"\n")
-                imported += stored is not None
-                continue
-            with path.open("rb") as stream:
-                first = stream.readline()
-            if not is_transcript(first):
-                print(
-                    f"loopwatch: {path}: not an OpenClaw session transcript (no session header); skipped",
-                    file=err,
-                )
-                continue
-            agent = args.agent_id or agent_from_path(str(path)) or "main"
-            for event in read_transcript(path, agent, err):
-                out.write(encode_event(event) + b"\n")
-            imported += 1
+    if args.paths:
+        files = [path for source in args.paths for path in history_files(source)]
+    else:
+        files = default_files()
+        if not files:
+            print(
+                "loopwatch: import found no agent history in the default places (~/.openclaw/agents, "
+                "~/.claude/projects, ~/.codex/sessions, ~/.gemini/tmp, ~/.openhands, "
+                "~/.config/mini-swe-agent): give paths, or --follow DIR",
+                file=err,
+            )
+            return 1
+    found = read_histories(files, args.agent_id, err)
+    for path in found.others:
+        print(
+            f"loopwatch: {path}: not an OpenClaw session transcript nor an agent history loopwatch "
+            "reads; skipped",
+            file=err,
+        )
+    for event in found.events:
+        out.write(encode_event(event) + b"\n")
     out.flush()
-    if not imported:
-        print("loopwatch: no transcript imported", file=err)
+    if not found.read:
+        print("loopwatch: no transcript imported (no agent history found)", file=err)
         return 1
     return 0
 
@@ -119,16 +115,26 @@ def cmd_import(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
 def register(sub: Any) -> None:
     imp = sub.add_parser(
         "import",
-        help="convert OpenClaw session transcripts to loopwatch events (JSON lines on stdout)",
+        help="convert agent histories (OpenClaw, Claude Code, Codex, Gemini CLI, OpenHands, SWE-agent) "
+        "to loopwatch events (JSON lines on stdout)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Reads OpenClaw session files (~/.openclaw/agents/<agent>/sessions/*.jsonl) or "
-        "folders of them and writes the tool_call / tool_result / compaction_retry / run_end events "
-        "they correspond to. The agent id comes from the agents/<id>/sessions path, or --agent-id.",
+        description="Reads agent histories, or folders of them, and writes the tool_call / tool_result / "
+        "compaction_retry / run_end events they correspond to: OpenClaw session files and stores "
+        "(~/.openclaw/agents/<agent>/), Claude Code sessions (~/.claude/projects/), Codex rollouts "
+        "(~/.codex/sessions/), Gemini CLI chats (~/.gemini/tmp/<project>/chats/), OpenHands event "
+        "folders, SWE-agent .traj and mini-swe-agent .traj.json files; the format is found from the "
+        "content. Without a path, every runtime's default place under the home folder is read. The "
+        "agent id comes from OpenClaw's agents/<id> path, else the runtime's name, or --agent-id "
+        "(docs/agent-histories.md says what each format maps to).",
         epilog="examples:\n  loopwatch import ~/.openclaw/agents/main/sessions/ > events.jsonl\n"
+        "  loopwatch import ~/.claude/projects/ | loopwatch run -\n"
         "  loopwatch import --agent-id coder session.jsonl | loopwatch run -",
     )
     imp.add_argument("paths", nargs="*", metavar="PATH")
-    imp.add_argument("--agent-id", help="agent id for files outside OpenClaw's directory layout")
+    imp.add_argument(
+        "--agent-id",
+        help="agent id of the runs (default: OpenClaw's agents/<id> folder, else the runtime's name)",
+    )
     imp.add_argument(
         "--follow",
         metavar="DIR",
