@@ -15,7 +15,9 @@ Rules:
   events file, for ``replay``).
 * Order: the events of OpenClaw files as each file gives them, file after file; the events of
   the other histories merged by time, each run's events kept in their order (a subagent's calls
-  fall inside its parent's run, runs of different files interleave as they ran).
+  fall inside its parent's run, runs of different files interleave as they ran). A run id that
+  a second file gives too (two trajectories of one task, by two models) is read as
+  ``<id>~2`` there, and said.
 * Without a path, each runtime's default place under the home folder is read, where it exists
   (:data:`DEFAULT_PLACES`).
 """
@@ -25,8 +27,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
+
+import msgspec
 
 from loopwatch.detectors.events import Event
 from loopwatch.streams.history.history_runs import json_document
@@ -121,8 +126,24 @@ def _jsonl_reader(path: Path, head: list[dict[str, Any]]) -> Reader | None:
 
 
 def _document_reader(path: Path, document: Any) -> Reader | None:
-    del path, document
+    from loopwatch.streams.history import swe_agent_trajectories as swe
+
+    if swe.is_swe_agent_trajectory(document):
+        return partial(_with_document, swe.read_swe_agent_trajectory, document)
+    if swe.is_mini_swe_agent_trajectory(document):
+        return partial(_with_document, swe.read_mini_swe_agent_trajectory, document)
+    del path
     return None
+
+
+def _with_document(
+    read: Callable[[Path, Any, str | None, TextIO], list[Event]],
+    document: Any,
+    path: Path,
+    agent_id: str | None,
+    err: TextIO,
+) -> list[Event]:
+    return read(path, document, agent_id, err)
 
 
 @dataclass
@@ -132,8 +153,26 @@ class _Walk:
     found: Histories = field(default_factory=Histories)
     runs: dict[str, list[Event]] = field(default_factory=dict)  # merged by time at the end
 
-    def add(self, events: list[Event]) -> None:
+    def add(self, path: Path, events: list[Event]) -> None:
+        """A file's events; a run id another file already gave (two trajectories of one task)
+        is read as ``<id>~2`` (``~3``, ...), its event ids likewise, and said on ``err``."""
+        renamed: dict[str, str] = {}
+        mine = {str(event.run_id) for event in events}
+        for run in sorted(mine):
+            if run in self.runs:
+                copy = 2
+                while f"{run}~{copy}" in self.runs or f"{run}~{copy}" in mine:
+                    copy += 1
+                renamed[run] = f"{run}~{copy}"
+                print(
+                    f"loopwatch: {path}: run {run} is in another file too; read as {renamed[run]}",
+                    file=self.err,
+                )
         for event in events:
+            run = str(event.run_id)
+            if run in renamed:
+                suffix = renamed[run][len(run) :]
+                event = msgspec.structs.replace(event, run_id=renamed[run], event_id=event.event_id + suffix)
             self.runs.setdefault(str(event.run_id), []).append(event)
 
     def file(self, path: Path) -> None:
@@ -159,7 +198,7 @@ class _Walk:
         if reader is None:
             self.found.others.append(path)
             return
-        self.add(reader(path, self.agent_id, self.err))
+        self.add(path, reader(path, self.agent_id, self.err))
         self.found.read += 1
 
     def finish(self) -> Histories:
