@@ -119,7 +119,10 @@ Reader = Callable[[Path, "str | None", TextIO], "list[Event]"]
 
 def _jsonl_reader(path: Path, head: list[dict[str, Any]]) -> Reader | None:
     from loopwatch.streams.history import claude_code_sessions as claude
+    from loopwatch.streams.history import codex_rollouts as codex
 
+    if codex.is_codex_rollout(head):
+        return codex.read_codex_rollout
     if claude.is_claude_code_session(head):
         return claude.read_claude_code_session
     return None
