@@ -120,17 +120,23 @@ Reader = Callable[[Path, "str | None", TextIO], "list[Event]"]
 def _jsonl_reader(path: Path, head: list[dict[str, Any]]) -> Reader | None:
     from loopwatch.streams.history import claude_code_sessions as claude
     from loopwatch.streams.history import codex_rollouts as codex
+    from loopwatch.streams.history import gemini_chats as gemini
 
     if codex.is_codex_rollout(head):
         return codex.read_codex_rollout
+    if gemini.is_gemini_chat_log(head):
+        return gemini.read_gemini_chat
     if claude.is_claude_code_session(head):
         return claude.read_claude_code_session
     return None
 
 
 def _document_reader(path: Path, document: Any) -> Reader | None:
+    from loopwatch.streams.history import gemini_chats as gemini
     from loopwatch.streams.history import swe_agent_trajectories as swe
 
+    if gemini.is_gemini_chat(document):
+        return gemini.read_gemini_chat
     if swe.is_swe_agent_trajectory(document):
         return partial(_with_document, swe.read_swe_agent_trajectory, document)
     if swe.is_mini_swe_agent_trajectory(document):
