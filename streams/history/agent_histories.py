@@ -35,6 +35,7 @@ import msgspec
 
 from loopwatch.detectors.events import Event
 from loopwatch.streams.history.history_runs import json_document
+from loopwatch.streams.history.openhands_events import is_openhands_event, read_openhands_events
 
 __all__ = ["DEFAULT_PLACES", "Histories", "default_files", "history_files", "read_histories"]
 
@@ -161,6 +162,7 @@ class _Walk:
     err: TextIO
     found: Histories = field(default_factory=Histories)
     runs: dict[str, list[Event]] = field(default_factory=dict)  # merged by time at the end
+    openhands: dict[Path, list[Path]] = field(default_factory=dict)  # events folder -> its files
 
     def add(self, path: Path, events: list[Event]) -> None:
         """A file's events; a run id another file already gave (two trajectories of one task)
@@ -201,6 +203,9 @@ class _Walk:
             self.found.read += 1
             return
         head = _head(path)
+        if is_openhands_event(path, head):
+            self.openhands.setdefault(path.parent, []).append(path)
+            return
         reader = _jsonl_reader(path, head) if head is not None else None
         if reader is None and path.suffix in (".json", ".traj"):
             reader = _document_reader(path, json_document(path.read_bytes()))
@@ -211,6 +216,9 @@ class _Walk:
         self.found.read += 1
 
     def finish(self) -> Histories:
+        for folder, files in self.openhands.items():
+            self.add(folder, read_openhands_events(folder, files, self.agent_id, self.err))
+            self.found.read += 1
         merged: Iterator[Event] = heapq.merge(*self.runs.values(), key=lambda event: event.ts or 0)
         self.found.events.extend(merged)
         return self.found

@@ -13,8 +13,9 @@ Rules every reader keeps (each reader's docstring adds its format's own):
   ``~3``, ... (ids stay unique per file). The prefix is the file's stem (a folder's name for a
   folder of events).
 * Timestamps (``ts``): milliseconds since the epoch, from the entries (an ISO time without a
-  zone is UTC). An event whose entry has none takes the time of the event before it in its run
-  (0 for the first): times never go back where the history gives none. Formats without any
+  zone is UTC; its microseconds cut to the millisecond). An event whose entry has none takes
+  the time of the event before it in its run (0 for the first): times never go back where the
+  history gives none. Formats without any
   time make their own, monotone (their readers say how).
 * Every run with events ends with a ``run_end`` at the time of its last entry (never before
   one of its events).
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -102,8 +103,11 @@ def json_document(data: bytes) -> Any:
         return None
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def iso_ms(stamp: object) -> int | None:
-    """Milliseconds since the epoch of an ISO time (UTC when it names no zone)."""
+    """Milliseconds since the epoch of an ISO time (UTC when it names no zone; microseconds cut)."""
     if not isinstance(stamp, str):
         return None
     try:
@@ -112,7 +116,7 @@ def iso_ms(stamp: object) -> int | None:
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)  # exact, no float in between
 
 
 def text_of(content: object) -> str | None:
