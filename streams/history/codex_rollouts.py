@@ -14,6 +14,8 @@ Rules (besides :mod:`history_runs`'s):
 * Results: ``function_call_output`` and ``custom_tool_call_output`` by ``call_id``, their
   ``output`` as written (text, or content items). The output itself does not say whether the
   call failed; the rollout marks it elsewhere, and a failed call's output is its ``error``:
+  an ``item_completed`` event (Codex 0.17x) whose item (``CommandExecution``, ``FileChange``,
+  ``McpToolCall``, ..., its ``id`` the call id) has ``status: "failed"`` or ``"declined"``,
   an ``exec_command_end`` event with ``status: "failed"`` (or, without a status, a non-zero
   ``exit_code``), a ``patch_apply_end`` with ``success: false``, an ``mcp_tool_call_end``
   whose result is an ``Err`` or ``isError``, an output ``{"content", "success": false}``, or an
@@ -51,6 +53,8 @@ __all__ = ["AGENT", "is_codex_rollout", "read_codex_rollout", "rollout_events"]
 
 AGENT = "codex"
 _OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+#: an ``item_completed`` item's status when its call did not succeed (it failed, or was refused)
+_FAILED_ITEMS = ("failed", "declined")
 
 
 def is_codex_rollout(head: list[dict[str, Any]]) -> bool:
@@ -105,6 +109,13 @@ def _failed_calls(entries: list[tuple[int, dict[str, Any]]]) -> _Failures:
         if entry.get("type") != "event_msg" or not isinstance(payload, dict):
             continue
         kind, call_id = payload.get("type"), payload.get("call_id")
+        item = payload.get("item")
+        if kind == "item_completed" and isinstance(item, dict) and isinstance(item.get("id"), str):
+            if item.get("status") in _FAILED_ITEMS:  # Codex 0.17x: the call's item, completed
+                failed.calls.add(item["id"])
+                if item.get("process_id") is not None:
+                    failed.processes.add(str(item["process_id"]))
+            continue
         if not isinstance(call_id, str):
             continue
         if kind == "exec_command_end":

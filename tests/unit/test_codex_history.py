@@ -91,3 +91,21 @@ def test_subagent_rollouts_compactions_and_malformed_lines(tmp_path: Path) -> No
     assert [e.tool_call_id for e in events if isinstance(e, ToolCall)] == [
         e.tool_call_id for e in original if isinstance(e, ToolCall)
     ]
+
+
+def test_codex_0_17_marks_failures_in_item_completed_events(tmp_path: Path) -> None:
+    """Codex 0.17x writes no exec_command_end: a completed item (its id the call id) with
+    ``status: "failed"`` (as the real CLI's rollout in the integration test shows)."""
+    patch = "call_i8DZCCtaSAHIJuvfxiUM3u8Q"
+    item = {"type": "FileChange", "id": patch, "status": "failed", "changes": []}
+    line = {
+        "timestamp": "2026-05-11T08:42:30.000Z",
+        "type": "event_msg",
+        "payload": {"type": "item_completed", "item": item},
+    }
+    path = tmp_path / "rollout.jsonl"
+    path.write_bytes(ROLLOUT.read_bytes() + json.dumps(line).encode() + b"\n")
+    events, err = read(path)
+    assert err == ""
+    failed = [e.tool_call_id for e in events if isinstance(e, ToolResult) and e.error is not UNSET]
+    assert failed == ["call_PAoFGDC6cPakVp8JImcOm2uB", patch]
