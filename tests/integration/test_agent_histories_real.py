@@ -12,16 +12,20 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from msgspec import UNSET
 
 from loopwatch.detectors.events import Event, RunEnd, ToolCall, ToolResult
 from loopwatch.streams.gateway.hooks.gemini import without_process_ids
 from loopwatch.streams.history.agent_histories import default_files, read_histories
-from tests.integration.fake_model import FakeModel, GeminiApi, ResponsesApi
+from tests.integration.fake_model import FakeModel, GeminiApi, RepeatTool, ResponsesApi
 from tests.integration.runtimes.codex_cli import Codex
 from tests.integration.runtimes.gemini_cli import Gemini
 from tests.integration.runtimes.loopwatch_checks import FAILING_COMMAND, MISSING, failing_loop
+from tests.integration.runtimes.process import command_hooks, install
 from tests.integration.runtimes.recording_hook import RecordingHook
+from tests.integration.test_claude_code_real import INSTALL as CLAUDE_INSTALL
+from tests.integration.test_claude_code_real import run_claude
 
 CALLS = 3
 
@@ -97,3 +101,34 @@ def test_gemini_s_chat_gives_the_calls_gemini_told_its_hooks(gemini: Gemini, tmp
         assert MISSING in str(result.result)
         assert "Process Group PGID" not in str(result.result)
         assert result.result == without_process_ids(outcome["llmContent"])  # what the hook sends
+
+
+@pytest.fixture(scope="module")
+def claude() -> str:
+    return install(CLAUDE_INSTALL)[-1]
+
+
+def test_claude_code_s_session_gives_the_calls_claude_code_told_its_hooks(
+    claude: str, tmp_path: Path
+) -> None:
+    hook = RecordingHook(tmp_path / "hook")
+    events = ("PreToolUse", "PostToolUse", "PostToolUseFailure")
+    settings = {"hooks": command_hooks({e: [hook.command] for e in events}, matcher="*", timeout=30)}
+    with FakeModel(RepeatTool("Bash", {"command": FAILING_COMMAND}, max_calls=CALLS)) as model:
+        run = run_claude(claude, tmp_path, model, settings, ("Bash", "Read"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    history = histories(tmp_path / "home")
+    calls, results = split(history)
+    pre, failures = hook.calls("PreToolUse"), hook.calls("PostToolUseFailure")
+    assert len(pre) == len(failures) == CALLS
+    assert {e.run_id for e in history} == {pre[0]["session_id"]}
+    assert [(c.tool, c.params, c.tool_call_id) for c in calls] == [
+        (p["tool_name"], p["tool_input"], p["tool_use_id"]) for p in pre
+    ]
+    # each command failed: PostToolUseFailure for the hook, is_error in the session: an error
+    outcomes = run.outcomes()  # Claude Code's own stream-json output
+    assert [r.tool_call_id for r in results] == [f["tool_use_id"] for f in failures]
+    for result in results:
+        assert result.result is UNSET
+        assert result.error == outcomes[str(result.tool_call_id)].content
+        assert MISSING in str(result.error)
