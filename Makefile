@@ -8,7 +8,7 @@ CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py) $(wildcard dete
 BUILT  := $(VENV)/.compiled-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint typecheck conformance check-alerts unit unit-pure services-up services-down bench bench-gateway bench-stream bench-scale soak chaos clean
+.PHONY: help setup demo test lint typecheck conformance check-alerts unit unit-pure services-up services-down bench bench-quality bench-gateway bench-stream bench-scale soak chaos clean
 
 KAFKA_TEST := 127.0.0.1:19092
 REDIS_TEST := redis://127.0.0.1:16379/0
@@ -66,6 +66,9 @@ test: lint typecheck conformance check-alerts unit unit-pure  ## everything CI r
 
 bench: $(BUILT)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench
+
+bench-quality: $(BUILT)  ## loops stopped on real agents' runs: OpenClaw's rules, the agents preset, the shipped peers (docs/real-loops.md)
+	$(BIN)/python -m tests.bench.quality.quality_bench $(QUALITY_ARGS)
 
 bench-gateway: $(BUILT)  ## /v1/decide round trips and latency on loopwatch gateway (embedded and Kafka)
 	docker/services.sh up kafka

@@ -32,6 +32,7 @@ from loopwatch.config.loop_detection import (
 )
 from loopwatch.config.near_misses import near_misses
 from loopwatch.config.own_rules import RawRules, merge_rules, resolve_rules, validate_rules
+from loopwatch.config.presets import preset_named, validate_preset
 from loopwatch.config.settings import DetectorSettings, Digest, parse_settings
 
 __all__ = ["FleetConfig", "parse_config_text", "parse_config_value"]
@@ -47,6 +48,8 @@ class FleetConfig:
     global_rules: RawRules | None = None  # loopwatch.detectors
     agent_rules: dict[str, RawRules] = field(default_factory=dict)  # agents' loopwatch.detectors
     warnings: tuple[str, ...] = field(default=(), compare=False)  # keys that look like typos
+    global_preset: str | None = None  # loopwatch.preset (config.presets)
+    agent_presets: dict[str, str] = field(default_factory=dict)  # agents' loopwatch.preset
     #: resolved at construction (``__post_init__``), never changed afterwards
     default: ResolvedLoopDetection = field(init=False, compare=False, repr=False)
     _agents: dict[str, ResolvedLoopDetection] = field(init=False, compare=False, repr=False)
@@ -58,7 +61,8 @@ class FleetConfig:
 
     def __post_init__(self) -> None:
         default = self._resolve(None)
-        agents = {agent: self._resolve(agent) for agent in (*self.agent_blocks, *self.agent_rules)}
+        own = (*self.agent_blocks, *self.agent_rules, *self.agent_presets)
+        agents = {agent: self._resolve(agent) for agent in own}
         object.__setattr__(self, "default", default)
         object.__setattr__(self, "_agents", agents)
         settings = self.settings
@@ -67,19 +71,35 @@ class FleetConfig:
         object.__setattr__(self, "provider_send_tools", settings.provider_send_tools)
 
     def _resolve(self, agent_id: str | None) -> ResolvedLoopDetection:
-        block = self.global_block if agent_id is None else self.merged_block(agent_id)
-        own = None if agent_id is None else self.agent_rules.get(agent_id)
-        rules = resolve_rules(merge_rules(self.global_rules, own))
+        block = self.merged_block(agent_id)
+        rules = resolve_rules(self.merged_rules(agent_id))
         return resolve(block, self.settings.openclaw_revision, rules)
+
+    def preset_of(self, agent_id: str | None) -> str | None:
+        """The preset an agent runs under (its own, else the global one), as named."""
+        if agent_id is not None:
+            own = self.agent_presets.get(agent_id)
+            if own is not None:
+                return own
+        return self.global_preset
 
     @classmethod
     def enabled_default(cls, settings: DetectorSettings | None = None) -> FleetConfig:
         """``{"tools": {"loopDetection": {"enabled": true}}}``: the product's default."""
         return cls(global_block={"enabled": True}, settings=settings or DetectorSettings())
 
-    def merged_block(self, agent_id: str) -> RawBlock | None:
-        """The merged, unresolved block of one agent (spec §6.4)."""
-        return merge_agent(self.global_block, self.agent_blocks.get(agent_id))
+    def merged_block(self, agent_id: str | None) -> RawBlock | None:
+        """The merged, unresolved block of one agent (spec §6.4), over its preset's (``None``:
+        the default agent's)."""
+        name = self.preset_of(agent_id)
+        base = merge_agent(preset_named(name).block, self.global_block) if name else self.global_block
+        return base if agent_id is None else merge_agent(base, self.agent_blocks.get(agent_id))
+
+    def merged_rules(self, agent_id: str | None) -> RawRules | None:
+        """The merged, unresolved ``detectors`` object of one agent, over its preset's."""
+        name = self.preset_of(agent_id)
+        base = merge_rules(preset_named(name).rules, self.global_rules) if name else self.global_rules
+        return base if agent_id is None else merge_rules(base, self.agent_rules.get(agent_id))
 
     @property
     def agents(self) -> Mapping[str, ResolvedLoopDetection]:
@@ -103,7 +123,15 @@ class FleetConfig:
             if problems:
                 raise ConfigError(problems)
             blocks[agent_id] = block
-        return FleetConfig(self.global_block, blocks, self.settings, self.global_rules, self.agent_rules)
+        return FleetConfig(
+            self.global_block,
+            blocks,
+            self.settings,
+            self.global_rules,
+            self.agent_rules,
+            global_preset=self.global_preset,
+            agent_presets=self.agent_presets,
+        )
 
 
 def _tools_block(owner: object, path: str, problems: list[ConfigProblem]) -> RawBlock | None:
@@ -133,10 +161,19 @@ def parse_config_value(
     agents: dict[str, RawBlock] = {}
     agent_rules: dict[str, RawRules] = {}
     rules_at: dict[str, str] = {}  # agent -> the path of its detectors object
-    _agent_blocks(value.get("agents"), agents, (agent_rules, rules_at), problems)
+    presets: dict[str, str] = {}
+    _agent_blocks(value.get("agents"), agents, (agent_rules, rules_at, presets), problems)
     section = value.get("loopwatch")
     global_rules: RawRules | None = None
+    global_preset: str | None = None
     global_ok = True
+    if isinstance(section, dict) and "preset" in section:
+        section = dict(section)
+        found_preset = section.pop("preset")
+        preset_problems = validate_preset(found_preset, "loopwatch.preset")
+        problems.extend(preset_problems)
+        if not preset_problems:
+            global_preset = found_preset
     if isinstance(section, dict) and "detectors" in section:
         section = dict(section)
         found_rules = section.pop("detectors")
@@ -148,7 +185,9 @@ def parse_config_value(
     problems.extend(found)
     if global_ok:  # the threshold order of each agent's rules, merged over the global ones
         for agent_id, own in agent_rules.items():
-            merged_problems = validate_rules(merge_rules(global_rules, own), rules_at[agent_id])
+            name = presets.get(agent_id, global_preset)
+            base = merge_rules(preset_named(name).rules, global_rules) if name else global_rules
+            merged_problems = validate_rules(merge_rules(base, own), rules_at[agent_id])
             problems.extend(
                 ConfigProblem(p.path, f"{p.message} (this agent's rules merged over loopwatch.detectors)")
                 for p in merged_problems
@@ -156,18 +195,25 @@ def parse_config_value(
     if problems:
         raise ConfigError(problems, source)
     return FleetConfig(
-        global_block, agents, parsed_settings, global_rules, agent_rules, tuple(near_misses(value))
+        global_block,
+        agents,
+        parsed_settings,
+        global_rules,
+        agent_rules,
+        tuple(near_misses(value)),
+        global_preset,
+        presets,
     )
 
 
-#: per agent, its ``detectors`` object and the path it was found at
-AgentRules = tuple[dict[str, RawRules], dict[str, str]]
+#: per agent, its ``detectors`` object, the path it was found at, and its preset
+AgentRules = tuple[dict[str, RawRules], dict[str, str], dict[str, str]]
 
 
 def _agent_rules(
     entry: object, agent_id: str, path: str, out: AgentRules, problems: list[ConfigProblem]
 ) -> None:
-    """An agent's ``loopwatch`` object: only ``detectors`` may be set per agent."""
+    """An agent's ``loopwatch`` object: only ``detectors`` and ``preset`` may be set per agent."""
     if not isinstance(entry, dict) or "loopwatch" not in entry:
         return
     section = entry["loopwatch"]
@@ -175,14 +221,26 @@ def _agent_rules(
         problems.append(ConfigProblem(f"{path}.loopwatch", "must be an object"))
         return
     for key in section:
-        if key != "detectors":
-            problems.append(ConfigProblem(f"{path}.loopwatch.{key}", "only detectors can be set per agent"))
+        if key not in ("detectors", "preset"):
+            problems.append(
+                ConfigProblem(f"{path}.loopwatch.{key}", "only detectors and preset can be set per agent")
+            )
+    if "preset" in section:
+        found_problems = validate_preset(section["preset"], f"{path}.loopwatch.preset")
+        problems.extend(found_problems)
+        presets = out[2]
+        if agent_id in presets:
+            problems.append(
+                ConfigProblem(f"{path}.loopwatch.preset", f"agent {agent_id!r} has loopwatch.preset twice")
+            )
+        elif not found_problems:
+            presets[agent_id] = section["preset"]
     if "detectors" in section:
         rules = section["detectors"]
         where = f"{path}.loopwatch.detectors"
         found = validate_rules(rules, where, per_agent=True)
         problems.extend(found)
-        kept, paths = out
+        kept, paths, _ = out
         if agent_id in paths:
             twice = f"agent {agent_id!r} has loopwatch.detectors twice (also at {paths[agent_id]})"
             problems.append(ConfigProblem(where, twice))

@@ -23,7 +23,16 @@ from typing import Any, Final
 import msgspec
 
 from loopwatch.config.errors import ConfigError, ConfigProblem
-from loopwatch.config.sections import FLEET_RULES, Detectors, EditUndo, LoopBudget, RunNoProgress
+from loopwatch.config.sections import (
+    FLEET_RULES,
+    CallCycle,
+    Detectors,
+    EditUndo,
+    LoopBudget,
+    RunNoProgress,
+    SameCallStreak,
+    SameFailure,
+)
 from loopwatch.config.struct_decoding import decode_struct
 
 __all__ = [
@@ -97,11 +106,28 @@ class OwnRules:
     # F6a, from the global (fleet-wide) delegation rule: how deep in a chain a run may act
     delegation: bool = _DEFAULTS.delegation.enabled
     delegation_max_depth: int = _DEFAULTS.delegation.max_depth
+    # the agents preset's rules (docs/real-loops.md)
+    same_call_streak: bool = _DEFAULTS.same_call_streak.enabled
+    same_call_streak_warning: int = _DEFAULTS.same_call_streak.warning_threshold
+    same_call_streak_critical: int = _DEFAULTS.same_call_streak.critical_threshold
+    same_call_streak_exempt: frozenset[str] = _DEFAULTS.same_call_streak.exempt_tools
+    call_cycle: bool = _DEFAULTS.call_cycle.enabled
+    call_cycle_max_period: int = _DEFAULTS.call_cycle.max_period
+    call_cycle_warning: int = _DEFAULTS.call_cycle.warning_threshold
+    call_cycle_critical: int = _DEFAULTS.call_cycle.critical_threshold
+    call_cycle_exempt: frozenset[str] = _DEFAULTS.call_cycle.exempt_tools
+    same_failure: bool = _DEFAULTS.same_failure.enabled
+    same_failure_warning: int = _DEFAULTS.same_failure.warning_threshold
+    same_failure_critical: int = _DEFAULTS.same_failure.critical_threshold
+    same_failure_sweep_warning: int = _DEFAULTS.same_failure.sweep_warning_threshold
+    same_failure_sweep_critical: int = _DEFAULTS.same_failure.sweep_critical_threshold
+    same_failure_exempt: frozenset[str] = _DEFAULTS.same_failure.exempt_tools
 
     @staticmethod
     def of(section: Detectors) -> OwnRules:
         """The in-run rules of a decoded ``detectors`` object."""
         run, edit = section.run_no_progress, section.edit_undo
+        streak, cycle, failure = section.same_call_streak, section.call_cycle, section.same_failure
         return OwnRules(
             run_no_progress=run.enabled,
             run_no_progress_warning=run.warning_threshold,
@@ -112,12 +138,35 @@ class OwnRules:
             loop_budget_usd=section.loop_budget.usd,
             delegation=section.delegation.enabled,
             delegation_max_depth=section.delegation.max_depth,
+            same_call_streak=streak.enabled,
+            same_call_streak_warning=streak.warning_threshold,
+            same_call_streak_critical=streak.critical_threshold,
+            same_call_streak_exempt=streak.exempt_tools,
+            call_cycle=cycle.enabled,
+            call_cycle_max_period=cycle.max_period,
+            call_cycle_warning=cycle.warning_threshold,
+            call_cycle_critical=cycle.critical_threshold,
+            call_cycle_exempt=cycle.exempt_tools,
+            same_failure=failure.enabled,
+            same_failure_warning=failure.warning_threshold,
+            same_failure_critical=failure.critical_threshold,
+            same_failure_sweep_warning=failure.sweep_warning_threshold,
+            same_failure_sweep_critical=failure.sweep_critical_threshold,
+            same_failure_exempt=failure.exempt_tools,
         )
 
     @property
     def any(self) -> bool:
         """Whether any in-run rule of loopwatch's own is on."""
-        return self.run_no_progress or self.edit_undo or self.loop_budget_usd is not None or self.delegation
+        return (
+            self.run_no_progress
+            or self.edit_undo
+            or self.loop_budget_usd is not None
+            or self.delegation
+            or self.same_call_streak
+            or self.call_cycle
+            or self.same_failure
+        )
 
     def section(self) -> Detectors:
         """The rules as a ``detectors`` object (the fleet-wide ones at their defaults)."""
@@ -127,11 +176,32 @@ class OwnRules:
             ),
             edit_undo=EditUndo(self.edit_undo, self.edit_undo_warning, self.edit_undo_critical),
             loop_budget=LoopBudget(self.loop_budget_usd),
+            same_call_streak=SameCallStreak(
+                self.same_call_streak,
+                self.same_call_streak_warning,
+                self.same_call_streak_critical,
+                self.same_call_streak_exempt,
+            ),
+            call_cycle=CallCycle(
+                self.call_cycle,
+                self.call_cycle_max_period,
+                self.call_cycle_warning,
+                self.call_cycle_critical,
+                self.call_cycle_exempt,
+            ),
+            same_failure=SameFailure(
+                self.same_failure,
+                self.same_failure_warning,
+                self.same_failure_critical,
+                self.same_failure_sweep_warning,
+                self.same_failure_sweep_critical,
+                self.same_failure_exempt,
+            ),
         )
 
     def as_dict(self) -> dict[str, Any]:
         """The resolved in-run rules under their file names."""
-        encoded: dict[str, Any] = msgspec.to_builtins(self.section())
+        encoded: dict[str, Any] = msgspec.to_builtins(self.section(), order="deterministic")
         return {rule: value for rule, value in encoded.items() if rule not in FLEET_RULES}
 
 

@@ -24,11 +24,14 @@ from msgspec import Meta
 __all__ = [
     "FLEET_RULES",
     "MAX_WINDOW",
+    "CallCycle",
     "Delegation",
     "Detectors",
     "EditUndo",
     "LoopBudget",
     "RunNoProgress",
+    "SameCallStreak",
+    "SameFailure",
     "SystemicLoopRule",
     "ToolOutageRule",
 ]
@@ -36,6 +39,8 @@ __all__ = [
 MAX_WINDOW: Final = 1000
 
 Positive = Annotated[int, Meta(gt=0)]
+#: tools a rule leaves alone (a poll tool, a pager): their calls and outcomes are not counted
+ExemptTools = frozenset[Annotated[str, Meta(min_length=1)]]
 
 
 class RunNoProgress(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -56,6 +61,48 @@ class EditUndo(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_field
     critical_threshold: Positive = 5
 
     ordered: ClassVar[tuple[tuple[str, str], ...]] = (("warning_threshold", "critical_threshold"),)
+
+
+class SameCallStreak(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``sameCallStreak``: the same call (tool and arguments) made again and again in a row."""
+
+    enabled: bool = False
+    warning_threshold: Positive = 3
+    critical_threshold: Positive = 5
+    exempt_tools: ExemptTools = frozenset()
+
+    ordered: ClassVar[tuple[tuple[str, str], ...]] = (("warning_threshold", "critical_threshold"),)
+
+
+class CallCycle(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``callCycle``: the same 2 to ``maxPeriod`` calls made in the same order, round after
+    round; the thresholds count rounds."""
+
+    enabled: bool = False
+    max_period: Annotated[int, Meta(ge=2, le=8)] = 5
+    warning_threshold: Positive = 2
+    critical_threshold: Annotated[int, Meta(gt=0, le=16)] = 3
+    exempt_tools: ExemptTools = frozenset()
+
+    ordered: ClassVar[tuple[tuple[str, str], ...]] = (("warning_threshold", "critical_threshold"),)
+
+
+class SameFailure(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``sameFailure``: tool calls that keep failing the same way (at most two ways), however
+    the calls vary; a *sweep* (failures that differ only by the arguments they echo, as
+    "no matches for X" over many X) has thresholds of its own."""
+
+    enabled: bool = False
+    warning_threshold: Positive = 3
+    critical_threshold: Positive = 5
+    sweep_warning_threshold: Positive = 5
+    sweep_critical_threshold: Positive = 8
+    exempt_tools: ExemptTools = frozenset()
+
+    ordered: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("warning_threshold", "critical_threshold"),
+        ("sweep_warning_threshold", "sweep_critical_threshold"),
+    )
 
 
 class LoopBudget(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -122,6 +169,9 @@ class Detectors(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fiel
     run_no_progress: RunNoProgress = msgspec.field(default_factory=RunNoProgress)
     edit_undo: EditUndo = msgspec.field(default_factory=EditUndo)
     loop_budget: LoopBudget = msgspec.field(default_factory=LoopBudget)
+    same_call_streak: SameCallStreak = msgspec.field(default_factory=SameCallStreak)
+    call_cycle: CallCycle = msgspec.field(default_factory=CallCycle)
+    same_failure: SameFailure = msgspec.field(default_factory=SameFailure)
     tool_outage: ToolOutageRule = msgspec.field(default_factory=ToolOutageRule)
     systemic_loop: SystemicLoopRule = msgspec.field(default_factory=SystemicLoopRule)
     delegation: Delegation = msgspec.field(default_factory=Delegation)

@@ -79,5 +79,7 @@ def parse_settings(
     if raw is None:
         return base, []
     problems: list[ConfigProblem] = []
-    parsed = decode_struct(raw, DetectorSettings, path, problems, base=base, also_known=("detectors",))
+    parsed = decode_struct(
+        raw, DetectorSettings, path, problems, base=base, also_known=("detectors", "preset")
+    )
     return (base, problems) if parsed is None else (parsed, problems)

@@ -22,6 +22,7 @@ from loopwatch.detectors.rule_state import LOADERS
 from loopwatch.detectors.rules import (
     argument_churn,
     argument_churn_stale,
+    call_cycle,
     delegation_depth,
     edit_undo,
     generic_repeat,
@@ -31,6 +32,8 @@ from loopwatch.detectors.rules import (
     ping_pong,
     post_compaction_guard,
     run_no_progress,
+    same_call_streak,
+    same_failure,
     unknown_tool_repeat,
 )
 from loopwatch.detectors.rules.base import Rule
@@ -49,6 +52,9 @@ _DEFAULT_RULES: Final[tuple[Rule, ...]] = (
     argument_churn_stale.RULE,
     run_no_progress.RULE,
     edit_undo.RULE,
+    same_call_streak.RULE,
+    call_cycle.RULE,
+    same_failure.RULE,
     delegation_depth.RULE,
     loop_budget.RULE,
 )

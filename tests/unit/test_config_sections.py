@@ -124,7 +124,8 @@ def test_every_problem_of_a_bad_loopwatch_block_is_listed_with_its_path() -> Non
         ("loopwatch.detectors.systemicLoop.windowBuckets", "must be a positive integer of at most 48"),
         (
             "loopwatch.detectors.vibes",
-            "unknown rule (known: runNoProgress, editUndo, loopBudget, toolOutage, systemicLoop, delegation)",
+            "unknown rule (known: runNoProgress, editUndo, loopBudget, sameCallStreak, callCycle, "
+            "sameFailure, toolOutage, systemicLoop, delegation)",
         ),
         ("loopwatch.digest", 'must be "xxh3" or "sha256"'),
         ("loopwatch.criticalBlocksBeforeAbort", "must be a non-negative integer"),
@@ -138,7 +139,8 @@ def test_every_problem_of_a_bad_loopwatch_block_is_listed_with_its_path() -> Non
         (
             "loopwatch.colour",
             "unknown key (known: digest, criticalBlocksBeforeAbort, recoveryAbort, observeOnly, "
-            "providerSendTools, seenEventIds, maxEventBytes, openclawRevision, churnStaleAfterS, detectors)",
+            "providerSendTools, seenEventIds, maxEventBytes, openclawRevision, churnStaleAfterS, "
+            "detectors, preset)",
         ),
     ]
 
@@ -204,6 +206,27 @@ def test_the_defaults_come_from_the_structs() -> None:
         "runNoProgress": {"enabled": False, "warningThreshold": 20, "windowSize": 30},
         "editUndo": {"enabled": False, "warningThreshold": 3, "criticalThreshold": 5},
         "loopBudget": {"usd": None},
+        "sameCallStreak": {
+            "enabled": False,
+            "warningThreshold": 3,
+            "criticalThreshold": 5,
+            "exemptTools": [],
+        },
+        "callCycle": {
+            "enabled": False,
+            "maxPeriod": 5,
+            "warningThreshold": 2,
+            "criticalThreshold": 3,
+            "exemptTools": [],
+        },
+        "sameFailure": {
+            "enabled": False,
+            "warningThreshold": 3,
+            "criticalThreshold": 5,
+            "sweepWarningThreshold": 5,
+            "sweepCriticalThreshold": 8,
+            "exemptTools": [],
+        },
         "toolOutage": {
             "enabled": True,
             "bucketSeconds": 60,
@@ -235,7 +258,8 @@ def test_the_defaults_come_from_the_structs() -> None:
     assert FLEET_RULES == ("toolOutage", "systemicLoop", "delegation")
     assert OwnRules() == DEFAULT_OWN_RULES == resolve_rules(None) == resolve_rules({})
     assert DEFAULT_OWN_RULES.as_dict() == {
-        k: documented[k] for k in ("runNoProgress", "editUndo", "loopBudget")
+        k: documented[k]
+        for k in ("runNoProgress", "editUndo", "loopBudget", "sameCallStreak", "callCycle", "sameFailure")
     }
     assert fleet_rules(None) == FleetRules() == FleetRules(ToolOutageRule(), SystemicLoopRule())
     explicit = parse_config_value({"loopwatch": {"detectors": documented}})

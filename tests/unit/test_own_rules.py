@@ -90,7 +90,7 @@ def test_every_problem_of_the_section_is_listed_with_its_path() -> None:
         "loopwatch.detectors.loopBudget.usd: must be a positive number (USD) or null",
         "loopwatch.detectors.toolOutage.minShare: unknown key",
         "loopwatch.detectors.vibes: unknown rule",
-        "agents.list[0].loopwatch.digest: only detectors can be set per agent",
+        "agents.list[0].loopwatch.digest: only detectors and preset can be set per agent",
         "agents.list[0].loopwatch.detectors.systemicLoop: a fleet-wide rule",
     ):
         assert expected in text

@@ -122,20 +122,29 @@ def test_the_registry_keeps_openclaws_first_match_order_then_loopwatchs_rules() 
         ("argument_churn_stale", False),
         ("run_no_progress", False),
         ("edit_undo", False),
+        ("same_call_streak", False),
+        ("call_cycle", False),
+        ("same_failure", False),
         ("delegation_depth", False),
         ("loop_budget", False),
     ]
     # each hook is asked of the rules that have it, in the same order
     hooks = REGISTRY.all
-    assert [rule.name for rule in hooks.after_call] == ["argument_churn_stale", "loop_budget"]
+    assert [rule.name for rule in hooks.after_call] == [
+        "argument_churn_stale",
+        "same_call_streak",
+        "call_cycle",
+        "loop_budget",
+    ]
     assert [rule.name for rule in hooks.after_record] == ["argument_churn_stale"]
     assert [rule.name for rule in hooks.on_result] == [
         "compaction_loop_persisted",
         "argument_churn_stale",
         "run_no_progress",
+        "same_failure",
     ]
     assert [rule.name for rule in hooks.on_compaction_retry] == ["compaction_loop_persisted"]
-    assert len(hooks.on_call) == 11
+    assert len(hooks.on_call) == 14
     # under the defaults (2026-08, loopwatch's own rules off) only the rules that can speak
     active = REGISTRY.for_config(FleetConfig.enabled_default().for_agent("default"))
     assert [rule.name for rule in active.on_result] == ["compaction_loop_persisted", "argument_churn_stale"]

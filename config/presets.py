@@ -1,0 +1,77 @@
+"""Presets: named, dated sets of rules a config file turns on with one key.
+
+Rules (docs/real-loops.md has the measurements behind the agents preset):
+
+* ``loopwatch.preset`` (globally) or ``agents.list[].loopwatch.preset`` /
+  ``agents.entries.<id>.loopwatch.preset`` (per agent; an agent's preset replaces the global
+  one for that agent) names one of :data:`PRESETS`. An alias (``"agents"``) means its newest
+  dated version; a dated name (``"agents-2026-12"``) pins the rules as they were released,
+  the way ``openclawRevision`` pins OpenClaw's.
+* A preset is a ``tools.loopDetection`` block and a ``loopwatch.detectors`` object laid
+  *under* the config file's own: the file's global block is merged over the preset's, then
+  the agent's block over that (spec §6.4 merging, key by key); the same for the rules. So
+  every key a file sets wins, and a file that names no preset gets exactly what it got before.
+* ``"openclaw"`` is the preset of no preset: OpenClaw's rules as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final
+
+from loopwatch.config.errors import ConfigProblem
+
+__all__ = ["ALIASES", "PRESETS", "Preset", "preset_named", "validate_preset"]
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """A dated preset: its name, the block and the rules it lays under a config file's."""
+
+    name: str
+    block: dict[str, Any]
+    rules: dict[str, Any]
+    summary: str
+
+
+_AGENTS_2026_12: Final = Preset(
+    name="agents-2026-12",
+    # OpenClaw's detectors on, at its own thresholds: the rules below stop what real agents
+    # repeat well before OpenClaw's 10/20, and its rules stay the backstop they are
+    block={"enabled": True},
+    rules={
+        "sameCallStreak": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5},
+        "callCycle": {"enabled": True, "maxPeriod": 5, "warningThreshold": 2, "criticalThreshold": 3},
+        "sameFailure": {
+            "enabled": True,
+            "warningThreshold": 3,
+            "criticalThreshold": 5,
+            "sweepWarningThreshold": 5,
+            "sweepCriticalThreshold": 8,
+        },
+    },
+    summary="OpenClaw's rules plus same-call streaks, call cycles and repeated failures (real agents' loops)",
+)
+
+_OPENCLAW: Final = Preset(name="openclaw", block={}, rules={}, summary="OpenClaw's rules as they are")
+
+#: every preset by its dated (or only) name
+PRESETS: Final = MappingProxyType({preset.name: preset for preset in (_AGENTS_2026_12, _OPENCLAW)})
+#: names that stand for the newest dated version of a preset
+ALIASES: Final = MappingProxyType({"agents": _AGENTS_2026_12.name})
+
+
+def preset_named(name: str) -> Preset:
+    """The preset a (validated) name stands for."""
+    return PRESETS[ALIASES.get(name, name)]
+
+
+def validate_preset(value: object, path: str) -> list[ConfigProblem]:
+    """The problems of one ``preset`` value (a known name)."""
+    known = ", ".join((*ALIASES, *PRESETS))
+    if not isinstance(value, str):
+        return [ConfigProblem(path, f"must be a string, one of: {known}")]
+    if value not in PRESETS and value not in ALIASES:
+        return [ConfigProblem(path, f"unknown preset {value!r} (known: {known})")]
+    return []
