@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -46,7 +47,15 @@ from loopwatch.streams.inputs.config_files import load_config
 from loopwatch.streams.inputs.event_lines import BadLine, read_sourced_events
 from loopwatch.streams.inputs.sources import InputError, input_lines
 
-__all__ = ["RunSummary", "replay", "run_replay"]
+__all__ = [
+    "RunSummary",
+    "StopComparison",
+    "compare_stops",
+    "replay",
+    "run_replay",
+    "stop_change",
+    "stop_text",
+]
 
 
 @dataclass
@@ -65,6 +74,111 @@ class RunSummary:
 
     def outcome(self) -> tuple[int | None, int | None, int | None]:
         return self.first_warning, self.first_block, self.first_abort
+
+    def first_stop(self) -> int | None:
+        """The call of the first block or abort (the first call the agent did not get to make)."""
+        stops = [call for call in (self.first_block, self.first_abort) if call is not None]
+        return min(stops) if stops else None
+
+
+#: how the second config's first stop of a run compares with the first config's
+STOP_CHANGES = ("earlier", "later", "same", "only_now", "no_longer")
+
+
+def stop_change(config_stop: int | None, compare_stop: int | None) -> tuple[str | None, int | None]:
+    """``(change, by)``: one of :data:`STOP_CHANGES` (``None``: neither config stops the run)
+    and, when both stop it, by how many calls (0 for ``same``)."""
+    if config_stop is None:
+        return (None, None) if compare_stop is None else ("only_now", None)
+    if compare_stop is None:
+        return "no_longer", None
+    by = compare_stop - config_stop
+    return ("earlier" if by < 0 else "later" if by > 0 else "same"), abs(by)
+
+
+def _calls(count: float) -> str:
+    number = f"{count:g}"
+    return f"{number} call" if count == 1 else f"{number} calls"
+
+
+def stop_text(change: str | None, by: int | None) -> str:
+    """The change in words: "earlier by 7 calls", "later by 1 call", "only now", "no longer"."""
+    if change in ("earlier", "later") and by is not None:
+        return f"{change} by {_calls(by)}"
+    return {"same": "same call", "only_now": "only now", "no_longer": "no longer"}.get(change or "", "-")
+
+
+@dataclass(frozen=True)
+class StopComparison:
+    """The runs each config stops and how the second's first stops compare with the first's.
+
+    ``median_difference``: the median, over the runs both stop, of the second config's first
+    stop minus the first's, in calls (negative: the second stops earlier; ``None``: no run
+    stopped by both)."""
+
+    stopped_config: int
+    stopped_compare: int
+    earlier: int
+    later: int
+    same: int
+    only_now: int
+    no_longer: int
+    both_stopped: int
+    median_difference: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stopped": {"config": self.stopped_config, "compare": self.stopped_compare},
+            "earlier": self.earlier,
+            "later": self.later,
+            "same": self.same,
+            "only_now": self.only_now,
+            "no_longer": self.no_longer,
+            "both_stopped": self.both_stopped,
+            "median_difference": self.median_difference,
+        }
+
+    def line(self) -> str:
+        """The summary in one line."""
+        if self.median_difference is None:
+            median = "no run is stopped by both"
+        else:
+            value = self.median_difference
+            way = "earlier" if value < 0 else "later"
+            said = "no difference" if value == 0 else f"{_calls(abs(value))} {way}"
+            median = f"median over the {self.both_stopped} runs both stop: {said}"
+        return (
+            f"stopped: {self.stopped_config} runs by the config, {self.stopped_compare} by --compare; "
+            f"--compare stops {self.earlier} earlier, {self.later} later, {self.same} at the same call, "
+            f"{self.only_now} only now, {self.no_longer} no longer; {median}"
+        )
+
+
+def compare_stops(runs: dict[str, RunSummary], compared: dict[str, RunSummary]) -> StopComparison:
+    """How the first stops of every run under a second config (``compared``) compare with
+    those under the first (``runs``)."""
+    counts: Counter[str | None] = Counter()
+    differences: list[int] = []
+    stopped_config = stopped_compare = 0
+    for scope, summary in runs.items():
+        now, alt = summary.first_stop(), compared[scope].first_stop()
+        stopped_config += now is not None
+        stopped_compare += alt is not None
+        change, _ = stop_change(now, alt)
+        counts[change] += 1
+        if now is not None and alt is not None:
+            differences.append(alt - now)
+    return StopComparison(
+        stopped_config,
+        stopped_compare,
+        counts["earlier"],
+        counts["later"],
+        counts["same"],
+        counts["only_now"],
+        counts["no_longer"],
+        len(differences),
+        float(statistics.median(differences)) if differences else None,
+    )
 
 
 def replay(
@@ -290,6 +404,13 @@ def _print_spend(console: Console, now: dict[str, Any], other: dict[str, Any] | 
     console.print(line, soft_wrap=True)
 
 
+def _stop_record(now: RunSummary, alt: RunSummary) -> dict[str, Any]:
+    """A differing run's first stops under both configs, and how they compare."""
+    config_stop, compare_stop = now.first_stop(), alt.first_stop()
+    change, by = stop_change(config_stop, compare_stop)
+    return {"config": config_stop, "compare": compare_stop, "change": change, "by": by}
+
+
 def _fired(detectors: dict[str, int]) -> str:
     return "\n".join(f"{name} {count}" for name, count in sorted(detectors.items())) or "-"
 
@@ -320,9 +441,16 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
             if s.outcome() != compared[scope].outcome() or s.detectors != compared[scope].detectors
         ]
     differences = [
-        {"run": now.run, "agent": now.agent, "config": asdict(now), "compare": asdict(alt)}
+        {
+            "run": now.run,
+            "agent": now.agent,
+            "config": asdict(now),
+            "compare": asdict(alt),
+            "stop": _stop_record(now, alt),
+        }
         for now, alt in changed
     ]
+    stops = compare_stops(runs, compared) if compared is not None else None
     detectors: Counter[str] = Counter()
     other_detectors: Counter[str] = Counter()  # with --compare
     for summary in (compared or {}).values():
@@ -348,6 +476,7 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
             document["differences"] = differences
             document["compare_detectors"] = dict(other_detectors)
             document["compare_spend"] = other_spend.summary()
+            document["compare_stops"] = stops.as_dict() if stops is not None else None
         out.write(json.dumps(document, indent=1).encode() + b"\n")
         return 0
     console = report_console()
@@ -407,13 +536,25 @@ def run_replay(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
                 now.agent,
                 "/".join(map(_fmt, now.outcome())),
                 "/".join(map(_fmt, alt.outcome())),
+                stop_text(*stop_change(now.first_stop(), alt.first_stop())),
                 _fired(now.detectors),
                 _fired(alt.detectors),
             )
             for now, alt in changed
         ]
-        headers = ("run", "agent", "first w/b/a", "--compare", "fired", "fired with --compare")
+        headers = (
+            "run",
+            "agent",
+            "first w/b/a",
+            "--compare",
+            "--compare stops it",
+            "fired",
+            "fired with --compare",
+        )
         title = f"what {args.compare} would have done differently"
-        console.print(_table(title, rows, headers, text=("agent", "fired", "fired with --compare")))
+        text = ("agent", "--compare stops it", "fired", "fired with --compare")
+        console.print(_table(title, rows, headers, text=text))
         console.print(f"{len(differences)} of {len(runs)} runs differ")
+        if stops is not None:
+            console.print(stops.line(), soft_wrap=True)
     return 0

@@ -23,7 +23,9 @@ def register(sub: Any) -> None:
         "Code sessions, Codex rollouts, Gemini CLI chats, OpenHands event folders, SWE-agent and "
         "mini-swe-agent trajectories: detected automatically), a folder of them, or a Kafka topic "
         "(kafka:TOPIC, bootstrap from LOOPWATCH_KAFKA_BOOTSTRAP) and reports per detector, per agent "
-        "and per run when each run was first warned, blocked and aborted. Without a source, every "
+        "and per run when each run was first warned, blocked and aborted; with --compare, the runs a "
+        "second config treats differently and how many calls earlier or later it stops each. Without "
+        "a source, every "
         "runtime's default place under the home folder is read (see docs/agent-histories.md).",
         epilog="examples:\n  loopwatch replay --config openclaw.json history/\n"
         "  loopwatch replay ~/.claude/projects/\n"
@@ -35,7 +37,12 @@ def register(sub: Any) -> None:
         rep,
         "config to replay through (default: enabled; env LOOPWATCH_CONFIG)",
     )
-    rep.add_argument("--compare", metavar="FILE", help="a second config: list the runs it changes")
+    rep.add_argument(
+        "--compare",
+        metavar="FILE",
+        help="a second config: list the runs it treats differently, and how many calls earlier or later "
+        "it first stops (blocks or aborts) each",
+    )
     rep.add_argument("--since", metavar="ISO_TIME", help="Kafka source: first record time")
     rep.add_argument("--until", metavar="ISO_TIME", help="Kafka source: last record time")
     rep.add_argument("--json", action="store_true", help="machine-readable report")
