@@ -113,6 +113,11 @@ class FleetConfig:
             return self.default
         return agents.get(agent_id, self.default)
 
+    def with_agent_entry(self, agent_id: str, entry: dict[str, Any] | None) -> FleetConfig:
+        """A copy with one agent's entry replaced, as ``agents.list[]`` gives it (``tools``,
+        ``loopwatch``: its block, rules and preset); ``None`` removes every override of it."""
+        return _agent_entry(self, agent_id, entry)
+
     def with_agent_block(self, agent_id: str, block: RawBlock | None) -> FleetConfig:
         """A copy with one agent's block replaced (``None`` removes the override)."""
         blocks = dict(self.agent_blocks)
@@ -132,6 +137,45 @@ class FleetConfig:
             global_preset=self.global_preset,
             agent_presets=self.agent_presets,
         )
+
+
+def _agent_entry(config: FleetConfig, agent_id: str, entry: dict[str, Any] | None) -> FleetConfig:
+    """``config`` with one agent's whole entry replaced: its ``tools.loopDetection`` block, its
+    ``loopwatch`` ``detectors`` and ``preset`` (``None``: every override of the agent removed)."""
+    blocks, rules, presets = dict(config.agent_blocks), dict(config.agent_rules), dict(config.agent_presets)
+    for kept in (blocks, rules, presets):
+        kept.pop(agent_id, None)
+    if entry is not None:
+        problems: list[ConfigProblem] = []
+        path = f"agents.{agent_id}"
+        for key in entry:
+            if key not in ("tools", "loopwatch"):
+                problems.append(ConfigProblem(f"{path}.{key}", "unknown key (known: tools, loopwatch)"))
+        block = _tools_block(entry, path, problems)
+        found: AgentRules = ({}, {}, {})
+        _agent_rules(entry, agent_id, path, found, problems)
+        name = found[2].get(agent_id, config.global_preset)
+        own = found[0].get(agent_id)
+        if own is not None and not problems:
+            base = merge_rules(preset_named(name).rules, config.global_rules) if name else config.global_rules
+            problems += validate_rules(merge_rules(base, own), found[1][agent_id])
+        if problems:
+            raise ConfigError(problems)
+        if block is not None:
+            blocks[agent_id] = block
+        if own is not None:
+            rules[agent_id] = own
+        if agent_id in found[2]:
+            presets[agent_id] = found[2][agent_id]
+    return FleetConfig(
+        config.global_block,
+        blocks,
+        config.settings,
+        config.global_rules,
+        rules,
+        global_preset=config.global_preset,
+        agent_presets=presets,
+    )
 
 
 def _tools_block(owner: object, path: str, problems: list[ConfigProblem]) -> RawBlock | None:

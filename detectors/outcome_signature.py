@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 TEXT_CHARS: Final = 4000
-SIGNATURE_LINES: Final = 8
+SIGNATURE_LINES: Final = 64
 
 _UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _HEX: Final = re.compile(r"[0-9a-f]{8,}")

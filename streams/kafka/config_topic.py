@@ -1,7 +1,9 @@
 """The compacted config topic: per-agent ``loopDetection`` overrides applied at run time.
 
-Key = agent id, value = a ``loopDetection`` object (JSON5), or empty to remove the override.
-Workers read the topic to its end before they start, then follow it.
+Key = agent id, value = a ``loopDetection`` object (JSON5), or the agent's whole entry as
+``agents.list[]`` holds it (an object with ``tools`` and/or ``loopwatch``: its block, its
+``detectors`` and its ``preset``, e.g. ``{"loopwatch": {"preset": "agents"}}``), or empty to
+remove the agent's overrides. Workers read the topic to its end before they start, then follow it.
 """
 
 from __future__ import annotations
@@ -22,11 +24,16 @@ _log = structlog.get_logger("loopwatch.worker")
 
 
 def apply_config_record(config: FleetConfig, key: bytes | None, value: bytes | None) -> FleetConfig:
-    """A config-topic record applied: key = agent id, value = a loopDetection block or null."""
+    """A config-topic record applied: key = agent id, value = a loopDetection block, an agent
+    entry (``tools`` / ``loopwatch``), or null."""
     if not key:
         raise ConfigError([], "config record without an agent id key")
     agent = key.decode("utf-8", "replace")
     block = None if not value else _json_object(value, agent)
+    if block is None:
+        return config.with_agent_entry(agent, None)
+    if "tools" in block or "loopwatch" in block:
+        return config.with_agent_entry(agent, block)
     return config.with_agent_block(agent, block)
 
 

@@ -308,3 +308,42 @@ def test_config_override_changes_one_agent_only(
     assert per_run(got) == per_run(expected)
     assert {o["agent_id"] for o in got} == {"tuned"}
     assert [o["action"] for o in got if o["type"] == "verdict"][:2] == ["warn", "block"]
+
+
+def test_the_agents_preset_set_through_the_config_topic_survives_a_kill(
+    kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    """An agent put on the agents preset by a config-topic record gets the preset's verdicts
+    (a same-call streak and the same failure, both under OpenClaw's thresholds), the other
+    agent none; a worker killed mid-loop and replaced gives exactly the uninterrupted core's."""
+
+    def loop(agent: str) -> list[Event]:
+        from tests.helpers import Trace
+
+        trace = Trace(f"{agent}-run", agent_id=agent)
+        for index in range(8):
+            line = f"/bin/bash: line {4100 + 15 * index}: javac: command not found"
+            trace.both("javac", {"command": "javac -cp . Main.java"}, result=line)
+        return trace.events
+
+    entry = {"loopwatch": {"preset": "agents"}}
+    first = start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
+    run(produce(kafka_bootstrap, names.config, [(b"tuned", json.dumps(entry).encode())]))
+    first.wait_for_log(b"config override applied")
+    events = loop("tuned") + loop("plain")
+    config = FleetConfig.enabled_default().with_agent_entry("tuned", entry)
+    expected = expected_outputs(events, config)
+    assert {o["detector"] for o in expected if o["type"] == "verdict"} == {"same_call_streak"}
+    cut = 7  # mid-streak: "tuned" warned at its third call, its fourth proposed
+    run(produce(kafka_bootstrap, names.events, event_records(events[:cut])))
+    run(consume(kafka_bootstrap, names.verdicts, until=1, timeout=60))
+    first.kill()
+    run(produce(kafka_bootstrap, names.events, event_records(events[cut:])))
+    second = start_worker(names, kafka_bootstrap, tmp_path, workers, "w2")
+    got = run(consume(kafka_bootstrap, names.verdicts, until=len(expected), timeout=120, settle=3))
+    assert per_run(got, dedupe=True) == per_run(expected)
+    assert {o["agent_id"] for o in got} == {"tuned"}
+    actions = [o["action"] for o in got if o["type"] == "verdict"]
+    assert actions[0] == "warn"
+    assert "block" in actions
+    assert b"Recovery complete" in second.log.read_bytes()
