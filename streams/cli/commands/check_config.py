@@ -16,7 +16,7 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
 
     from loopwatch.config import fleet_rules
     from loopwatch.config.errors import ConfigError, both_or_every_problem
-    from loopwatch.config.explain import explain
+    from loopwatch.config.explain import explain, preset_report
     from loopwatch.config.fleet import FleetConfig, parse_config_text
     from loopwatch.config.stream_settings import parse_stream_settings
 
@@ -43,7 +43,10 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
     fleet = fleet_rules.fleet_rules(config.global_rules)
     if args.json:
         document = {
-            "agents": {r.agent: {"effective": r.effective, "notes": r.notes} for r in reports},
+            "preset": preset_report(config.global_preset),
+            "agents": {
+                r.agent: {"preset": r.preset, "effective": r.effective, "notes": r.notes} for r in reports
+            },
             "loopwatch": config.settings.as_dict(),
             "fleet_rules": {"effective": fleet_rules.as_dict(fleet), "notes": fleet_rules.describe(fleet)},
             "stream": settings.masked(),
@@ -52,8 +55,11 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
         out.write(json.dumps(document, indent=1).encode() + b"\n")
         return 0
     lines = [f"{'<stdin>' if args.file == '-' else args.file}: valid", _revision_line(config.settings)]
+    lines.append(_preset_line("preset", preset_report(config.global_preset)))
     for report in reports:
         lines.append(f"\nagent {report.agent}:")
+        if report.preset != preset_report(config.global_preset):
+            lines.append(_preset_line("  preset (this agent's own)", report.preset))
         lines.append("  " + json.dumps(report.effective))
         lines.extend(f"  note: {note}" for note in report.notes)
     lines.append("\nfleet-wide rules (all agents):")
@@ -62,6 +68,16 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
     lines.append("stream settings (environment): " + json.dumps(settings.masked()))
     out.write(("\n".join(lines) + "\n").encode())
     return 0
+
+
+def _preset_line(label: str, preset: dict[str, str] | None) -> str:
+    if preset is None:
+        return (
+            f"{label}: none (OpenClaw's rules as they are; "
+            '{"loopwatch": {"preset": "agents"}} adds the agents preset, docs/real-loops.md)'
+        )
+    dated = "" if preset["version"] == preset["name"] else f" (stands for {preset['version']})"
+    return f"{label}: {preset['name']}{dated}: {preset['summary']}"
 
 
 def _revision_line(settings: DetectorSettings) -> str:
@@ -84,7 +100,8 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Validates an OpenClaw or loopwatch config file (every problem is listed with "
         "its path) and prints the effective config of every agent after the per-agent merge and "
-        "the threshold auto-raise, with a note on every value the runtime changed. Stream settings "
+        "the threshold auto-raise, with a note on every value the runtime changed, and each agent's "
+        "preset with the rules it turned on (thresholds, exempt tools). Stream settings "
         "come from LOOPWATCH_* variables; secrets are masked.",
         epilog="examples:\n  loopwatch check-config ~/.openclaw/openclaw.json\n"
         "  loopwatch check-config --json openclaw.json\n"
