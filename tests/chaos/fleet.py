@@ -7,7 +7,8 @@ with ``run_end``. Runs are interleaved at random, as many agents publishing at o
 About 3 % of events are published a second time a few records later, as a runtime that
 retries a publish does (some after the run's ``run_end``). Thresholds are random per agent;
 the OpenClaw rule revision, the stale-churn limit and loopwatch's own rules (on or off) are
-random per fleet; every call carries usage. Events carry the
+random per fleet, and so is the agents preset (on in about half the fleets, never with a worker
+of an earlier release, which does not know it); every call carries usage. Events carry the
 run's own event time (4-12 s a step), so stale churn aborts happen too.
 """
 
@@ -93,8 +94,10 @@ def _run_events(tag: str, number: int, rnd: random.Random) -> list[Event]:
     return events
 
 
-def chaos_fleet(seed: int, runs: int = 150, duplicate_pct: float = 3.0) -> ChaosFleet:
-    """A seeded random fleet and its per-agent config (JSON5 text and parsed)."""
+def chaos_fleet(seed: int, runs: int = 150, duplicate_pct: float = 3.0, presets: bool = True) -> ChaosFleet:
+    """A seeded random fleet and its per-agent config (JSON5 text and parsed); ``presets``:
+    whether the fleet may run the agents preset (drawn last: the same seed gives the same
+    events and thresholds either way)."""
     rnd = random.Random(seed)
     tag = f"f{seed}"
     scripts = [_run_events(tag, number, rnd) for number in range(runs)]
@@ -125,5 +128,7 @@ def chaos_fleet(seed: int, runs: int = 150, duplicate_pct: float = 3.0) -> Chaos
             "detectors": rnd.choice([{}, OWN_RULES]),
         },
     }
+    if rnd.random() < 0.5 and presets:
+        document["loopwatch"]["preset"] = "agents"
     text = json.dumps(document, indent=1)
     return ChaosFleet(seed, events, text, parse_config_text(text, f"chaos fleet {seed}"))

@@ -586,9 +586,8 @@ async def run_scenario(
     ``test-artifacts/chaos/``.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    ctx = Context(
-        bootstrap, workdir, chaos_fleet(seed, runs), cluster=cluster, store=store, worker_env=worker_env or {}
-    )
+    fleet = chaos_fleet(seed, runs, presets=name not in UPGRADE_SCENARIOS)
+    ctx = Context(bootstrap, workdir, fleet, cluster=cluster, store=store, worker_env=worker_env or {})
     try:
         await {**SCENARIOS, **UPGRADE_SCENARIOS, **CLUSTER_SCENARIOS}[name](ctx)
         await ctx.wait_processed()
