@@ -119,7 +119,7 @@ def chaos_fleet(seed: int, runs: int = 150, duplicate_pct: float = 3.0, presets:
         later.sort(key=lambda item: item[0])
     events.extend(event for _, event in later)
     agents = sorted({scenario.agent_id for scenario in SCENARIOS})
-    document = {
+    document: dict[str, Any] = {
         "tools": {"loopDetection": {"enabled": True}},
         "agents": {"list": [{"id": agent, "tools": {"loopDetection": _thresholds(rnd)}} for agent in agents]},
         "loopwatch": {
