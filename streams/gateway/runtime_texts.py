@@ -27,6 +27,9 @@ _LOOPS: Final[Mapping[str, _Phrase]] = {
     "argument_churn": lambda tool, n: f"{tool} was called {n} times with new arguments and the same failure",
     "run_no_progress": lambda tool, n: f"the last {n} tool results brought nothing new",
     "edit_undo": lambda tool, n: f"the same edit was made and undone {n} times",
+    "same_call_streak": lambda tool, n: f"{tool} was called {n} times in a row with the same arguments",
+    "call_cycle": lambda tool, n: f"the same few calls went round {n} times in the same order",
+    "same_failure": lambda tool, n: f"the last {n} tool calls all failed the same way",
     "loop_budget": lambda tool, n: f"looping has cost {n / 100:.2f} USD so far",
     "tool_outage": lambda tool, n: f"{tool} is failing for many agents right now (an outage)",
 }
