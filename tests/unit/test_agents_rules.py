@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from loopwatch.config import FleetConfig, parse_config_value
+from loopwatch import LoopDetector
+from loopwatch.config import FleetConfig, parse_config_text, parse_config_value
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Event, Output, ToolCall, Verdict
 from loopwatch.detectors.outcome_signature import (
@@ -537,6 +538,23 @@ def test_an_echo_is_found_whatever_its_case() -> None:
     assert run(calls.trace, only("sameFailure")) == [(6, "warn", FAILURE, 5)]
 
 
+#: search terms as agents write them for grep: regular expressions, with backslashes
+PATTERNS = [r"foo\.bar", r"get\(", r"\bmain\b", r"a\|b", r"x\s+y", r"end\$"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the arguments are read as their JSON text, where a backslash is doubled: an echo of "
+    "an argument holding one is not found, so a sweep of regular expressions is no sweep",
+)
+def test_a_sweep_of_patterns_with_backslashes_is_a_sweep() -> None:
+    calls = Calls()
+    for pattern in PATTERNS[:5]:
+        calls.both("search_dir", {"search_term": pattern}, f'No matches found for "{pattern}" in /repo')
+    calls.call("search_dir", {"search_term": PATTERNS[5]})
+    assert run(calls.trace, only("sameFailure")) == [(6, "warn", FAILURE, 5)]
+
+
 def test_an_exempt_tool_s_outcomes_neither_count_nor_end_a_streak_and_its_calls_pass() -> None:
     config = only("sameFailure", exemptTools=["poll"])
     poll = {"sessionId": "s"}
@@ -568,6 +586,74 @@ def test_the_thresholds_of_the_same_failure_are_the_config_s() -> None:
     calls.call("exec", {"command": "x"})
     config = only("sameFailure", warningThreshold=2, criticalThreshold=3)
     assert run(calls.trace, config) == [(3, "warn", FAILURE, 2), (4, "block", FAILURE, 3)]
+
+
+SAME_WAY, NOTHING = "all failed the same way", "each came back with nothing"
+
+
+def test_a_critical_sweep_wins_over_a_same_failure_warning() -> None:
+    calls = prose_loop(3)
+    calls.call("exec", {"command": "x"})
+    config = only(
+        "sameFailure",
+        warningThreshold=3,
+        criticalThreshold=4,
+        sweepWarningThreshold=2,
+        sweepCriticalThreshold=3,
+    )
+    outputs = outputs_of(calls.trace.events, config)
+    # after 2: the sweep's warning; after 3: the same failure warns, the sweep is critical
+    assert said(calls.trace, outputs) == [(3, "warn", FAILURE, 2), (4, "block", FAILURE, 3)]
+    warning, critical = messages(outputs, FAILURE)
+    assert NOTHING in warning
+    assert critical.startswith(f"CRITICAL: the last 3 tool calls {NOTHING}")
+
+
+def test_the_same_failure_wins_over_the_sweep_between_equals() -> None:
+    calls = prose_loop(3)
+    calls.call("exec", {"command": "x"})
+    config = only(
+        "sameFailure",
+        warningThreshold=2,
+        criticalThreshold=3,
+        sweepWarningThreshold=2,
+        sweepCriticalThreshold=3,
+    )
+    outputs = outputs_of(calls.trace.events, config)
+    assert said(calls.trace, outputs) == [(3, "warn", FAILURE, 2), (4, "block", FAILURE, 3)]
+    warning, critical = messages(outputs, FAILURE)
+    assert SAME_WAY in warning
+    assert critical.startswith(f"CRITICAL: the last 3 tool calls {SAME_WAY}")
+
+
+def test_the_loop_detector_reads_the_preset_globally_and_per_agent() -> None:
+    config = parse_config_text(
+        """{
+          "loopwatch": { "preset": "agents" },
+          "agents": { "list": [ { "id": "poller", "loopwatch": { "preset": "openclaw" } } ] }
+        }"""
+    )
+
+    def actions(detector: LoopDetector) -> list[tuple[str, str | None]]:
+        decided: list[tuple[str, str | None]] = []
+        for n in range(1, 6):
+            decision = detector.before_tool_call("r", "exec", CD)
+            decided.append((decision.action, decision.reason))
+            if decision.proceed:
+                answer = f"/bin/bash: line {n}: cd: fastjson/: No such file or directory"
+                detector.after_tool_call("r", "exec", CD, result=answer)
+        return decided
+
+    # the streak warns at the 3rd, blocks at the 5th; at the 4th, the same failure's warning
+    # (3 failures) comes after the streak's (same level: the earlier rule's, already given)
+    assert actions(LoopDetector(config)) == [
+        ("allow", None),
+        ("allow", None),
+        ("warn", STREAK),
+        ("allow", None),
+        ("block", STREAK),
+    ]
+    assert actions(LoopDetector(config, agent_id="poller")) == [("allow", None)] * 5
 
 
 @pytest.mark.xfail(
@@ -876,6 +962,35 @@ def test_signature_empties_quoted_echoes_of_the_arguments_only_when_echo_free(te
     assert elsewhere[0] != elsewhere[1]
     assert "build env" in elsewhere[0]
     assert "project setup" in elsewhere[1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an apostrophe before the echo (can't, didn't) opens a quoted span that ends at the "
+    "echo's opening quote: the echo itself is then not emptied",
+)
+@pytest.mark.parametrize("template", ["grep: can't open '{}'", "Didn't find '{}' anywhere"])
+def test_signature_empties_an_echo_after_an_apostrophe(template: str) -> None:
+    first = signature(template.format("alpha"), '{"pattern":"alpha"}', True)
+    second = signature(template.format("beta"), '{"pattern":"beta"}', True)
+    assert "alpha" not in first
+    assert first == second
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="'errors' is a failure marker as a word, also where the line reports none "
+    "(docs/real-loops.md: a failure is an outcome whose first two lines or last one say so)",
+)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Tests run: 3, Failures: 0, Errors: 0, Skipped: 0",
+        "Found 0 errors. Watching for file changes.",
+    ],
+)
+def test_a_report_of_no_errors_is_no_failure(text: str) -> None:
+    assert unproductive(text, False) is False
 
 
 def test_preview_is_the_first_non_blank_line_cut_to_its_limit() -> None:
