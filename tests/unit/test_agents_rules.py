@@ -434,19 +434,18 @@ def test_three_ways_of_failing_in_turn_never_make_a_streak_of_three() -> None:
     ],
 )
 def test_a_success_ends_the_streak(success: Any) -> None:
-    calls = Calls()
-    calls.both("exec", {"command": "a"}, not_found(1))
-    calls.both("exec", {"command": "b"}, not_found(2))
-    calls.both("ls", {"path": "."}, success)
-    calls.both("exec", {"command": "c"}, not_found(3))
-    calls.both("exec", {"command": "d"}, not_found(4))
-    calls.call("exec", {"command": "e"})
-    assert run(calls.trace, only("sameFailure")) == []  # 2 since the success, not 4
-    calls.trace.events.pop()
-    calls.count -= 1
-    calls.both("exec", {"command": "e"}, not_found(5))
-    calls.call("exec", {"command": "f"})
-    assert run(calls.trace, only("sameFailure")) == [(7, "warn", FAILURE, 3)]
+    def around_the_success(failures_after: int) -> Calls:
+        calls = Calls()
+        calls.both("exec", {"command": "a"}, not_found(1))
+        calls.both("exec", {"command": "b"}, not_found(2))
+        calls.both("ls", {"path": "."}, success)
+        for n in range(failures_after):
+            calls.both("exec", {"command": f"again {n}"}, not_found(3 + n))
+        calls.call("exec", {"command": "next"})
+        return calls
+
+    assert run(around_the_success(2).trace, only("sameFailure")) == []  # 2 since the success, not 4
+    assert run(around_the_success(3).trace, only("sameFailure")) == [(7, "warn", FAILURE, 3)]
 
 
 def test_marked_failures_count_whatever_their_text() -> None:
