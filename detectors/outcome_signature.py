@@ -3,17 +3,21 @@
 Rules (docs/real-loops.md has the measurements behind them):
 
 * The *text* of an outcome: ``error`` when set (a marked failure), else ``result``; a string
-  as it is, any other value as its string leaves in order, joined by newlines; at most
-  :data:`TEXT_CHARS` characters are read.
+  as it is, any other value as its string leaves in order, joined by newlines, leaving out
+  the values of ``type`` keys (a content block's ``"type": "text"`` is a tag, not output); at
+  most :data:`TEXT_CHARS` characters are read. A call's *arguments* are read the same way
+  (their string leaves, not their JSON, so a backslash is one backslash).
 * An outcome is *unproductive* when it is a marked failure; else, when its text reports an
   exit status (``<returncode>N</returncode>``, ``exit code N``, ``exit status N``), when that
   status is not 0; else when its first two non-blank lines or its last one carry a failure
   marker (:data:`_FAILURE_MARKERS`: an error, an exception, "not found", "no such file",
   "no matches", "permission denied", "usage:", ...), matched on whole words so that a file
-  named ``IOException.java`` is no failure. An empty text is not unproductive.
+  named ``IOException.java`` is no failure, and not where the line counts none ("0 errors",
+  "Errors: 0", "no failures"). An empty text is not unproductive.
 * Its *failure signature* (:func:`signature`): the text lower-cased; (with ``echo_free``) every
-  quoted span (``"…"``, ``'…'``, a backquote span) whose content occurs in the call's
-  arguments emptied, so that "no matches for "a"" and "no matches for "b"" are one failure;
+  quoted span (``"…"``, ``'…'`` not inside a word, as the apostrophe of "can't" is, a
+  backquote span) whose content occurs in the call's arguments emptied, so that
+  "no matches for "a"" and "no matches for "b"" are one failure;
   then F1's normalisation (BEYOND-OPENCLAW §F1: UUIDs and runs of 8+ hex characters → ``x``,
   digit runs → ``0``: shell line counters, PIDs, sizes, timestamps); then each non-blank line
   cut to what follows its last ``": "`` (the message without the program, line and subject
@@ -41,9 +45,16 @@ SIGNATURE_LINES: Final = 64
 _UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _HEX: Final = re.compile(r"[0-9a-f]{8,}")
 _DIGITS: Final = re.compile(r"[0-9]+")
-_QUOTED: Final = re.compile(r"\"([^\"\n]{1,200})\"|'([^'\n]{1,200})'|`([^`'\n]{1,200})[`']")
+_QUOTED: Final = re.compile(
+    r"\"([^\"\n]{1,200})\"|(?<![a-z0-9])'([^'\n]{1,200})'(?![a-z0-9])|`([^`'\n]{1,200})[`']"
+)
 _EXIT_STATUS: Final = re.compile(
     r"<returncode>(-?\d+)</returncode>|exit (?:code|status):? ?(-?\d+)", re.IGNORECASE
+)
+#: counts of nothing ("0 errors", "errors: 0", "no failures"): removed before markers are looked for
+_NONE_COUNTED: Final = re.compile(
+    r"\b(?:0|no|zero)\s+(?:errors?|failures?|failed|exceptions?)\b"
+    r"|\b(?:errors?|failures?|failed|exceptions?)\s*[:=]\s*0\b"
 )
 _FAILURE_MARKERS: Final = re.compile(
     r"\b(?:error|errors|exception|fatal|failed|failure|traceback)\b|[a-z](?:error|exception):"
@@ -61,7 +72,9 @@ def _leaves(value: Any, out: list[str], budget: int) -> int:
         out.append(value)
         return budget - len(value)
     if isinstance(value, dict):
-        for item in value.values():
+        for key, item in value.items():
+            if key == "type":
+                continue
             budget = _leaves(item, out, budget)
             if budget <= 0:
                 break
@@ -97,7 +110,7 @@ def unproductive(text: str, failed: bool) -> bool:
         return False
     head = lines[:2]
     head.append(lines[-1])
-    return any(_FAILURE_MARKERS.search(line) is not None for line in head)
+    return any(_FAILURE_MARKERS.search(_NONE_COUNTED.sub(" ", line)) is not None for line in head)
 
 
 def signature(text: str, arguments: str, echo_free: bool) -> str:

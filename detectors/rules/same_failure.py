@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import msgspec
 import xxhash
 from msgspec import UNSET
 
@@ -58,7 +57,6 @@ __all__ = [
 
 DETECTOR: Final = "same_failure"
 CLASSES: Final = 2
-_RAW: Final = msgspec.Raw
 
 
 class FailureStreak:
@@ -117,17 +115,11 @@ def _digest(text: str) -> str:
 
 
 def _arguments(params: Any) -> str:
-    """A call's arguments as lower-cased text (their JSON)."""
+    """A call's arguments as lower-cased text: their string leaves (not their JSON, where a
+    backslash is doubled), as :func:`~detectors.outcome_signature.outcome_text` reads them."""
     if params is UNSET or params is None:
         return ""
-    if type(params) is _RAW:
-        return bytes(params).decode("utf-8", "surrogatepass").lower()
-    if isinstance(params, str):
-        return params.lower()
-    try:
-        return msgspec.json.encode(params).decode("utf-8", "surrogatepass").lower()
-    except (TypeError, ValueError, OverflowError):
-        return ""
+    return outcome_text(plain(params)).lower()
 
 
 class SameFailure(Rule):

@@ -541,11 +541,6 @@ def test_an_echo_is_found_whatever_its_case() -> None:
 PATTERNS = [r"foo\.bar", r"get\(", r"\bmain\b", r"a\|b", r"x\s+y", r"end\$"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the arguments are read as their JSON text, where a backslash is doubled: an echo of "
-    "an argument holding one is not found, so a sweep of regular expressions is no sweep",
-)
 def test_a_sweep_of_patterns_with_backslashes_is_a_sweep() -> None:
     calls = Calls()
     for pattern in PATTERNS[:5]:
@@ -655,11 +650,6 @@ def test_the_loop_detector_reads_the_preset_globally_and_per_agent() -> None:
     assert actions(LoopDetector(config, agent_id="poller")) == [("allow", None)] * 5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an OpenClaw-shaped result {content: [{type: 'text', text: …}]} gives the leaf 'text' "
-    "(the block's type) as the outcome's first line: the message names \"text\", not the failure",
-)
 def test_the_message_names_the_first_line_of_an_openclaw_shaped_failure() -> None:
     calls = Calls()
     for n in range(1, 6):
@@ -670,11 +660,6 @@ def test_the_message_names_the_first_line_of_an_openclaw_shaped_failure() -> Non
     assert f'("{not_found(5)}")' in messages(outputs, FAILURE)[-1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an OpenClaw-shaped result's text starts with the leaf 'text': its own second line is "
-    "read as the third, so a marker there is missed",
-)
 def test_a_marker_on_the_second_line_of_an_openclaw_shaped_result_is_a_failure() -> None:
     calls = Calls()
     for n in range(1, 4):
@@ -685,7 +670,7 @@ def test_a_marker_on_the_second_line_of_an_openclaw_shaped_result_is_a_failure()
 
 
 def test_the_same_marker_on_the_second_line_of_a_plain_text_result_is_a_failure() -> None:
-    """The xfail above, without the content blocks: what docs/real-loops.md says happens."""
+    """The test above, without the content blocks: what docs/real-loops.md says happens."""
     calls = Calls()
     for n in range(1, 4):
         output = f"Compiling module {n}\nerror: cannot find symbol\n  location: class Main\n1 warning"
@@ -963,11 +948,6 @@ def test_signature_empties_quoted_echoes_of_the_arguments_only_when_echo_free(te
     assert "project setup" in elsewhere[1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an apostrophe before the echo (can't, didn't) opens a quoted span that ends at the "
-    "echo's opening quote: the echo itself is then not emptied",
-)
 @pytest.mark.parametrize("template", ["grep: can't open '{}'", "Didn't find '{}' anywhere"])
 def test_signature_empties_an_echo_after_an_apostrophe(template: str) -> None:
     first = signature(template.format("alpha"), '{"pattern":"alpha"}', True)
@@ -976,11 +956,6 @@ def test_signature_empties_an_echo_after_an_apostrophe(template: str) -> None:
     assert first == second
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="'errors' is a failure marker as a word, also where the line reports none "
-    "(docs/real-loops.md: a failure is an outcome whose first two lines or last one say so)",
-)
 @pytest.mark.parametrize(
     "text",
     [
