@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 from msgspec import UNSET
 
+from loopwatch.config.fleet import parse_config_text
 from loopwatch.detectors.events import Event, RunEnd, ToolCall, ToolResult
 from loopwatch.streams.gateway.hooks.gemini import without_process_ids
 from loopwatch.streams.history.agent_histories import default_files, read_histories
+from loopwatch.streams.history.replay import replay
 from tests.integration.fake_model import FakeModel, GeminiApi, RepeatTool, ResponsesApi
 from tests.integration.runtimes.codex_cli import Codex
 from tests.integration.runtimes.gemini_cli import Gemini
@@ -37,6 +39,16 @@ def histories(home: Path) -> list[Event]:
     assert err.getvalue() == ""
     assert found.others == []
     return found.events
+
+
+def replay_row(events: list[Event]) -> tuple[int, int | None, int | None, int | None]:
+    """``replay``'s one row for the CLI's session under the agents preset: its calls and its
+    first warning, block and abort. The scripted model makes the same failing call CALLS (3)
+    times in a row: the preset's sameCallStreak warns at the 3rd (docs/real-loops.md)."""
+    rows = replay(events, parse_config_text('{"loopwatch": {"preset": "agents"}}'))
+    assert len(rows) == 1
+    row = next(iter(rows.values()))
+    return (row.calls, *row.outcome())
 
 
 def split(events: list[Event]) -> tuple[list[ToolCall], list[ToolResult]]:
@@ -68,6 +80,7 @@ def test_codex_s_rollout_gives_the_calls_codex_told_its_hooks(codex: Codex, tmp_
         ("exec_command", p["tool_input"]["command"]) for p in pre
     ]
     assert [r.tool_call_id for r in results] == [p["tool_use_id"] for p in post]
+    assert replay_row(events) == (len(pre), 3, None, None)
     # the command exited 1: the rollout's exec_command_end says so, and the output is an error
     for result, seen in zip(results, post, strict=True):
         assert result.result is UNSET
@@ -91,6 +104,7 @@ def test_gemini_s_chat_gives_the_calls_gemini_told_its_hooks(gemini: Gemini, tmp
     assert len(before) == len(after) == CALLS
     assert {e.run_id for e in events} == {before[0]["session_id"]}
     assert [(c.tool, c.params) for c in calls] == [(b["tool_name"], b["tool_input"]) for b in before]
+    assert replay_row(events) == (len(before), 3, None, None)
     # Gemini CLI 0.61 logs JSONL, and records a failing command as a success whose output says
     # the exit code (its hook's tool_response has no error either): a result, without the
     # process-id lines, as loopwatch's AfterTool hook sends it
@@ -128,6 +142,7 @@ def test_claude_code_s_session_gives_the_calls_claude_code_told_its_hooks(
     # each command failed: PostToolUseFailure for the hook, is_error in the session: an error
     outcomes = run.outcomes()  # Claude Code's own stream-json output
     assert [r.tool_call_id for r in results] == [f["tool_use_id"] for f in failures]
+    assert replay_row(history) == (len(pre), 3, None, None)
     for result in results:
         assert result.result is UNSET
         assert result.error == outcomes[str(result.tool_call_id)].content
