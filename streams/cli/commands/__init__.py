@@ -9,6 +9,7 @@ from loopwatch.streams.cli.commands import (
     demo,
     gateway,
     hook,
+    mcp,
     replay,
     run,
     transcripts,
@@ -17,4 +18,4 @@ from loopwatch.streams.cli.commands import (
 
 __all__ = ["COMMANDS"]
 
-COMMANDS = (run, conformance, demo, replay, transcripts, check_config, gateway, hook, worker)
+COMMANDS = (run, conformance, demo, replay, transcripts, check_config, gateway, hook, mcp, worker)
