@@ -15,7 +15,7 @@ import xxhash
 
 from loopwatch.detectors.stable_json import canonical_bytes
 
-__all__ = ["Digester", "digester_for", "js_trim", "update_plan_shape"]
+__all__ = ["Digester", "content_text", "digester_for", "js_trim", "update_plan_shape"]
 
 _HASHERS: Final[dict[str, Callable[[bytes], str]]] = {
     "xxh3": xxhash.xxh3_128_hexdigest,
@@ -115,3 +115,28 @@ def digester_for(algorithm: str) -> Digester:
         digester = _DIGESTERS[algorithm] = Digester(algorithm)
     _LAST.digester = digester
     return digester
+
+
+def content_text(result: dict[str, Any]) -> str:
+    """The text of a result's content blocks (OpenClaw's extractTextContent): the ``text`` of
+    each block whose ``type`` and ``text`` are strings, joined by newlines, trimmed."""
+    content = result.get("content")
+    if type(content) is not list:
+        return ""
+    if len(content) == 1:  # the common shape: one text block
+        entry = content[0]
+        if type(entry) is dict:
+            text = entry.get("text")
+            if type(text) is str and type(entry.get("type")) is str:
+                return text.strip(_JS_WHITESPACE)
+        return ""
+    texts = [
+        entry["text"]
+        for entry in content
+        if isinstance(entry, dict)
+        and isinstance(entry.get("type"), str)
+        and isinstance(entry.get("text"), str)
+    ]
+    if not texts:
+        return ""
+    return js_trim(texts[0] if len(texts) == 1 else "\n".join(texts))

@@ -27,7 +27,7 @@ from msgspec import Raw
 from loopwatch.config.settings import Revision
 from loopwatch.detectors import raw_json
 from loopwatch.detectors.exec_failures import failure_shape, terminal_exit_code
-from loopwatch.detectors.hashing import _JS_WHITESPACE, Digester, js_trim, update_plan_shape
+from loopwatch.detectors.hashing import _JS_WHITESPACE, Digester, content_text, js_trim, update_plan_shape
 from loopwatch.detectors.stable_json import UNDEFINED, JSNumber, js_number_text, plain, stable_stringify
 from loopwatch.detectors.values import MISSING, ErrorMessage
 
@@ -188,31 +188,6 @@ def strip_volatile_send_ids(value: Any) -> Any:
             if key not in _VOLATILE_KEYS and not (drop_id and key == "id")
         }
     return value
-
-
-def content_text(result: dict[str, Any]) -> str:
-    """The text of a result's content blocks (OpenClaw's extractTextContent): the ``text`` of
-    each block whose ``type`` and ``text`` are strings, joined by newlines, trimmed."""
-    content = result.get("content")
-    if type(content) is not list:
-        return ""
-    if len(content) == 1:  # the common shape: one text block
-        entry = content[0]
-        if type(entry) is dict:
-            text = entry.get("text")
-            if type(text) is str and type(entry.get("type")) is str:
-                return text.strip(_JS_WHITESPACE)
-        return ""
-    texts = [
-        entry["text"]
-        for entry in content
-        if isinstance(entry, dict)
-        and isinstance(entry.get("type"), str)
-        and isinstance(entry.get("text"), str)
-    ]
-    if not texts:
-        return ""
-    return js_trim(texts[0] if len(texts) == 1 else "\n".join(texts))
 
 
 def _exec_fingerprint(details: dict[str, Any], status: str, text: str) -> dict[str, Any] | None:

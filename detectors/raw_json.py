@@ -45,6 +45,7 @@ from typing import Any, Final
 
 import msgspec
 
+from loopwatch.detectors.hashing import content_text
 from loopwatch.detectors.input_limits import nesting_exceeds
 from loopwatch.detectors.stable_json import WIRE_DECODER, canonical_bytes
 
@@ -98,7 +99,6 @@ def python_canonical(raw: bytes | msgspec.Raw) -> bytes | None:
 
 def python_outcome(raw: bytes | msgspec.Raw) -> Outcome | None:
     """:func:`outcome` in Python."""
-    from loopwatch.detectors.outcomes import content_text  # (outcomes hashes the general path)
 
     sure, result = _value(raw)
     if not sure:

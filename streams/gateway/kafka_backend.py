@@ -150,7 +150,7 @@ class KafkaBackend:
             sending.add_done_callback(_ignore_outcome)
             if self._refused_since is None:
                 self._refused_since = time.monotonic()
-            from loopwatch.streams.gateway.server import BackendUnavailable
+            from loopwatch.streams.gateway.backend import BackendUnavailable
 
             raise BackendUnavailable(
                 f"the broker did not take the events within {EVENTS_TIMEOUT_S:g} s: try again"
@@ -212,7 +212,7 @@ class KafkaBackend:
 
     async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
         """Not here: the workers decide one call at a time (docs/openclaw-rules.md §7.6)."""
-        from loopwatch.streams.gateway.server import BatchUnsupported
+        from loopwatch.streams.gateway.backend import BatchUnsupported
 
         raise BatchUnsupported(
             "a batch of calls (a JSON array) is admitted together only by the embedded gateway; "
@@ -228,7 +228,7 @@ class KafkaBackend:
     def stalled(self) -> bool:
         """Decisions have been timing out, or the broker refusing events, for ``STALL_S``
         seconds, none answered (taken) since."""
-        from loopwatch.streams.gateway.server import STALL_S
+        from loopwatch.streams.gateway.backend import STALL_S
 
         now = time.monotonic()
         return any(

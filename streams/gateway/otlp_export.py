@@ -10,7 +10,7 @@ from loopwatch.detectors.facade import BatchDecision, Decision
 from loopwatch.streams.otlp_verdicts import VerdictExporter
 
 if TYPE_CHECKING:
-    from loopwatch.streams.gateway.server import Backend
+    from loopwatch.streams.gateway.backend import Backend
 
 __all__ = ["ExportingBackend"]
 

@@ -42,7 +42,7 @@ import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 import msgspec
 import structlog
@@ -55,6 +55,7 @@ from loopwatch.detectors.facade import BatchDecision, Decision
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.dashboard import Dashboard
 from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.gateway.backend import STALL_S, Backend, BackendUnavailable, BatchUnsupported
 from loopwatch.streams.gateway.hooks.plan import MemoryPrompts, session_problem
 from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES, event_problem
 from loopwatch.streams.gateway.tolerant_json import TOO_DEEP, as_utf8, dumps, loads
@@ -96,30 +97,12 @@ def _posts_only(path: str) -> bool:
 
 #: Requests handled at once; more answer 503 at once (hooks fail open, nothing piles up).
 MAX_IN_FLIGHT = 1024
-#: ``/health`` is unhealthy when events wait and none was processed for this long.
-STALL_S = 5.0
 #: A connection idle this long (no request, or a request's headers unfinished) is closed.
 IDLE_TIMEOUT_S = 30.0
 #: The most calls one ``/v1/decide`` batch may hold.
 MAX_BATCH_CALLS = 256
 
 _log = structlog.get_logger("loopwatch.gateway")
-
-
-class Backend(Protocol):
-    """Where the gateway's events go and its decisions come from."""
-
-    async def events(self, events: list[Event]) -> list[Output] | None: ...
-
-    async def decide(self, call: ToolCall) -> tuple[Decision, bool]: ...
-
-    async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
-        """One model turn's calls decided together (:class:`BatchUnsupported` where not)."""
-        ...
-
-    async def refuse(self, body: bytes, reason: str) -> None: ...
-
-    def stalled(self) -> bool: ...
 
 
 class EmbeddedBackend:
@@ -313,14 +296,6 @@ class _BodyTimeout(Exception):
 class _BodyUndecodable(InvalidEvent):
     """A body its Content-Encoding does not decode: answered 400 on a connection then closed
     (the rest of the body would be read as the next request)."""
-
-
-class BatchUnsupported(LoopwatchError):
-    """A backend that cannot decide a batch of calls together (answered 501)."""
-
-
-class BackendUnavailable(LoopwatchError):
-    """A backend that could not take the request in time (answered 503: the client tries again)."""
 
 
 class _Guard:

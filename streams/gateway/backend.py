@@ -1,0 +1,39 @@
+"""What the gateway asks of a backend (the embedded runtime, or the Kafka workers), and the
+two ways a backend says it cannot answer; shared by the server and every backend."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from loopwatch.config.errors import LoopwatchError
+from loopwatch.detectors.events import Event, Output, ToolCall
+from loopwatch.detectors.facade import BatchDecision, Decision
+
+__all__ = ["STALL_S", "Backend", "BackendUnavailable", "BatchUnsupported"]
+
+#: ``/health`` is unhealthy when events wait and none was processed for this long.
+STALL_S = 5.0
+
+
+class Backend(Protocol):
+    """Where the gateway's events go and its decisions come from."""
+
+    async def events(self, events: list[Event]) -> list[Output] | None: ...
+
+    async def decide(self, call: ToolCall) -> tuple[Decision, bool]: ...
+
+    async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
+        """One model turn's calls decided together (:class:`BatchUnsupported` where not)."""
+        ...
+
+    async def refuse(self, body: bytes, reason: str) -> None: ...
+
+    def stalled(self) -> bool: ...
+
+
+class BatchUnsupported(LoopwatchError):
+    """A backend that cannot decide a batch of calls together (answered 501)."""
+
+
+class BackendUnavailable(LoopwatchError):
+    """A backend that could not take the request in time (answered 503: the client tries again)."""
