@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -55,9 +57,12 @@ import msgspec
 
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import Event, InvalidEvent
+from loopwatch.detectors.stable_json import JSNumber
 from loopwatch.streams.gateway.tolerant_json import loads
 
 __all__ = [
+    "DEADLINE_EXCEEDED",
+    "INVALID_ARGUMENT",
     "JSON_MEDIA",
     "PROTOBUF_MEDIA",
     "PROTOBUF_MISSING",
@@ -283,18 +288,56 @@ def _items(obj: dict[str, Any], camel: str, snake: str, where: str) -> Iterator[
         yield path, _object(item, path)
 
 
-def _int64(value: Any, where: str) -> int:
+#: A decimal integer in ASCII digits (``int()`` and ``str.isdigit`` read other scripts' digits too).
+_INTEGER: Final = re.compile(r"-?[0-9]{1,20}")
+#: A JSON number (ASCII), as proto3's JSON mapping takes a double in a string.
+_NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+#: proto3's JSON names of the doubles JSON has no number for
+_NAMED_DOUBLES: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+#: the ranges of OTLP's integer fields: ``fixed64`` times, ``int64`` values, ``int32`` enums
+UINT64: Final = (0, 2**64 - 1, "an unsigned 64-bit integer")
+INT64: Final = (-(2**63), 2**63 - 1, "a signed 64-bit integer")
+INT32: Final = (-(2**31), 2**31 - 1, "a signed 32-bit integer")
+
+
+def _integer(value: Any, where: str, kind: tuple[int, int, str] = INT64) -> int:
+    """An integer field: a JSON integer or its decimal string (ASCII digits), within ``kind``."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise OtlpError(f"{where}: expected an integer (or its decimal string)")
-    try:
-        number = int(value)
-    except ValueError:
-        raise OtlpError(
-            f"{where}: expected an integer (or its decimal string), got {str(value)[:40]!r}"
-        ) from None
-    if not -(2**63) <= number < 2**64:
-        raise OtlpError(f"{where}: out of the 64-bit range")
+    if isinstance(value, str):
+        if _INTEGER.fullmatch(value) is None:
+            raise OtlpError(f"{where}: expected an integer (or its decimal string), got {value[:40]!r}")
+    number = int(value)
+    low, high, name = kind
+    if not low <= number <= high:
+        raise OtlpError(f"{where}: out of the range of {name}")
     return number
+
+
+def _double(value: Any, where: str) -> float:
+    """A ``double`` field: a JSON number, or a string holding one or naming NaN or ±Infinity
+    (proto3's JSON mapping); a number beyond a double is refused, as protobuf's JSON parsers
+    refuse it (JSON has no infinite number: they are written ``"Infinity"``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, JSNumber)):
+        raise OtlpError(f"{where}: expected a number")
+    if isinstance(value, str):
+        named = _NAMED_DOUBLES.get(value)
+        if named is not None:
+            return named
+        if _NUMBER.fullmatch(value) is None:
+            raise OtlpError(f"{where}: expected a number, got {value[:40]!r}")
+    number = value.value if isinstance(value, JSNumber) else value
+    try:
+        double = float(number)
+    except OverflowError:  # an integer of more than 308 digits
+        double = math.inf
+    if math.isinf(double):
+        raise OtlpError(f'{where}: {_BEYOND_A_DOUBLE} (an infinite double is written "Infinity")')
+    return double
+
+
+#: what a number too large for a double is called in refusals
+_BEYOND_A_DOUBLE: Final = "a number beyond a double"
 
 
 def _json_any(value: Any, where: str) -> Any:
@@ -305,15 +348,9 @@ def _json_any(value: Any, where: str) -> Any:
     if "boolValue" in obj or "bool_value" in obj:
         return bool(_field(obj, "boolValue", "bool_value", where, bool))
     if "intValue" in obj or "int_value" in obj:
-        return _int64(obj.get("intValue", obj.get("int_value")), f"{where}.intValue")
+        return _integer(obj.get("intValue", obj.get("int_value")), f"{where}.intValue")
     if "doubleValue" in obj or "double_value" in obj:
-        number = obj.get("doubleValue", obj.get("double_value"))
-        if isinstance(number, bool) or not isinstance(number, (int, float, str)):
-            raise OtlpError(f"{where}.doubleValue: expected a number")
-        try:
-            return float(number)
-        except ValueError:
-            raise OtlpError(f"{where}.doubleValue: expected a number") from None
+        return _double(obj.get("doubleValue", obj.get("double_value")), f"{where}.doubleValue")
     if "arrayValue" in obj or "array_value" in obj:
         array = _field(obj, "arrayValue", "array_value", where, dict) or {}
         values = _field(array, "values", "values", f"{where}.arrayValue", list) or []
@@ -352,12 +389,12 @@ def _json_id(obj: dict[str, Any], camel: str, snake: str, where: str) -> str:
 def _json_status(span: dict[str, Any], where: str) -> tuple[int, str]:
     status = _field(span, "status", "status", where, dict) or {}
     code = status.get("code", 0)
-    if isinstance(code, str) and not code.lstrip("-").isdigit():
+    if isinstance(code, str) and _INTEGER.fullmatch(code) is None:
         names = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
         if code not in names:
             raise OtlpError(f"{where}.status.code: unknown status code {code[:40]!r}")
         code = names[code]
-    number = _int64(code, f"{where}.status.code")
+    number = _integer(code, f"{where}.status.code", INT32)
     return number, _field(status, "message", "message", f"{where}.status", str) or ""
 
 
@@ -373,8 +410,8 @@ def _json_span(span: dict[str, Any], where: str, resource: dict[str, Any]) -> Sp
         trace_id=_json_id(span, "traceId", "trace_id", where),
         span_id=_json_id(span, "spanId", "span_id", where),
         name=_field(span, "name", "name", where, str) or "",
-        start_ns=_int64(start, f"{where}.startTimeUnixNano"),
-        end_ns=_int64(end, f"{where}.endTimeUnixNano"),
+        start_ns=_integer(start, f"{where}.startTimeUnixNano", UINT64),
+        end_ns=_integer(end, f"{where}.endTimeUnixNano", UINT64),
         attributes=_json_attributes(span, where),
         resource=resource,
         status_code=code,
@@ -506,14 +543,16 @@ def _varint(number: int) -> bytes:
 
 
 #: ``google.rpc.Code.INVALID_ARGUMENT``
-_INVALID_ARGUMENT: Final = 3
+INVALID_ARGUMENT: Final = 3
+#: ``google.rpc.Code.DEADLINE_EXCEEDED``
+DEADLINE_EXCEEDED: Final = 4
 
 
-def status_body(reason: str, protobuf: bool) -> bytes:
-    """A refusal's body as OTLP/HTTP says: a ``google.rpc.Status`` (code INVALID_ARGUMENT, the
-    reason as its message), protobuf or JSON like the request (JSON also says ``error``, like
-    the gateway's other refusals)."""
+def status_body(reason: str, protobuf: bool, code: int = INVALID_ARGUMENT) -> bytes:
+    """A refusal's body as OTLP/HTTP says: a ``google.rpc.Status`` (``code``, the reason as its
+    message), protobuf or JSON like the request (JSON also says ``error``, like the gateway's
+    other refusals)."""
     if protobuf:
         text = reason.encode("utf-8", "backslashreplace")
-        return b"\x08" + _varint(_INVALID_ARGUMENT) + b"\x12" + _varint(len(text)) + text
-    return json.dumps({"code": _INVALID_ARGUMENT, "message": reason, "error": reason}).encode()
+        return b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
+    return json.dumps({"code": code, "message": reason, "error": reason}).encode()

@@ -293,6 +293,10 @@ class _BodyTimeout(Exception):
     pass
 
 
+def _body_late() -> str:
+    return f"the body was not sent within {BODY_TIMEOUT_S:g} s"
+
+
 class _BodyUndecodable(InvalidEvent):
     """A body its Content-Encoding does not decode: answered 400 on a connection then closed
     (the rest of the body would be read as the next request)."""
@@ -351,7 +355,7 @@ class _Guard:
         if isinstance(exc, BackendUnavailable):
             return _error(503, str(exc))
         if isinstance(exc, _BodyTimeout):
-            return _error(408, f"the body was not sent within {BODY_TIMEOUT_S:g} s")
+            return _error(408, _body_late())
         if isinstance(exc, (ConnectionError, asyncio.IncompleteReadError)):
             return _error(400, "the client went away")  # nobody reads it: no traceback either
         _log.error("request failed", path=request.path, error=f"{type(exc).__name__}: {exc}")
@@ -361,8 +365,9 @@ class _Guard:
 class _Routes:
     """The gateway's routes over one backend."""
 
-    def __init__(self, backend: Backend, view: FleetView) -> None:
+    def __init__(self, backend: Backend, view: FleetView, max_bytes: int) -> None:
         self.backend = backend
+        self.max_bytes = max_bytes
         self.dashboard = Dashboard(view, serve_metrics=True)
         self.prompts = MemoryPrompts()  # each session's prompt number (HTTP hooks: a run per prompt)
         #: (run scope, event id) -> the answer given to a call whose client named its event id:
@@ -453,26 +458,35 @@ class _Routes:
         if protobuf and not otlp.protobuf_available():
             return _error(415, otlp.PROTOBUF_MISSING)
         media = otlp.PROTOBUF_MEDIA if protobuf else otlp.JSON_MEDIA
+
+        def refusal(status: int, reason: str, code: int = otlp.INVALID_ARGUMENT) -> web.Response:
+            """A google.rpc.Status in the client's encoding, as OTLP/HTTP answers every failure."""
+            return web.Response(
+                body=otlp.status_body(reason, protobuf, code), status=status, content_type=media
+            )
+
         try:
             body = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
-        except TimeoutError as exc:
-            raise _BodyTimeout from exc
+        except TimeoutError:
+            return refusal(408, _body_late(), otlp.DEADLINE_EXCEEDED)
+        except web.HTTPRequestEntityTooLarge:
+            return refusal(413, f"the body exceeds maxEventBytes ({self.max_bytes} bytes)")
         except RequestPayloadError as exc:  # a Content-Encoding (gzip, deflate) that does not decode
-            reason = f"the body does not decode: {exc}"
-            return web.Response(body=otlp.status_body(reason, protobuf), status=400, content_type=media)
+            return refusal(400, f"the body does not decode: {exc}")
         try:
             mapped = otlp.events_of(otlp.parse_request(body, protobuf))
         except otlp.OtlpError as exc:
             self.dashboard.view.metrics.invalid += 1
             await self.backend.refuse(body, exc.reason)
-            return web.Response(body=otlp.status_body(exc.reason, protobuf), status=400, content_type=media)
+            return refusal(400, exc.reason)
         if mapped.events:
             await self.backend.events(mapped.events)
         return web.Response(body=otlp.export_response(mapped, protobuf), content_type=media)
 
     async def unrouted(self, request: web.Request) -> web.StreamResponse:
-        """A method no route of the path takes: 405 where the path is a POST route, else 404."""
-        if _posts_only(request.path):
+        """A method no route of the path takes: 405 where the path is a POST route, else 404
+        (a POST to a path no route has, ``/v1/hooks/`` without a runtime included)."""
+        if request.method != "POST" and _posts_only(request.path):
             return web.json_response(
                 {"error": f"{request.path} takes POST, not {request.method}"},
                 status=405,
@@ -503,12 +517,13 @@ def gateway_app(
     default: a loopback gateway with ``tokens``)."""
     checks = safety if safety is not None else WebSafety.of("127.0.0.1", 0, tokens)
     guard = _Guard(checks, view, max_bytes)
-    routes = _Routes(backend, view)
+    routes = _Routes(backend, view, max_bytes)
     app = web.Application(middlewares=[guard.middleware], client_max_size=max_bytes)
-    app.router.add_post("/v1/events", routes.events)
-    app.router.add_post("/v1/decide", routes.decide)
-    app.router.add_post("/v1/hooks/{runtime}", routes.hook)
-    app.router.add_post("/v1/traces", routes.traces)
+    for slash in ("", "/"):  # (a trailing slash names the same route, as it does for /health)
+        app.router.add_post("/v1/events" + slash, routes.events)
+        app.router.add_post("/v1/decide" + slash, routes.decide)
+        app.router.add_post("/v1/hooks/{runtime}" + slash, routes.hook)
+        app.router.add_post("/v1/traces" + slash, routes.traces)
     app.router.add_get("/{tail:.*}", routes.other)
     app.router.add_route("*", "/{tail:.*}", routes.unrouted)
     return app

@@ -165,7 +165,7 @@ class WebSafety:
             if (
                 media not in JSON_TYPES
                 and not media.endswith("+json")
-                and media not in OTLP_TYPES.get(path, frozenset())
+                and media not in OTLP_TYPES.get(path.rstrip("/"), frozenset())
             ):
                 return Refusal(
                     415,
