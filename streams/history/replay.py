@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 import msgspec
@@ -44,7 +45,7 @@ from loopwatch.detectors.hashing import digester_for
 from loopwatch.streams.console import report_console
 from loopwatch.streams.fleet_view.spend_ledger import SpendLedger
 from loopwatch.streams.inputs.config_files import load_config
-from loopwatch.streams.inputs.event_lines import BadLine, read_sourced_events
+from loopwatch.streams.inputs.event_lines import BadLine, read_sourced_events, starts_an_event_stream
 from loopwatch.streams.inputs.sources import InputError, input_lines
 
 __all__ = [
@@ -337,12 +338,30 @@ def _event_files_and_transcripts(
     files = default_files() if source is None else history_files(source)
     found = read_histories(files, agent_id, err)
     event_files = [] if source is None else found.others
+    if source is not None and Path(source).is_dir():  # a folder: its event streams, the rest named once
+        event_files = [path for path in found.others if starts_an_event_stream(path)]
+        left_out(source, [path for path in found.others if path not in event_files], err)
 
     def lines() -> Iterator[tuple[str, bytes]]:
         for path in event_files:
             yield from input_lines(str(path))
 
     return lines(), found.events
+
+
+def left_out(
+    folder: str, paths: list[Path], err: TextIO, what: str = "neither event streams nor agent histories"
+) -> None:
+    """One line naming the files of a folder that were not read (``what`` they are not)."""
+    if not paths:
+        return
+    names = [str(path.relative_to(folder)) for path in paths[:5]]
+    more = f" and {len(paths) - 5} more" if len(paths) > 5 else ""
+    print(
+        f"loopwatch: left out {len(paths)} file(s) of {folder} that are {what}: "
+        f"{', '.join(names)}{more} (name a file alone to read it line by line)",
+        file=err,
+    )
 
 
 def _table(

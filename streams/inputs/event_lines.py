@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import Event, InvalidEvent
 
-__all__ = ["WIDE_TEXT", "BadLine", "decode_line", "is_wide_text", "read_events", "read_sourced_events"]
+__all__ = [
+    "WIDE_TEXT",
+    "BadLine",
+    "decode_line",
+    "is_wide_text",
+    "read_events",
+    "read_sourced_events",
+    "starts_an_event_stream",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,3 +92,16 @@ def read_sourced_events(
 def read_events(lines: Iterable[bytes], source: str, max_bytes: int = 1_048_576) -> Iterator[Event | BadLine]:
     """Decode the lines of one source (never raises)."""
     return read_sourced_events(((source, line) for line in lines), max_bytes)
+
+
+def starts_an_event_stream(path: Path, max_bytes: int = 1_048_576) -> bool:
+    """Whether a file's first non-blank line is a loopwatch event (a folder's other files,
+    conformance vectors or a manifest, are not read line by line)."""
+    try:
+        with path.open("rb") as stream:
+            for raw in stream:
+                if raw.strip():
+                    return type(decode_line(str(path), 1, raw, max_bytes, False)) is not BadLine
+    except OSError:
+        return False
+    return False

@@ -83,6 +83,7 @@ def cmd_import(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
             return 2
     from loopwatch.detectors.events import encode_event
     from loopwatch.streams.history.agent_histories import default_files, history_files, read_histories
+    from loopwatch.streams.history.replay import left_out
 
     if args.paths:
         files = [path for source in args.paths for path in history_files(source)]
@@ -97,12 +98,17 @@ def cmd_import(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
             )
             return 1
     found = read_histories(files, args.agent_id, err)
+    folders = [source for source in args.paths or () if Path(source).is_dir()]
+    for folder in folders:  # a folder's other files: named once
+        inside = [path for path in found.others if path.is_relative_to(folder)]
+        left_out(folder, inside, err, "not agent histories loopwatch reads")
     for path in found.others:
-        print(
-            f"loopwatch: {path}: not an OpenClaw session transcript nor an agent history loopwatch "
-            "reads; skipped",
-            file=err,
-        )
+        if not any(path.is_relative_to(folder) for folder in folders):
+            print(
+                f"loopwatch: {path}: not an OpenClaw session transcript nor an agent history loopwatch "
+                "reads; skipped",
+                file=err,
+            )
     for event in found.events:
         out.write(encode_event(event) + b"\n")
     out.flush()
