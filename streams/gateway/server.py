@@ -639,6 +639,8 @@ async def _listen(
     bound = runner.addresses[0][1] if runner.addresses else port
     auth = f"{len(tokens)} bearer token(s)" if tokens else "no token (set LOOPWATCH_GATEWAY_TOKENS)"
     print(f"loopwatch: gateway at http://{host}:{bound} ({auth})", file=err, flush=True)
+    page = "" if not tokens else " (it asks for a token)"
+    print(f"loopwatch: dashboard at http://{host}:{bound}/dashboard{page}", file=err, flush=True)
     try:
         await serve_until_interrupted(err, "serving")
     finally:

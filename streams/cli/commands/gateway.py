@@ -31,8 +31,9 @@ def register(sub: Any) -> None:
         description="Serves the detector core over HTTP for runtimes that do not speak Kafka: "
         "POST /v1/events (one event, a JSON array or NDJSON) answers with the outputs they "
         "caused; POST /v1/decide (a proposed tool call) answers allow, warn, block or abort; "
-        "GET /health, /metrics and the dashboard. With LOOPWATCH_GATEWAY_TOKENS (comma-"
-        "separated) every route but /health needs a bearer token.",
+        "GET /health, /metrics and the dashboard (/dashboard). With LOOPWATCH_GATEWAY_TOKENS "
+        "(comma-separated) every route needs a bearer token but /health and the dashboard's page, "
+        "which asks for the token in a form.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  loopwatch gateway\n  LOOPWATCH_GATEWAY_TOKENS=s3cret loopwatch gateway "
         "--listen 0.0.0.0:6070 --config openclaw.json\n  loopwatch gateway --kafka 127.0.0.1:9092 "
