@@ -5,7 +5,25 @@ from __future__ import annotations
 import argparse
 import os
 
-__all__ = ["EnvPath", "config_flag", "interval_seconds", "positive_int", "serve_flag"]
+__all__ = [
+    "WORKER_SETTING_FLAGS",
+    "EnvPath",
+    "config_flag",
+    "interval_seconds",
+    "positive_int",
+    "serve_flag",
+]
+
+#: ``loopwatch worker``'s settings flags: flag name → (settings field, help); each also read
+#: from ``LOOPWATCH_<FIELD>`` (``config.stream_settings.env_name``)
+WORKER_SETTING_FLAGS: dict[str, tuple[str, str]] = {
+    "--kafka": ("kafka_bootstrap", "Kafka bootstrap servers, host:port[,host:port]"),
+    "--partitions": ("partitions", "partitions of the loopwatch topics"),
+    "--redis-url": ("redis_url", "Redis URL for the decision cache (redis://, rediss:// or unix://)"),
+    "--web-port": ("web_port", "port of the worker's web server (metrics, dashboard)"),
+    "--state-ttl": ("state_ttl_s", "seconds after which an idle run's state expires"),
+    "--log-format": ("log_format", "console or json"),
+}
 
 
 def positive_int(text: str) -> int:

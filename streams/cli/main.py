@@ -1,20 +1,32 @@
 """The ``loopwatch`` command line (shell only: parse flags, read files, call the core, print).
-Each command is a module of :mod:`streams.cli.commands`."""
+Each command is a module of :mod:`streams.cli.commands`.
+
+This module is the console script, and imports nothing but :mod:`sys` itself: ``loopwatch hook
+RUNTIME`` runs in a process of its own for every hook call of an agent, so its plain command
+lines (:mod:`streams.cli.hook_args`) go straight to the hook, without argparse, the other
+commands, the config model or the core. Every other command, and a hook command line argparse
+must read (``--help``, a mistake), builds the whole parser; the commands import what they run
+when they run it (``loopwatch --help`` loads no broker client and no core).
+"""
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-from collections.abc import Sequence
 
-from loopwatch.config.errors import LoopwatchError
-from loopwatch.streams.cli.commands import COMMANDS
+TYPE_CHECKING = False  # (typing itself is not imported for it)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+    from typing import Any
 
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
+    from loopwatch.streams.cli.commands import COMMANDS
+
     parser = argparse.ArgumentParser(
         prog="loopwatch",
         description="Stop AI agents stuck in tool-call loops, fleet-wide.",
@@ -22,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  loopwatch demo\n  loopwatch run --config openclaw.json events.jsonl\n"
         "  loopwatch conformance vectors.jsonl",
     )
-    parser.add_argument("--version", action="version", version=f"loopwatch {_version()}")
+    parser.add_argument("--version", action=_version_action())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.register(sub)
@@ -38,8 +50,23 @@ def _version() -> str:
         return "(not installed)"
 
 
+def _version_action() -> type[argparse.Action]:
+    """argparse's ``version`` action, the installed version looked up only when asked for
+    (importlib.metadata scans every installed package)."""
+    import argparse
+
+    class Version(argparse._VersionAction):
+        def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+            self.version = f"loopwatch {_version()}"
+            super().__call__(parser, *args, **kwargs)
+
+    return Version
+
+
 def _parsed(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """The arguments; one a command does not know is reported with that command's usage."""
+    import argparse
+
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -51,6 +78,8 @@ def _fatal(message: str, args: argparse.Namespace) -> None:
     """Why the command stops, on stderr: ``loopwatch: <why>``, or under JSON logs
     (``--log-format json``, else ``LOOPWATCH_LOG_FORMAT=json``) a JSON line as the logs are
     (a log pipeline reads it too)."""
+    import os
+
     command = args.command
     if (getattr(args, "log_format", None) or os.environ.get("LOOPWATCH_LOG_FORMAT")) == "json":
         import datetime
@@ -64,8 +93,15 @@ def _fatal(message: str, args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] == ["hook"]:
+        hooked = _hook(arguments[1:])
+        if hooked is not None:
+            return hooked
     parser = build_parser()
     args = _parsed(parser, argv)
+    from loopwatch.config.errors import LoopwatchError
+
     try:
         code: int = args.func(args, sys.stdout.buffer, sys.stderr)
     except LoopwatchError as exc:  # invalid config, input or broker: what and where, no traceback
@@ -77,6 +113,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     return code
+
+
+def _hook(arguments: list[str]) -> int | None:
+    """``loopwatch hook ARGUMENTS``, when it is a plain command line (None: argparse's to read)."""
+    from loopwatch.streams.cli.hook_args import hook_args
+
+    args = hook_args(arguments)
+    if args is None:
+        return None
+    from loopwatch.streams.gateway.hooks.command import run_hook
+
+    try:
+        return run_hook(args, sys.stdin.buffer, sys.stdout.buffer, sys.stderr)
+    except BrokenPipeError:  # (as any command)
+        return 0
 
 
 if __name__ == "__main__":

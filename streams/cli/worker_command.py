@@ -9,21 +9,12 @@ from typing import Any
 from loopwatch.config.errors import both_or_every_problem
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.stream_settings import StreamSettings, parse_stream_settings
+from loopwatch.streams.cli.flags import WORKER_SETTING_FLAGS as SETTING_FLAGS
 from loopwatch.streams.inputs.config_files import load_config
 from loopwatch.streams.kafka.connect import check_session_timeout, ensure_topics, wait_for_broker
 from loopwatch.streams.logs import configure_logging, limit_repeats, route_library_records_as_json
 
 __all__ = ["SETTING_FLAGS", "build_worker", "run_worker", "stream_settings_from"]
-
-#: flag name → (settings field, help)
-SETTING_FLAGS: dict[str, tuple[str, str]] = {
-    "--kafka": ("kafka_bootstrap", "Kafka bootstrap servers, host:port[,host:port]"),
-    "--partitions": ("partitions", "partitions of the loopwatch topics"),
-    "--redis-url": ("redis_url", "Redis URL for the decision cache (redis://, rediss:// or unix://)"),
-    "--web-port": ("web_port", "port of the worker's web server (metrics, dashboard)"),
-    "--state-ttl": ("state_ttl_s", "seconds after which an idle run's state expires"),
-    "--log-format": ("log_format", "console or json"),
-}
 
 
 def stream_settings_from(args: Any) -> StreamSettings:

@@ -8,12 +8,14 @@ verdict's fields; the reason code is given unchanged in brackets.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+TYPE_CHECKING = False  # (typing itself is not imported for it: the command hook starts quickly)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any, Final
+
+    _Phrase = Callable[[str, int], str]
 
 __all__ = ["abort_text", "block_text", "decision_text", "warning_text"]
-
-_Phrase = Callable[[str, int], str]
 
 #: Per detector: what the loop looks like (tool, count).
 _LOOPS: Final[Mapping[str, _Phrase]] = {

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
-from loopwatch.config.settings import DetectorSettings
-from loopwatch.streams.inputs.config_files import load_config
+if TYPE_CHECKING:
+    from loopwatch.config.settings import DetectorSettings
 
 
 def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
@@ -19,6 +19,7 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
     from loopwatch.config.explain import explain, preset_report
     from loopwatch.config.fleet import FleetConfig, parse_config_text
     from loopwatch.config.stream_settings import parse_stream_settings
+    from loopwatch.streams.inputs.config_files import load_config
 
     def config_file() -> FleetConfig:
         if args.file != "-":

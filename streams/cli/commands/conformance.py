@@ -6,11 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from loopwatch.detectors.conformance import run_vector
-from loopwatch.detectors.stable_json import WIRE_DECODER
-
 
 def cmd_conformance(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
+    from loopwatch.detectors.conformance import run_vector
+    from loopwatch.detectors.stable_json import WIRE_DECODER
+
     passed = failed = 0
     lines_out: list[str] = []
     for path in args.files:

@@ -18,10 +18,14 @@ only with what it accepts:
 
 from __future__ import annotations
 
-from typing import Any
-
-from loopwatch.streams.gateway.hooks.plan import Answer, HookPlan, PromptCounter, wire_event
+from loopwatch.streams.gateway.hooks.plan import HookPlan, wire_event
 from loopwatch.streams.gateway.runtime_texts import decision_text
+
+TYPE_CHECKING = False  # (typing itself is not imported for it: the command hook starts quickly)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from loopwatch.streams.gateway.hooks.plan import Answer, PromptCounter
 
 __all__ = ["EVENTS", "plan"]
 

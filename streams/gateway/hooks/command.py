@@ -6,24 +6,54 @@ line on stderr, exit 0, the runtime goes on. With ``--fail-closed`` a proposed c
 instead (exit 2, the reason on stderr, which the runtime shows the model). A gateway that
 answers but refuses the input (400, 413, 422: invalid, too large) lets the call go on either
 way (a wrong token or a URL that is not a gateway's is "unreachable"), and
-so do hook input that is not a hook's and state files that cannot be written.
+so do hook input that is not a hook's, input nested too deeply to be sent (a gateway refuses
+it) and state files that cannot be written.
+
+A process per hook call: this module and what it imports start in milliseconds (the standard
+library's json and socket; no argparse, typing, config or core; ``loopwatch hook`` reads its
+flags without argparse, :mod:`streams.cli.hook_args`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
-from typing import Any, BinaryIO, TextIO
 
-from loopwatch.streams.gateway.gateway_post import GatewayRefused, GatewayUnavailable, post_json
+from loopwatch.streams.gateway.gateway_post import GatewayRefused, GatewayUnavailable, InputNotSent, post_json
 from loopwatch.streams.gateway.hooks.plan import FilePrompts, HookPlan, session_problem
 from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES, event_problem
 
-__all__ = ["DEFAULT_GATEWAY", "run_hook"]
+TYPE_CHECKING = False  # (typing itself is not imported for it: the command hook starts quickly)
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any, BinaryIO, TextIO
+
+__all__ = ["DEFAULT_GATEWAY", "HookArgs", "run_hook"]
 
 DEFAULT_GATEWAY = "http://127.0.0.1:6070"
+
+
+class HookArgs:
+    """What ``loopwatch hook`` was told (as its ``argparse.Namespace`` would hold it)."""
+
+    __slots__ = ("agent_id", "fail_closed", "gateway", "runtime", "show_warnings", "timeout_ms")
+
+    def __init__(
+        self,
+        runtime: str,
+        gateway: str = DEFAULT_GATEWAY,
+        agent_id: str | None = None,
+        timeout_ms: int = 2000,
+        fail_closed: bool = False,
+        show_warnings: bool = False,
+    ) -> None:
+        self.runtime = runtime
+        self.gateway = gateway
+        self.agent_id = agent_id if agent_id is not None else RUNTIMES[runtime].default_agent
+        self.timeout_ms = timeout_ms
+        self.fail_closed = fail_closed
+        self.show_warnings = show_warnings
 
 
 class _Gateway:
@@ -67,7 +97,20 @@ def _answer_unsent(plan: HookPlan, out: BinaryIO) -> int:
     return _answer(plan.respond(None) if plan.decide is None else None, out)
 
 
-def run_hook(args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: TextIO) -> int:
+_TOO_DEEP = "the hook input nests too deeply to be checked"
+_NOT_CHECKED = "a gateway refuses it, the call is not checked"
+
+
+def run_hook(args: HookArgs | argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: TextIO) -> int:
+    """Answer one hook call (its JSON on ``stdin``); the exit code."""
+    try:
+        return _run_hook(args, stdin, out, err)
+    except RecursionError:  # str() or JSON of a value nested ~1,000 deep (a gateway takes 64)
+        print(f"loopwatch hook: {_TOO_DEEP}; allowing ({_NOT_CHECKED})", file=err)
+        return 0
+
+
+def _run_hook(args: HookArgs | argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: TextIO) -> int:
     raw = stdin.read()
     if not raw:
         print("loopwatch hook: no hook input on stdin; allowing", file=err)
@@ -103,6 +146,9 @@ def run_hook(args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: Text
             print(f"loopwatch: {exc}; refusing the tool call (--fail-closed)", file=err)
             return 2
         print(f"loopwatch: {exc}; allowing (fail open)", file=err)
+        return _answer_unsent(plan, out)
+    except InputNotSent as exc:
+        print(f"loopwatch hook: {exc}; allowing ({_NOT_CHECKED})", file=err)
         return _answer_unsent(plan, out)
     except GatewayRefused as exc:
         print(

@@ -1,48 +1,83 @@
-"""What one hook call asks of loopwatch, independent of how it reaches the gateway."""
+"""What one hook call asks of loopwatch, independent of how it reaches the gateway.
+
+The command hook (``loopwatch hook RUNTIME``, a process per hook call) imports this package,
+so it keeps to what starts in a few milliseconds: no dataclasses, pathlib, typing or uuid at
+run time, and nothing of the core (:func:`identity_problem` is the core's own check, copied;
+``tests/unit/test_hook_startup.py`` holds them equal)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
 
-from loopwatch.detectors.input_limits import identity_problem
+TYPE_CHECKING = False  # (typing itself is not imported for it)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, Protocol
+
+    Answer = dict[str, Any]
+
+    class PromptCounter(Protocol):
+        """What a hook remembers between calls, per session: the number of the current user
+        prompt (a run per prompt), and notes left by one hook call for a later one (a warning
+        decided before a call, given to the model with its result where the runtime only
+        allows that)."""
+
+        def current(self, session: str) -> int: ...
+
+        def advance(self, session: str) -> int: ...
+
+        def leave_note(self, session: str, key: str, text: str) -> None: ...
+
+        def take_note(self, session: str, key: str) -> str | None: ...
+
 
 __all__ = [
+    "MAX_ID_BYTES",
     "FilePrompts",
     "HookPlan",
     "MemoryPrompts",
-    "PromptCounter",
     "call_key",
+    "identity_problem",
     "session_problem",
     "wire_event",
 ]
 
-Answer = dict[str, Any]
+#: The most UTF-8 bytes an id may hold (``detectors.input_limits.MAX_ID_BYTES``).
+MAX_ID_BYTES = 512
 
 
-@dataclass
+def _nothing(answer: Answer | None) -> dict[str, Any] | None:
+    return None
+
+
 class HookPlan:
     """Events to record (in order), then at most one proposed call to decide; ``respond``
     turns the decision (None: nothing was decided) into the hook's output (None: print nothing)."""
 
-    events: list[dict[str, Any]] = field(default_factory=list)
-    decide: dict[str, Any] | None = None
-    respond: Callable[[Answer | None], dict[str, Any] | None] = lambda answer: None
+    __slots__ = ("decide", "events", "respond")
+
+    def __init__(
+        self,
+        events: list[dict[str, Any]] | None = None,
+        decide: dict[str, Any] | None = None,
+        respond: Callable[[Answer | None], dict[str, Any] | None] = _nothing,
+    ) -> None:
+        self.events: list[dict[str, Any]] = [] if events is None else events
+        self.decide = decide
+        self.respond = respond
+
+    def __repr__(self) -> str:
+        return f"HookPlan(events={self.events!r}, decide={self.decide!r})"
 
 
 def wire_event(kind: str, run_id: str, session: str, agent: str, **fields: Any) -> dict[str, Any]:
-    """A wire event with a fresh id (hooks have no ids of their own for most events)."""
+    """A wire event with a fresh id (hooks have no ids of their own for most events): ``hook-``
+    and the hex of a random UUID (version 4)."""
     return {
         "type": kind,
-        "event_id": f"hook-{uuid.uuid4().hex}",
+        "event_id": f"hook-{_uuid4_hex()}",
         "run_id": run_id,
         "session_id": session,
         "agent_id": agent,
@@ -50,18 +85,27 @@ def wire_event(kind: str, run_id: str, session: str, agent: str, **fields: Any) 
     }
 
 
-class PromptCounter(Protocol):
-    """What a hook remembers between calls, per session: the number of the current user prompt
-    (a run per prompt), and notes left by one hook call for a later one (a warning decided
-    before a call, given to the model with its result where the runtime only allows that)."""
+def _uuid4_hex() -> str:
+    """``uuid.uuid4().hex``, without importing uuid."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return raw.hex()
 
-    def current(self, session: str) -> int: ...
 
-    def advance(self, session: str) -> int: ...
-
-    def leave_note(self, session: str, key: str, text: str) -> None: ...
-
-    def take_note(self, session: str, key: str) -> str | None: ...
+def identity_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an id (None: it can): the gateway's own check
+    (``detectors.input_limits.identity_problem``), here so that a hook imports no core."""
+    if value.isascii():
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            return "must be valid Unicode (it holds a lone UTF-16 surrogate)"
+    if size > MAX_ID_BYTES:
+        return f"holds {size} bytes, more than the limit of {MAX_ID_BYTES}"
+    return None
 
 
 def session_problem(hook: dict[str, Any], agent: str = "default") -> str | None:
@@ -78,74 +122,68 @@ def session_problem(hook: dict[str, Any], agent: str = "default") -> str | None:
     return None if problem is None else f"agent_id: {problem}"
 
 
+def _blake2b_hex(data: bytes) -> str:
+    from hashlib import blake2b
+
+    return blake2b(data, digest_size=12).hexdigest()
+
+
 def call_key(tool: str, params: Any) -> str:
-    """A call's key where the runtime gives no call id (its tool and input)."""
-    text = json.dumps([tool, params], sort_keys=True, default=str)
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+    """A call's key where the runtime gives no call id (its tool and input). Input nested too
+    deeply to be written as JSON (which no gateway checks) has a key of its tool alone."""
+    try:
+        text = json.dumps([tool, params], sort_keys=True, default=str)
+    except RecursionError:
+        text = json.dumps([tool, "(nested too deeply)"])
+    return _blake2b_hex(text.encode("utf-8", "surrogatepass"))
 
 
 class FilePrompts:
     """Prompt numbers in small files (command hooks: one process per hook call)."""
 
-    def __init__(self, runtime: str, folder: Path | None = None) -> None:
-        self.folder = folder if folder is not None else _state_dir(runtime)
+    def __init__(self, runtime: str, folder: str | os.PathLike[str] | None = None) -> None:
+        self.folder = os.fspath(folder) if folder is not None else _state_dir(runtime)
 
-    def _path(self, session: str) -> Path:
+    def _path(self, session: str, suffix: str = ".prompt") -> str:
         name = "".join(c if c.isalnum() or c in "-_" else "_" for c in session)[:200]
         if len(name.encode("utf-8", "surrogatepass")) > 200:  # a file name holds 255 bytes
-            digest = hashlib.blake2b(session.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+            digest = _blake2b_hex(session.encode("utf-8", "surrogatepass"))
             name = f"{name.encode('utf-8', 'surrogatepass')[:96].decode('utf-8', 'ignore')}-{digest}"
-        return self.folder / f"{name}.prompt"
+        return os.path.join(self.folder, name + suffix)
 
     def _read(self, session: str) -> int:
         try:
-            return int(self._path(session).read_text().strip() or "0")
+            with open(self._path(session)) as file:
+                return int(file.read().strip() or "0")
         except (OSError, ValueError):
             return 0
 
     def current(self, session: str) -> int:
         return max(self._read(session), 1)
 
-    @contextmanager
-    def _locked(self, session: str) -> Iterator[None]:
-        """The session's files to one hook process at a time (a runtime may run hooks of
-        parallel tool calls at once: two notes read, changed and written back lost one)."""
-        path = self._path(session).with_suffix(".lock")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as lock:
-            try:
-                import fcntl
-            except ImportError:  # not POSIX: unlocked, as before
-                yield
-                return
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-
     def advance(self, session: str) -> int:
-        with self._locked(session):
+        with _Locked(self._path(session, ".lock")):
             number = self._read(session) + 1
             _replace(self._path(session), str(number))
         return number
 
-    def _notes(self, session: str) -> tuple[Path, dict[str, str]]:
-        path = self._path(session).with_suffix(".notes")
+    def _notes(self, session: str) -> tuple[str, dict[str, str]]:
+        path = self._path(session, ".notes")
         try:
-            notes = json.loads(path.read_text())
+            with open(path) as file:
+                notes = json.loads(file.read())
         except (OSError, ValueError):
             notes = {}
         return path, notes if isinstance(notes, dict) else {}
 
     def leave_note(self, session: str, key: str, text: str) -> None:
-        with self._locked(session):
+        with _Locked(self._path(session, ".lock")):
             path, notes = self._notes(session)
             notes[key] = text
             _replace(path, json.dumps(dict(list(notes.items())[-64:])))
 
     def take_note(self, session: str, key: str) -> str | None:
-        with self._locked(session):
+        with _Locked(self._path(session, ".lock")):
             path, notes = self._notes(session)
             text = notes.pop(key, None)
             if text is not None:
@@ -153,10 +191,38 @@ class FilePrompts:
         return text if isinstance(text, str) else None
 
 
-def _replace(path: Path, text: str) -> None:
+class _Locked:
+    """A session's files to one hook process at a time (a runtime may run hooks of parallel
+    tool calls at once: two notes read, changed and written back lost one): an exclusive
+    ``flock`` on the session's lock file (not POSIX: unlocked)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.file: Any = None
+
+    def __enter__(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.file = open(self.path, "a")  # (closed by __exit__)
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: unlocked, as before
+            return
+        try:
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX)
+        except BaseException:
+            self.file.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()  # (closing the file releases its lock)
+
+
+def _replace(path: str, text: str) -> None:
     """``path`` holds ``text``, whole: a reader never sees it half written."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text(text)
+    folder, name = os.path.split(path)
+    temporary = os.path.join(folder, f".{name}.{os.getpid()}")
+    with open(temporary, "w") as file:
+        file.write(text)
     os.replace(temporary, path)
 
 
@@ -187,8 +253,8 @@ class MemoryPrompts:
         return number
 
 
-def _state_dir(runtime: str) -> Path:
+def _state_dir(runtime: str) -> str:
     base = os.environ.get("LOOPWATCH_HOOK_STATE_DIR") or os.path.join(
         os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "loopwatch"
     )
-    return Path(base) / runtime
+    return os.path.join(base, runtime)

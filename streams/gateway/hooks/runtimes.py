@@ -3,24 +3,38 @@ the gateway's route (``loopwatch hook NAME``, ``POST /v1/hooks/NAME``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
 from loopwatch.streams.gateway.hooks import claude_code, codex, gemini
-from loopwatch.streams.gateway.hooks.plan import HookPlan, PromptCounter
+
+TYPE_CHECKING = False  # (typing itself is not imported for it: the command hook starts quickly)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from loopwatch.streams.gateway.hooks.plan import HookPlan, PromptCounter
 
 __all__ = ["RUNTIMES", "Runtime", "event_problem"]
 
 
-@dataclass(frozen=True)
 class Runtime:
-    name: str
-    plan: Callable[[dict[str, Any], PromptCounter, str, bool], HookPlan]
-    default_agent: str
-    #: the hook events the plan acts on (``hook_event_name``: the module's ``EVENTS``, as the
-    #: README wires them)
-    events: frozenset[str]
+    """A runtime: its name, its plan, the agent id of its runs by default, and the hook events
+    the plan acts on (``hook_event_name``: the module's ``EVENTS``, as the README wires them)."""
+
+    __slots__ = ("default_agent", "events", "name", "plan")
+
+    def __init__(
+        self,
+        name: str,
+        plan: Callable[[dict[str, Any], PromptCounter, str, bool], HookPlan],
+        default_agent: str,
+        events: frozenset[str],
+    ) -> None:
+        self.name = name
+        self.plan = plan
+        self.default_agent = default_agent
+        self.events = events
+
+    def __repr__(self) -> str:
+        return f"Runtime({self.name!r})"
 
 
 RUNTIMES: dict[str, Runtime] = {
