@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from msgspec import UNSET
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -321,6 +322,27 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
+#: the summary's columns: (header, what it counts), explained under the table
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("scenario", ""),
+    ("runs", ""),
+    ("warn", "runs given a warning"),
+    ("block", "runs with a call refused"),
+    ("abort", "runs stopped (some rules abort at once: the post-compaction guard)"),
+    ("1st\nwarn", "median call of the first warning"),
+    ("1st\nblock", "median call of the first block"),
+    ("false\nalarm", "healthy runs warned, blocked or stopped (– on stuck scenarios)"),
+    ("$\nloops", "spend after a run's first verdict"),
+    ("$\nsaved", "spend avoided by stopping runs at their abort (– on traces: no usage recorded)"),
+)
+
+NEXT_STEPS = (
+    "loopwatch demo --serve               the same fleet on a live dashboard",
+    "loopwatch replay ~/.claude/projects  your own agents' history, same rules",
+    "loopwatch gateway --config FILE      then a hook in your agent (README)",
+)
+
+
 def render(
     reports: list[ScenarioReport],
     console: Console,
@@ -329,22 +351,16 @@ def render(
     alerts: list[FleetAlert] | None = None,
 ) -> None:
     table = Table(
-        title=f"loopwatch demo — {runs} simulated runs at once, plus real OpenClaw traces "
-        f"({seconds:.1f} s; median calls)"
+        title=f"loopwatch demo: {runs} simulated runs at once, and real OpenClaw traces ({seconds:.1f} s)",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0, 0, 1),
+        pad_edge=False,
     )
-    for column in (
-        "scenario",
-        "runs",
-        "warned",
-        "blocked",
-        "aborted",
-        "1st warning at call",
-        "1st block at call",
-        "healthy flagged",
-        "$ in loops",
-        "$ saved",
-    ):
-        table.add_column(column, justify="left" if column == "scenario" else "right")
+    for column, _ in COLUMNS:
+        if column == "scenario":
+            table.add_column(column, justify="left", overflow="fold", min_width=16)
+        else:
+            table.add_column(column, justify="right", no_wrap=True)
     for report in reports:
         table.add_row(
             report.name,
@@ -354,32 +370,43 @@ def render(
             str(report.aborted),
             _fmt(report.median_calls_to_warning),
             _fmt(report.median_calls_to_block),
-            str(report.flagged_healthy) if report.healthy else "",
-            f"{report.loop_usd:.2f}" if report.spent_usd else "",
-            f"{report.saved_usd:.2f}" if report.spent_usd else "",
+            str(report.flagged_healthy) if report.healthy else "–",
+            f"{report.loop_usd:.2f}" if report.spent_usd else "–",
+            f"{report.saved_usd:.2f}" if report.spent_usd else "–",
         )
     console.print(table)
+    for column, meaning in COLUMNS:
+        if meaning:
+            console.print(f"  {column.replace(chr(10), ' ')}: {meaning}")
     spent = sum(r.spent_usd for r in reports)
     looped, saved = sum(r.loop_usd for r in reports), sum(r.saved_usd for r in reports)
     console.print(
         f"simulated model turns cost ${spent:.2f}; ${looped:.2f} of it went into loops after their first "
         f"verdict; stopping the aborted runs saved ${saved:.2f}",
-        soft_wrap=True,
     )
     flagged = sum(r.flagged_healthy for r in reports)
     missed = [r.name for r in reports if not r.healthy and r.warned + r.blocked + r.aborted == 0]
     console.print(
-        f"false positives on healthy runs: {flagged}; stuck scenarios missed: {len(missed)}"
+        f"false alarms on healthy runs: {flagged}; stuck scenarios missed: {len(missed)}"
         + (f" ({', '.join(missed)})" if missed else "")
     )
     if alerts:
-        table = Table(title=f"fleet alerts — what no single run's detector sees ({len(alerts)})")
-        for column in ("at", "kind", "message"):
-            table.add_column(column, justify="left", overflow="fold")
+        table = Table(
+            title=f"fleet alerts: what no single run's detector sees ({len(alerts)})",
+            box=box.SIMPLE_HEAD,
+            padding=(0, 1),
+            pad_edge=False,
+        )
+        table.add_column("at", justify="right", no_wrap=True)
+        table.add_column("kind", justify="left", no_wrap=True)
+        table.add_column("message", justify="left", overflow="fold")
         for alert in sorted(alerts, key=lambda a: a.ts):  # runs' clocks differ: by event time
             at = f"+{(alert.ts - DEMO_EPOCH_MS) / 60_000:.1f} min"
             table.add_row(at, alert.kind, alert.message)
         console.print(table)
+    console.print("next:")
+    for step in NEXT_STEPS:
+        console.print(f"  {step}")
 
 
 def run_demo(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:

@@ -131,8 +131,30 @@ def test_piped_output_keeps_names_whole_and_has_no_colour_codes() -> None:
     )
     assert done.returncode == 0, done.stderr
     text = done.stdout.decode()
-    width = len("healthy: research (web_search outage)")  # the longest name, whole
-    assert f"│ {'healthy: research (web_search outage)':<{width}} │" in text
-    assert f"│ {'trace: post-compaction-abort':<{width}} │" in text
+    rows = [line.strip() for line in text.splitlines()]
+    for name in ("healthy: research (web_search outage)", "trace: post-compaction-abort"):  # whole
+        assert any(row.startswith(name + " ") and row[len(name) :].split()[0].isdigit() for row in rows), name
     assert "\x1b[" not in text
     assert "stopping the aborted runs saved $" in text
+
+
+def test_the_summary_fits_80_columns_explains_its_columns_and_ends_with_next_steps() -> None:
+    from rich.console import Console
+
+    from loopwatch.streams.embedded.demo import render
+
+    alerts: list[FleetAlert] = []
+    reports = asyncio.run(simulate(DEMO, seed=7, runs_per_scenario=4, alerts=alerts))
+    reports += asyncio.run(replay_traces(DEMO, None))
+    screen = io.StringIO()
+    render(reports, Console(file=screen, width=80, no_color=True), 1.0, 4 * len(reports), alerts)
+    lines = screen.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    header = " ".join(lines[:6])
+    for column in ("scenario", "runs", "warn", "block", "abort", "alarm", "loops", "saved"):
+        assert column in header, column
+    text = "\n".join(lines)
+    assert "false alarm: healthy runs warned, blocked or stopped" in text
+    assert "$ saved: spend avoided by stopping runs at their abort" in text
+    assert text.rstrip().splitlines()[-4] == "next:"
+    assert "loopwatch demo --serve" in text
