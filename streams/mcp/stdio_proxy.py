@@ -204,6 +204,4 @@ async def run_stdio(
         if close is not None:
             await close()
         await output.close()
-    if status < 0:
-        print(f"loopwatch mcp: the server was ended by signal {-status}", file=err, flush=True)
     return _exit_status(status)
