@@ -21,7 +21,14 @@ from loopwatch.detectors.input_limits import (
     int64_problem,
     nesting_exceeds,
 )
-from loopwatch.detectors.stable_json import WIRE_DECODER, _float_hook, encodable, loads_with_surrogates, plain
+from loopwatch.detectors.stable_json import (
+    WIRE_DECODER,
+    JSNumber,
+    _float_hook,
+    encodable,
+    loads_with_surrogates,
+    plain,
+)
 
 __all__ = ["SPLIT_ABOVE", "decode_event", "validate_event"]
 
@@ -325,6 +332,7 @@ def _decode_fallback(data: bytes | str, error: Exception | None) -> Event:
     if type(value) is dict:  # a key with a lone surrogate names no field: ignored, as unknown keys are
         value = {key: item for key, item in value.items() if encodable(key)}
         values = {name: value.pop(name) for name in _TEXTS if name in value}  # (msgspec keeps them as text)
+        value = _typed_numbers(value)
     try:
         converted: Event = msgspec.convert(value, Event, strict=True)
     except msgspec.ValidationError as exc:
@@ -337,6 +345,30 @@ def _decode_fallback(data: bytes | str, error: Exception | None) -> Event:
         if name in type(converted).__struct_fields__:
             _FORCE_SETATTR(converted, name, item)
     return converted
+
+
+def _typed_numbers(value: dict[str, Any]) -> dict[str, Any]:
+    """The event's fields (``params`` and ``result`` taken out) with the numbers the stdlib
+    reader gave as :class:`JSNumber` as msgspec's own decoder gives them: a float, and a number
+    beyond a double refused as msgspec refuses it (the same reason, whichever reader read it)."""
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in _ANY_VALUE:
+            out[key] = item
+        elif type(item) is dict:  # (usage: the one struct an event holds)
+            out[key] = {inner: _typed_number(part, f"{key}.{inner}") for inner, part in item.items()}
+        else:
+            out[key] = _typed_number(item, key)
+    return out
+
+
+def _typed_number(item: Any, path: str) -> Any:
+    if type(item) is not JSNumber:
+        return item
+    number: float = item.value
+    if number - number != 0:  # ±Infinity (JSON holds no NaN)
+        raise InvalidEvent(f"invalid event: Number out of range - at `$.{_printable(path)}`")
+    return number
 
 
 def _untyped_error(data: bytes | str) -> Exception:

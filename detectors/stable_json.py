@@ -105,12 +105,14 @@ def js_number_text(value: float) -> str:
 
 
 def _js_int_text(value: int) -> str:
+    """An integer as stableStringify writes the number JavaScript reads it as: beyond a double
+    (over 308 digits), JavaScript's ``JSON.parse`` gives ±Infinity, written ``"Infinity"``."""
     if -_MAX_SAFE <= value <= _MAX_SAFE:
         return str(value)
     try:
         return js_number_text(float(value))
     except OverflowError:
-        return "Infinity" if value > 0 else "-Infinity"
+        return '"Infinity"' if value > 0 else '"-Infinity"'
 
 
 _SURROGATES = re.compile(r"[\ud800-\udfff]")  # escapes for re: mypyc refuses surrogates in literals

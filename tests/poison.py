@@ -57,6 +57,12 @@ POISON: dict[str, Callable[[str, int], bytes]] = {
     "ts 2**70": lambda run, i: _call(run, i, ts=2**70),
     "ts 2**64": lambda run, i: _call(run, i, ts=2**64),
     "usage 2**70 tokens": lambda run, i: _call(run, i, usage={"input_tokens": 2**70}),
+    # a number beyond a double where a number must fit (docs/wire-numbers.md), and NaN (not JSON)
+    "ts beyond a double": lambda run, i: _call(run, i, ts=0).replace(b'"ts": 0', b'"ts": -1e309'),
+    "cost beyond a double": lambda run, i: _call(run, i, usage={"cost_usd": 0}).replace(
+        b'"cost_usd": 0', b'"cost_usd": 1e400'
+    ),
+    "NaN in params": lambda run, i: _call(run, i, params={"n": 0}).replace(b'"n": 0', b'"n": NaN'),
     "run_id 600 bytes": lambda run, i: _call("r" * 600, i),
     "empty tool": lambda run, i: _call(run, i, tool=""),
     "invalid UTF-8": lambda run, i: b'{"type":"tool_call","event_id":"\xff\xfe","run_id":"r"}',

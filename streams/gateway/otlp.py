@@ -57,8 +57,8 @@ import msgspec
 
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import Event, InvalidEvent
-from loopwatch.detectors.stable_json import JSNumber
-from loopwatch.streams.gateway.tolerant_json import loads
+from loopwatch.detectors.stable_json import WIRE_DECODER, JSNumber, wire_enc_hook
+from loopwatch.streams.gateway.tolerant_json import dumps, loads
 
 __all__ = [
     "DEADLINE_EXCEEDED",
@@ -151,21 +151,43 @@ def _text(value: Any, key: str) -> str | None:
     return value or None
 
 
-def _content(value: Any) -> Any:
+def _content(value: Any, key: str) -> Any:
     """Arguments or a result as wire JSON: a JSON object or array given as a string is that
-    JSON (kept as its text, so the core reads its numbers like any wire event's)."""
+    JSON (kept as its text, so the core reads its numbers like any wire event's: a number
+    beyond a double is JavaScript's ±Infinity); a structured value is its value
+    (:func:`_json_value`)."""
     if isinstance(value, str):
         stripped = value.strip()
         if stripped[:1] in ("{", "["):
             raw = stripped.encode("utf-8", "surrogatepass")
             try:
-                msgspec.json.decode(raw)
+                WIRE_DECODER.decode(raw)  # (JSON as the wire reads it: 1e400 is JSON, NaN is not)
             except (msgspec.DecodeError, RecursionError):
                 return value
             return msgspec.Raw(raw)
         return value
+    try:
+        return _json_value(value, key)
+    except RecursionError as exc:
+        raise InvalidEvent(f"{key}: nested too deeply") from exc
+
+
+def _json_value(value: Any, key: str) -> Any:
+    """A structured attribute value as the wire holds it: bytes as base64, an infinite double
+    as JavaScript's ±Infinity (hashed ``"Infinity"``, as OpenClaw hashes it); a NaN double has
+    no JSON form (the span is rejected)."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        if value != value:
+            raise InvalidEvent(f"{key}: holds a NaN double, which JSON cannot carry")
+        return JSNumber(value)
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
+    if isinstance(value, dict):
+        return {name: _json_value(item, key) for name, item in value.items()}
+    if isinstance(value, list):
+        return [_json_value(item, key) for item in value]
     return value
 
 
@@ -202,7 +224,7 @@ def span_events(span: Span) -> list[Event] | None:
     if call_id is not None:
         common["tool_call_id"] = call_id
     arguments = span.attributes.get("gen_ai.tool.call.arguments")
-    common["params"] = {} if arguments is None else _content(arguments)
+    common["params"] = {} if arguments is None else _content(arguments, "gen_ai.tool.call.arguments")
     base = f"otlp:{span.trace_id}:{span.span_id}"
     call: dict[str, Any] = {"type": "tool_call", "event_id": f"{base}:call", **common}
     outcome: dict[str, Any] = {"type": "tool_result", "event_id": f"{base}:result", **common}
@@ -213,25 +235,27 @@ def span_events(span: Span) -> list[Event] | None:
     if span.status_code == _STATUS_ERROR:
         outcome["error"] = _error_of(span)
     else:
-        outcome["result"] = _content(span.attributes.get("gen_ai.tool.call.result"))
+        outcome["result"] = _content(
+            span.attributes.get("gen_ai.tool.call.result"), "gen_ai.tool.call.result"
+        )
     return [decode_event(_encode(call)), decode_event(_encode(outcome))]
+
+
+_WIRE_ENCODE: Final = msgspec.json.Encoder(enc_hook=wire_enc_hook).encode
 
 
 def _encode(value: dict[str, Any]) -> bytes:
     try:
-        return msgspec.json.encode(value)
+        return _WIRE_ENCODE(value)
     except (TypeError, UnicodeEncodeError):  # lone surrogates: the standard library escapes them
-        return json.dumps(value, default=_raw_text).encode()
+        # (a JSON text kept as msgspec.Raw holds none: msgspec read it; its value goes instead)
+        plain = {
+            name: loads(bytes(item))[0] if isinstance(item, msgspec.Raw) else item
+            for name, item in value.items()
+        }
+        return dumps(plain, True)
     except RecursionError as exc:
         raise InvalidEvent("gen_ai.tool.call.arguments / result: nested too deeply") from exc
-
-
-def _raw_text(value: Any) -> Any:
-    if isinstance(value, msgspec.Raw):
-        return json.loads(bytes(value))
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    raise InvalidEvent(f"not JSON: {type(value).__name__}")
 
 
 def events_of(spans: list[Span]) -> Mapped:
@@ -304,9 +328,8 @@ def _integer(value: Any, where: str, kind: tuple[int, int, str] = INT64) -> int:
     """An integer field: a JSON integer or its decimal string (ASCII digits), within ``kind``."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise OtlpError(f"{where}: expected an integer (or its decimal string)")
-    if isinstance(value, str):
-        if _INTEGER.fullmatch(value) is None:
-            raise OtlpError(f"{where}: expected an integer (or its decimal string), got {value[:40]!r}")
+    if isinstance(value, str) and _INTEGER.fullmatch(value) is None:
+        raise OtlpError(f"{where}: expected an integer (or its decimal string), got {value[:40]!r}")
     number = int(value)
     low, high, name = kind
     if not low <= number <= high:

@@ -1,14 +1,23 @@
 """JSON as agent runtimes send it: msgspec first, the standard library for what msgspec refuses
-(lone UTF-16 surrogates, which JavaScript writes); a failure is an :class:`InvalidEvent`."""
+(lone UTF-16 surrogates, which JavaScript writes); a failure is an :class:`InvalidEvent`.
+
+Numbers follow the one rule of every door (docs/wire-numbers.md): a number beyond a double
+(``1e400``, ``-1e309``) is the value JavaScript's ``JSON.parse`` gives, ±Infinity, held as a
+:class:`~detectors.stable_json.JSNumber` and written back as ``1e999`` / ``-1e999`` (read again,
+the same value), so the event decoder then takes it where any JSON value may stand and refuses
+it, naming the field, where a typed number must fit; ``NaN`` and ``Infinity`` are not JSON.
+Every other number is the plain value msgspec gives."""
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import msgspec
 
 from loopwatch.detectors.events import InvalidEvent
+from loopwatch.detectors.stable_json import JSNumber, wire_enc_hook
 
 __all__ = ["TOO_DEEP", "as_utf8", "dumps", "loads"]
 
@@ -38,14 +47,25 @@ def as_utf8(body: bytes) -> bytes:
     return text.encode("utf-8", "backslashreplace")  # (a lone surrogate can only be in a string)
 
 
+def _number(text: str) -> float | JSNumber:
+    """A JSON number msgspec gives as a float: the float, or (beyond a double) JavaScript's
+    ±Infinity as a :class:`JSNumber` (a float ``inf`` would be written back as ``null``)."""
+    value = float(text)
+    return value if math.isfinite(value) else JSNumber(value)
+
+
+_DECODE = msgspec.json.Decoder(float_hook=_number).decode
+_ENCODE = msgspec.json.Encoder(enc_hook=wire_enc_hook).encode
+
+
 def loads(body: bytes) -> tuple[Any, bool]:
     """The JSON value of ``body``, and whether it holds lone surrogates (then only the standard
     library reads it, and :func:`dumps` must write it back)."""
     try:
-        return msgspec.json.decode(body), False
+        return _DECODE(body), False
     except msgspec.DecodeError as exc:
         try:  # lone UTF-16 surrogates: JavaScript sends them, msgspec refuses them
-            return json.loads(body, parse_constant=_not_json), True
+            return json.loads(body, parse_float=_number, parse_constant=_not_json), True
         except (ValueError, TypeError):
             raise InvalidEvent(f"not valid JSON: {exc}") from exc
         except RecursionError:
@@ -59,6 +79,37 @@ def _not_json(name: str) -> Any:
 
 
 def dumps(value: Any, surrogates: bool) -> bytes:
-    if surrogates:
-        return json.dumps(value).encode()  # ASCII, surrogates escaped: decode_event reads them
-    return msgspec.json.encode(value)
+    """``value`` (as :func:`loads` gives it) as JSON the event decoder reads back the same.
+    Raises ``RecursionError`` for nesting deeper than Python's recursion limit."""
+    if surrogates:  # ASCII, surrogates escaped: decode_event reads them
+        try:
+            return json.dumps(value).encode()
+        except TypeError:  # a JSNumber (a number beyond a double): written one value at a time
+            parts: list[str] = []
+            _write_ascii(value, parts)
+            return "".join(parts).encode()
+    return _ENCODE(value)
+
+
+def _write_ascii(value: Any, out: list[str]) -> None:
+    """``json.dumps`` (ASCII, lone surrogates as their escapes) that writes a :class:`JSNumber`
+    as the wire does (``json.dumps`` would write ``Infinity``, which is not JSON)."""
+    if isinstance(value, dict):
+        out.append("{")
+        for index, (key, item) in enumerate(value.items()):
+            out.append(',"' if index else '"')
+            out.append(json.dumps(str(key))[1:])
+            out.append(":")
+            _write_ascii(item, out)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            _write_ascii(item, out)
+        out.append("]")
+    elif isinstance(value, JSNumber):
+        out.append(bytes(wire_enc_hook(value) or b"null").decode())
+    else:
+        out.append(json.dumps(value))
