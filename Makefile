@@ -78,6 +78,11 @@ bench-stream: $(BUILT)  ## worker throughput and latency on the local broker (vs
 	docker/services.sh up kafka
 	$(BIN)/python -m tests.bench.stream_bench; status=$$?; docker/services.sh down; exit $$status
 
+.PHONY: bench-mcp
+MCP_BENCH_ARGS ?=
+bench-mcp: $(BUILT)  ## tools/call round trips through loopwatch mcp vs direct (MCP SDK client, server-everything from npm; MCP_BENCH_ARGS=--http ...)
+	$(BIN)/python -m tests.bench.mcp_bench $(MCP_BENCH_ARGS)
+
 SCALE_ARGS ?=
 bench-scale: $(BUILT)  ## memory per run, failover time, CPU per event at 10k-1M runs (SCALE_ARGS=..., see tests/bench/scale_bench.py)
 	docker/services.sh up
