@@ -42,6 +42,8 @@ def hook_args(argv: list[str]) -> HookArgs | None:
                     return None  # (argparse: "expected one argument", or a negative number)
                 value = argv[at]
                 at += 1
+            if flag == "--timeout-ms" and _positive_int(value) is None:
+                return None  # (argparse checks every one given, not only the last)
             given[_VALUED[flag]] = value
             continue
         if arg.startswith("-") or runtime is not None or arg not in RUNTIMES:
@@ -49,19 +51,20 @@ def hook_args(argv: list[str]) -> HookArgs | None:
         runtime = arg
     if runtime is None:
         return None
-    timeout_ms = 2000
-    if "timeout_ms" in given:
-        try:
-            timeout_ms = int(given["timeout_ms"])  # (what flags.positive_int takes)
-        except ValueError:
-            return None
-        if timeout_ms < 1:
-            return None
     return HookArgs(
         runtime,
         gateway=given.get("gateway", os.environ.get("LOOPWATCH_GATEWAY_URL", DEFAULT_GATEWAY)),
         agent_id=given.get("agent_id"),
-        timeout_ms=timeout_ms,
+        timeout_ms=_positive_int(given.get("timeout_ms", "2000")) or 2000,
         fail_closed=switches["fail_closed"],
         show_warnings=switches["show_warnings"],
     )
+
+
+def _positive_int(text: str) -> int | None:
+    """What ``flags.positive_int`` takes (None: what it refuses)."""
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value >= 1 else None

@@ -132,12 +132,18 @@ def added_modules(command: list[str], stdin: bytes = b"", env: dict[str, str] | 
     return set(imported(done.stderr)) - set(imported(base.stderr))
 
 
+#: the runtime texts (what a runtime is told): strings only, wherever they live; nothing else of
+#: ``loopwatch.detectors`` (the core) or ``loopwatch.config`` may load
+TEXTS = ("loopwatch.detectors.runtime_texts", "loopwatch.streams.gateway.runtime_texts")
+
+
 def foreign(modules: set[str]) -> list[str]:
-    """Third-party modules, and loopwatch's config and core."""
+    """Third-party modules, and loopwatch's config and core (its texts aside)."""
     stdlib = sys.stdlib_module_names
+    allowed = {"loopwatch.detectors"} if "loopwatch.detectors.runtime_texts" in modules else set()
     return sorted(
         name
-        for name in modules
+        for name in modules - set(TEXTS) - allowed
         if (name.split(".")[0] not in stdlib and name.split(".")[0] != "loopwatch")
         or name.startswith(("loopwatch.config", "loopwatch.detectors"))
     )
