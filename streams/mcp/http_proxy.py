@@ -223,10 +223,11 @@ class McpHttpProxy:
 
     async def _send(self, request: web.Request, body: bytes | None) -> aiohttp.ClientResponse:
         assert self._client is not None
-        query = f"?{request.query_string}" if request.query_string else ""
+        base, _, own_query = self.upstream.partition("?")
+        query = request.query_string or own_query  # (the client's, else the upstream URL's own)
         return await self._client.request(
             request.method,
-            self.upstream.split("?", 1)[0] + query,
+            f"{base}?{query}" if query else base,
             data=body,
             headers=self._upstream_headers(request),
             allow_redirects=False,
