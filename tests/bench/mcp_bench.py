@@ -113,11 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     flags = ["--config", args.config] if args.config else []
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder, (Path(folder) / "stderr.log").open("a") as errlog:
-        stdio = {"direct": servers.everything_stdio(), "proxy": proxied(servers.everything_stdio(), *flags)}
+        stdio: dict[str, StdioServerParameters | str] = {
+            "direct": servers.everything_stdio(),
+            "proxy": proxied(servers.everything_stdio(), *flags),
+        }
         results["stdio"] = anyio.run(_compare, stdio, args.rounds, args.calls, errlog)
         if args.http:
             with servers.everything_http() as url, proxy_http(url, *flags) as proxy:
-                http = {"direct": url, "proxy": proxy.ready.group(1)}
+                http: dict[str, StdioServerParameters | str] = {"direct": url, "proxy": proxy.ready.group(1)}
                 results["http"] = anyio.run(_compare, http, args.rounds, args.calls, errlog)
     if args.json:
         print(json.dumps(results, indent=2))
