@@ -1,10 +1,11 @@
 """``loopwatch import --follow DIR``: the zero-code sidecar for OpenClaw fleets.
 
 Follows the OpenClaw session transcripts under a folder (``~/.openclaw/agents``: new files,
-appended lines, a file rewritten, replaced, truncated or rotated) and publishes their events
-to a gateway (``--gateway URL``) or straight to Kafka (``--kafka BOOTSTRAP``). An unmodified
-OpenClaw deployment so gets fleet-wide verdicts and alerts, in observe mode (nothing blocks
-its calls).
+appended lines, a file rewritten, replaced, truncated or rotated), and the SQLite transcript
+stores of OpenClaw 2026.8+ (``agents/<id>/agent/openclaw-agent.sqlite``: rows as they are
+committed, a store appearing or replaced), and publishes their events to a gateway
+(``--gateway URL``) or straight to Kafka (``--kafka BOOTSTRAP``). An unmodified OpenClaw
+deployment so gets fleet-wide verdicts and alerts, in observe mode (nothing blocks its calls).
 
 Rules:
 
@@ -34,6 +35,22 @@ Rules:
   sends them to the dead-letter topic. Any other failure (gateway unreachable, 5xx, broker
   down) ends the scan; the next scan retries it, starting with the file after the one that
   failed, so no file holds the others back longer than one scan.
+* SQLite stores (only files named ``openclaw-agent.sqlite``: OpenClaw keeps lock databases
+  beside them): read read-only, one short read transaction at a time, never one held between
+  reads, so OpenClaw's writer is never blocked (see
+  :mod:`streams.history.transcripts_sqlite_tail`). A store is opened when its file or its WAL
+  changed; the rows committed since its mark (file, rowid, that row's fingerprint) name the
+  sessions that changed, and each such session is read whole up to the same rowid and turned
+  into events as ``import`` turns it (the session id as the id prefix: the same event ids),
+  the open run's end held back. Per session the ids handled are remembered as for a file. The
+  mark moves once every changed session is handled. A store replaced (another file) or whose
+  rowids were reset is read whole again: only the events not handled yet are published. The
+  offsets file keeps, per store, its mark and, per session, how many events were handled and
+  the last one's id: a restart reads the rows after the mark (all of them if the mark no
+  longer holds), and counts a session's first ``published`` events as handled while the last
+  of them is still that many in, else those up to its last id. A store without tables yet
+  (being created) waits; one that is not an OpenClaw agent database is said once and read
+  again when it changes.
 * ``stop`` ends :meth:`Follower.run` within a second, even in the middle of a publish (the
   publish is abandoned and retried after a restart). ``--interval`` must be a number of
   seconds from ``MIN_INTERVAL_S`` to ``MAX_INTERVAL_S``.
@@ -54,10 +71,13 @@ import json
 import math
 import os
 import re
+import sqlite3
 import stat
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import closing
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO, TypeVar
 
@@ -73,11 +93,20 @@ from loopwatch.streams.history.transcripts import (
     is_transcript,
     transcript_events_by_line,
 )
+from loopwatch.streams.history.transcripts_sqlite import (
+    StoreError,
+    agent_from_store_path,
+    has_header,
+    open_readonly,
+    session_lines,
+)
+from loopwatch.streams.history.transcripts_sqlite_tail import Mark, changes, session_rows
 
 __all__ = [
     "BATCH_EVENTS",
     "MAX_INTERVAL_S",
     "MIN_INTERVAL_S",
+    "STORE_NAME",
     "Follower",
     "InvalidInterval",
     "Rejected",
@@ -87,6 +116,7 @@ __all__ = [
 ]
 
 Publish = Callable[[list[Event]], Awaitable[None]]
+Locate = Callable[[int], str]  # an event's line → where it is, for reports
 _T = TypeVar("_T")
 
 #: Events per publish, below loopwatch's 256-id de-duplication window: a batch published
@@ -98,6 +128,13 @@ MAX_INTERVAL_S: Final = 3600.0
 #: and mtime may not show a rewrite within the file system's timestamp granularity.
 _RACY_NS: Final = 1_000_000_000
 _GATEWAY_EVENT = re.compile(r"^event (\d+): ")
+#: OpenClaw 2026.8+'s transcript store, ``agents/<agentId>/agent/openclaw-agent.sqlite``: the
+#: only SQLite file the sidecar opens (OpenClaw keeps lock databases beside it, which a reader
+#: must not touch).
+STORE_NAME: Final = "openclaw-agent.sqlite"
+#: How long a read of a store waits for a lock (rollback mode: OpenClaw committing) before
+#: the store is left to the next scan.
+_STORE_BUSY_S: Final = 0.2
 
 
 class Rejected(Exception):
@@ -167,6 +204,46 @@ def _read_regular(path: Path) -> tuple[os.stat_result, bytes] | None:
         return status, stream.read()
 
 
+@dataclass
+class _Store:
+    """What the follower knows of a SQLite store while it runs."""
+
+    mark: Mark | None = None  # where it was read up to (every event of those rows handled)
+    handled: dict[str, set[str]] = field(default_factory=dict)  # per session: ids handled
+    reported: dict[str, int] = field(default_factory=dict)  # per session: last seq whose skips were said
+
+
+def _store_signature(path: Path, status: os.stat_result) -> tuple[int, ...]:
+    """The store's file and its WAL, as stat sees them (a commit changes one of them)."""
+    try:
+        wal = os.stat(f"{path}-wal")
+        tail = (wal.st_ino, wal.st_size, wal.st_mtime_ns)
+    except OSError:
+        tail = (0, -1, 0)
+    return (status.st_ino, status.st_size, status.st_mtime_ns, *tail)
+
+
+def _saved_mark(known: dict[str, Any] | None) -> Mark | None:
+    """The mark an offsets record keeps, if it keeps a whole one."""
+    if known is None:
+        return None
+    inode, rowid, row = known.get("inode"), known.get("rowid"), known.get("row")
+    if isinstance(inode, int) and isinstance(rowid, int) and isinstance(row, str):
+        return Mark(inode, rowid, row)
+    return None
+
+
+def _resumed_session(known: Any, ids: list[str]) -> set[str]:
+    """After a restart, the ids of a session's events handled before (from its record): the
+    first ``published`` while the last of them is still that many in, else up to ``last``."""
+    if not isinstance(known, dict):
+        return set()
+    count, last = known.get("published"), known.get("last")
+    if isinstance(count, int) and 0 < count <= len(ids) and ids[count - 1] == last:
+        return set(ids[:count])
+    return set(ids[: ids.index(last) + 1]) if last in ids else set()
+
+
 class Follower:
     """Publishes the events of the transcripts under ``folder`` (see the module rules).
 
@@ -191,10 +268,11 @@ class Follower:
         self.max_event_bytes = max_event_bytes
         self.offsets: dict[str, dict[str, Any]] = self._load()
         self.handled: dict[str, set[str]] = {}  # per file: the event ids published or skipped
-        self.read_as: dict[str, tuple[int, int, int]] = {}  # per file: (inode, size, mtime) read
+        self.read_as: dict[str, tuple[int, ...]] = {}  # per file: (inode, size, mtime…) read
         self.published = 0
         self.skipped = 0  # events refused (too large, or by the destination)
         self.transcripts: set[str] = set()  # the files seen that are transcripts
+        self.stores: dict[str, _Store] = {}  # the SQLite stores seen
         self.complete = False  # whether the last scan looked at every file
         self._reported: set[str] = set()  # files reported as unreadable, once each
         self._lines_seen: dict[str, int] = {}  # per file: lines whose skips were reported
@@ -248,7 +326,10 @@ class Follower:
         try:
             if not self.folder.is_dir():
                 raise NotADirectoryError("not a folder (any more)")
-            keys = sorted(str(p) for p in self.folder.rglob("*.jsonl") if not is_checkpoint_copy(p.name))
+            keys = sorted(
+                [str(p) for p in self.folder.rglob("*.jsonl") if not is_checkpoint_copy(p.name)]
+                + [str(p) for p in self.folder.rglob(STORE_NAME)]
+            )
         except OSError as exc:  # unmounted, gone or unreadable: forget nothing
             self._say(f"cannot list {self.folder} ({exc})", once=True)
             self.complete = False
@@ -260,7 +341,7 @@ class Follower:
         published = 0
         for key in keys:
             try:
-                published += await self._file(key)
+                published += await (self._store(key) if Path(key).name == STORE_NAME else self._file(key))
             except Exception as exc:  # noqa: BLE001 - the destination is down or failing: retry next scan
                 self._resume_after = key
                 self.complete = False
@@ -277,8 +358,9 @@ class Follower:
     def _forget(self, present: set[str]) -> None:
         """Drops what is known of the files that are gone (one that comes back is new)."""
         saved = [key for key in self.offsets if key not in present]
-        for key in {*saved, *self.handled, *self.read_as} - present:
+        for key in {*saved, *self.handled, *self.read_as, *self.stores} - present:
             self.offsets.pop(key, None)
+            self.stores.pop(key, None)
             self.handled.pop(key, None)
             self.read_as.pop(key, None)
             self._lines_seen.pop(key, None)
@@ -375,19 +457,148 @@ class Follower:
             self._save()
 
         try:
-            return await self._publish(key, fresh, handled, record)
+            return await self._publish(lambda line: f"{key}:{line}", fresh, handled, record)
+        finally:  # also when stopped or failed midway: what was handled so far
+            record()
+
+    # -- SQLite stores ---------------------------------------------------------------------
+
+    async def _store(self, key: str) -> int:
+        """Publishes the events of the rows a store gained since it was read (all of them the
+        first time, or when it was replaced); the mark moves once they are all handled."""
+        path = Path(key)
+        signature = self._store_signature(key, path)
+        if signature is None or self.read_as.get(key) == signature:
+            return 0  # not a regular file, gone, or unchanged since it was read
+        before = time.time_ns()
+        state = self.stores.setdefault(key, _Store())
+        mark = state.mark or _saved_mark(self.offsets.get(key))
+        published = 0
+        try:
+            with closing(open_readonly(path, _STORE_BUSY_S)) as db:
+                found = changes(db, signature[0], mark)
+                if found is None:  # no table yet: OpenClaw is creating it
+                    return 0
+                if found.whole:
+                    if state.mark is not None:
+                        self._say(f"{key}: replaced; publishing the events not published before")
+                    self._drop_sessions(key, state, set(found.sessions))
+                agent = self.agent_id or agent_from_store_path(key) or found.agent or "main"
+                for session in found.sessions:
+                    rows = session_rows(db, session, found.top.rowid, found.packed)
+                    published += await self._session(key, state, session, rows, agent)
+        except StoreError as exc:
+            self._say(f"{key}: {exc}; not followed", once=True)
+        except sqlite3.OperationalError as exc:  # locked, or cannot be opened now: the next scan
+            self._say(f"{key}: cannot read ({exc}); retrying", once=True)
+            return published
+        except sqlite3.DatabaseError as exc:  # not a database, or a damaged one
+            self._say(f"{key}: not a readable SQLite database ({exc}); not followed", once=True)
+        else:
+            if state.mark != found.top:
+                state.mark = found.top
+                record = self.offsets.setdefault(key, {})
+                record.update(inode=found.top.inode, rowid=found.top.rowid, row=found.top.row)
+                record.setdefault("sessions", {})
+                self._save()
+        newest = max(signature[2], signature[5])  # the database's and the WAL's mtimes
+        if newest < before - _RACY_NS:  # else it may change unseen: read it again
+            self.read_as[key] = signature
+        else:
+            self.read_as.pop(key, None)
+        return published
+
+    def _store_signature(self, key: str, path: Path) -> tuple[int, ...] | None:
+        """The store's signature; ``None`` (said once) for what is not a regular file."""
+        try:
+            status = path.stat()
+            if stat.S_ISREG(status.st_mode):
+                return _store_signature(path, status)
+            self._say(f"{key}: not a regular file, skipped", once=True)
+        except OSError as exc:  # gone meanwhile, or unreadable
+            if path.exists():
+                self._say(f"{key}: cannot read ({exc.strerror or exc})", once=True)
+        return None
+
+    def _drop_sessions(self, key: str, state: _Store, present: set[str]) -> None:
+        """Forgets the sessions a store no longer holds (one that comes back is new)."""
+        for session in {*state.handled, *state.reported} - present:
+            state.handled.pop(session, None)
+            state.reported.pop(session, None)
+        record = self.offsets.get(key)
+        saved = record.get("sessions") if record is not None else None
+        if isinstance(saved, dict) and set(saved) - present:
+            for session in set(saved) - present:
+                del saved[session]
+            self._record_total(key)
+            self._save()
+
+    def _record_total(self, key: str) -> None:
+        record = self.offsets[key]
+        saved = record.get("sessions")
+        record["published"] = sum(
+            n
+            for known in (saved.values() if isinstance(saved, dict) else ())
+            if isinstance(known, dict) and isinstance(n := known.get("published"), int)
+        )
+
+    async def _session(
+        self, key: str, state: _Store, session: str, rows: list[tuple[int, bytes | str]], agent: str
+    ) -> int:
+        """Publishes the events of a session's rows not handled yet (as ``import`` gives them,
+        the open run's end held back); rows skipped are reported once, by ``seq``."""
+        where = f"{key}[session {session}]"
+        lines, unreadable = session_lines(rows)
+        skipped: list[tuple[int, str]] = []
+        events = transcript_events_by_line(lines, agent, session, skipped)
+        seqs = [seq for seq, _ in rows]
+        reported = state.reported.get(session, -1)
+        for seq, reason in sorted([*unreadable, *((seqs[n - 1], why) for n, why in skipped)]):
+            if seq > reported:
+                self._say(f"{where} seq {seq}: skipped: {reason}")
+        if seqs:
+            state.reported[session] = max(reported, seqs[-1])
+        if not events and not has_header(lines):
+            self._say(f"{where}: no session header; skipped", once=True)
+        if events and isinstance(events[-1][1], RunEnd):
+            events.pop()  # the last run may go on: its end waits for a later run
+        ids = [event.event_id for _, event in events]
+        handled = state.handled.get(session)
+        if handled is None:
+            stored = self.offsets.get(key, {}).get("sessions")
+            known = stored.get(session) if isinstance(stored, dict) else None
+            handled = state.handled[session] = _resumed_session(known, ids)
+        fresh = [(line, event) for line, event in events if event.event_id not in handled]
+        if not fresh:
+            return 0
+        leading = 0  # events[:leading] are all handled
+
+        def record() -> None:
+            nonlocal leading
+            while leading < len(ids) and ids[leading] in handled:
+                leading += 1
+            saved = self.offsets.setdefault(key, {}).setdefault("sessions", {})
+            saved[session] = {"published": leading, "last": ids[leading - 1] if leading else None}
+            self._record_total(key)
+            self._save()
+
+        def locate(line: int) -> str:
+            return f"{where} seq {seqs[line - 1]}"
+
+        try:
+            return await self._publish(locate, fresh, handled, record)
         finally:  # also when stopped or failed midway: what was handled so far
             record()
 
     # -- publishing ------------------------------------------------------------------------
 
-    def _skip(self, key: str, line: int, event: Event, handled: set[str], reason: str) -> None:
+    def _skip(self, locate: Locate, line: int, event: Event, handled: set[str], reason: str) -> None:
         handled.add(event.event_id)
         self.skipped += 1
-        self._say(f"{key}:{line}: event {event.event_id} skipped: {reason}")
+        self._say(f"{locate(line)}: event {event.event_id} skipped: {reason}")
 
     def _batches(
-        self, key: str, fresh: list[tuple[int, Event]], handled: set[str]
+        self, locate: Locate, fresh: list[tuple[int, Event]], handled: set[str]
     ) -> list[list[tuple[int, Event]]]:
         """``fresh`` cut in batches of at most ``BATCH_EVENTS`` events and ``max_event_bytes``;
         an event that cannot be encoded or is larger than that is skipped."""
@@ -397,11 +608,11 @@ class Follower:
             try:
                 length = len(encode_event(event)) + 1  # NDJSON: a newline each
             except (msgspec.EncodeError, RecursionError, TypeError, ValueError) as exc:
-                self._skip(key, line, event, handled, f"cannot be encoded ({exc})")
+                self._skip(locate, line, event, handled, f"cannot be encoded ({exc})")
                 continue
             if length - 1 > self.max_event_bytes:
                 limit = self.max_event_bytes
-                self._skip(key, line, event, handled, f"{length - 1} bytes exceed maxEventBytes ({limit})")
+                self._skip(locate, line, event, handled, f"{length - 1} bytes exceed maxEventBytes ({limit})")
                 continue
             if len(batches[-1]) == BATCH_EVENTS or size + length > self.max_event_bytes:
                 batches.append([])
@@ -411,11 +622,12 @@ class Follower:
         return [batch for batch in batches if batch]
 
     async def _publish(
-        self, key: str, fresh: list[tuple[int, Event]], handled: set[str], record: Callable[[], None]
+        self, locate: Locate, fresh: list[tuple[int, Event]], handled: set[str], record: Callable[[], None]
     ) -> int:
-        """Publishes ``fresh`` (a refused event is skipped); ``record()`` after each batch."""
+        """Publishes ``fresh`` (a refused event is skipped, reported where ``locate`` of its line
+        says); ``record()`` after each batch."""
         published = 0
-        batches = self._batches(key, fresh, handled)
+        batches = self._batches(locate, fresh, handled)
         while batches:
             batch = batches.pop(0)
             try:
@@ -426,10 +638,10 @@ class Follower:
                 rest = batch[sent:]
                 if exc.index is not None and sent <= exc.index < len(batch):
                     line, event = rest.pop(exc.index - sent)
-                    self._skip(key, line, event, handled, exc.reason)
+                    self._skip(locate, line, event, handled, exc.reason)
                     batches[:0] = [rest] if rest else []
                 elif len(rest) == 1:
-                    self._skip(key, *rest[0], handled, exc.reason)
+                    self._skip(locate, *rest[0], handled, exc.reason)
                 elif rest:  # the refused event is not named: halve the batch until it is alone
                     batches[:0] = [rest[: len(rest) // 2], rest[len(rest) // 2 :]]
             if sent:
@@ -460,8 +672,10 @@ class Follower:
             if first and self.complete:  # where a restart resumed, once every file was looked at
                 first = False
                 files = len(self.transcripts)
+                stores = sum(1 for state in self.stores.values() if state.mark is not None)
+                also = f", {stores} SQLite store{'' if stores == 1 else 's'}" if stores else ""
                 self._say(
-                    f"first scan: {files} transcript{'' if files == 1 else 's'}, "
+                    f"first scan: {files} transcript{'' if files == 1 else 's'}{also}, "
                     f"{resumed} events published before, {count} now"
                 )
                 count = 0

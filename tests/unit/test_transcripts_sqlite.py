@@ -230,12 +230,3 @@ def test_replay_reads_the_store_as_its_jsonl_transcript() -> None:
     assert from_store == replay(JSONL, "--agent-id", "main")
     assert from_store["events"] == 7
     assert [(r["run"], r["agent"], r["calls"]) for r in from_store["runs"]] == [(RUN, "main", 3)]  # type: ignore[attr-defined]
-
-
-def test_follow_on_a_folder_of_stores_says_it_is_not_supported_yet(tmp_path: Path) -> None:
-    err = io.StringIO()
-    args = argparse.Namespace(
-        paths=[], agent_id=None, follow=str(AGENTS), gateway="http://127.0.0.1:9", kafka=None
-    )
-    assert cmd_import(args, io.BytesIO(), err) == 2
-    assert "does not follow them yet" in err.getvalue()

@@ -1,5 +1,6 @@
 """``loopwatch import``: agent histories (OpenClaw transcripts, Claude Code, Codex, Gemini CLI,
-OpenHands, SWE-agent) to events, and the ``--follow`` sidecar (OpenClaw transcripts)."""
+OpenHands, SWE-agent) to events, and the ``--follow`` sidecar (OpenClaw's JSONL transcripts and
+SQLite transcript stores)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,6 @@ def _follow_transcripts(args: argparse.Namespace, err: TextIO) -> int:
     folder = Path(args.follow)
     if not folder.is_dir():
         print(f"loopwatch: {folder}: not a folder", file=err)
-        return 2
-    if not any(folder.rglob("*.jsonl")) and any(folder.rglob("*.sqlite")):
-        print(
-            f"loopwatch: {folder}: holds only SQLite transcript stores (OpenClaw 2026.8+); "
-            "import --follow does not follow them yet: use `loopwatch import` on the .sqlite file",
-            file=err,
-        )
         return 2
 
     async def main() -> None:
@@ -144,8 +138,9 @@ def register(sub: Any) -> None:
     imp.add_argument(
         "--follow",
         metavar="DIR",
-        help="sidecar: follow the transcripts under DIR as they grow and publish their events "
-        "(to --gateway or --kafka), resuming from --offsets after a restart",
+        help="sidecar: follow the OpenClaw transcripts under DIR (JSONL files, and the SQLite stores "
+        "agents/<id>/agent/openclaw-agent.sqlite of OpenClaw 2026.8+, read-only) as they grow and "
+        "publish their events (to --gateway or --kafka), resuming from --offsets after a restart",
     )
     imp.add_argument(
         "--gateway", metavar="URL", help="with --follow: a loopwatch gateway (token: LOOPWATCH_GATEWAY_TOKEN)"
@@ -157,7 +152,7 @@ def register(sub: Any) -> None:
         "--offsets",
         metavar="FILE",
         default=".loopwatch-import-offsets.json",
-        help="with --follow: where the published count per file is kept",
+        help="with --follow: where the published count per file (per store: its last row) is kept",
     )
     imp.add_argument(
         "--interval",
