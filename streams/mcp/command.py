@@ -117,7 +117,8 @@ async def _serve(args: argparse.Namespace, decider: Decider, err: TextIO) -> Non
         err,
     )
     quiet_malformed_requests()
-    runner = web.AppRunner(proxy.app(), access_log=None)
+    # a client gone from a stream (an SSE GET it dropped): its handler ends, the upstream's closes
+    runner = web.AppRunner(proxy.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
