@@ -1,13 +1,18 @@
-"""``loopwatch mcp``'s command line and its HTTP listener's origin rule, without a server."""
+"""``loopwatch mcp``'s command line, and its HTTP listener's origin rule and sessions, without a
+server."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 
 import pytest
 
-from loopwatch.streams.mcp.http_proxy import origin_allowed
+from loopwatch.detectors.facade import LoopDetector
+from loopwatch.streams.gateway.web_safety import WebSafety
+from loopwatch.streams.mcp.deciders import LocalDecider
+from loopwatch.streams.mcp.http_proxy import McpHttpProxy, origin_allowed
 
 
 @pytest.mark.parametrize(
@@ -57,3 +62,19 @@ def test_a_command_line_that_cannot_work_says_why(args: tuple[str, ...], said: s
     done = mcp(*args)
     assert done.returncode == 2, done
     assert said in done.stderr, done.stderr
+
+
+def test_an_idle_http_session_is_forgotten_and_named_again_when_it_comes_back() -> None:
+    decider = LocalDecider(LoopDetector(), io.StringIO())
+    proxy = McpHttpProxy("http://127.0.0.1:1/mcp", decider, WebSafety(), state_ttl_s=60)
+    session = proxy._session("abc", "claude-ai")
+    assert (session.run_id, session.session_id, session.agent_id) == ("mcp-abc", "abc", "claude-ai")
+    proxy.sweep(session.last_active + 30)
+    assert proxy.sessions == {"abc": session}
+    proxy.sweep(session.last_active + 61)
+    assert proxy.sessions == {}
+    again = proxy._session("abc")
+    assert again is not session
+    assert (again.run_id, again.agent_id) == ("mcp-abc", "claude-ai")
+    long = proxy._session("x" * 600)
+    assert long.run_id.startswith("mcp-session-")

@@ -304,3 +304,25 @@ def test_through_a_real_gateway_the_client_reads_what_the_core_decided(tmp_path:
     assert run["status"] == "ended"
     assert run["agent_id"] == "mcp"
     assert run["results"] == sum(d.proceed for d in decisions)
+
+
+def test_an_aborted_session_that_sends_nothing_for_the_state_ttl_is_usable_again() -> None:
+    now = [0.0]
+    detector = LoopDetector(
+        parse_config_value(LOOP_CONFIGS["thresholds"]), state_ttl_s=60, clock=lambda: now[0]
+    )
+    decider = LocalDecider(detector, io.StringIO())
+
+    async def drive() -> tuple[list[bool], bool]:
+        session = McpSession(decider, "mcp-run")
+        refused = []
+        for n in range(8):
+            _, texts, forwarded = await one_call(session, call(n, "echo", ECHO), tool_answer(n, ECHO_TEXTS))
+            refused.append(not forwarded and texts[0].startswith("loopwatch stopped this turn"))
+        now[0] += 61  # a client that kept the server, idle for longer than the TTL
+        _, _, forwarded = await one_call(session, call(99, "echo", ECHO), tool_answer(99, ECHO_TEXTS))
+        return refused, forwarded
+
+    refused, forwarded_after = asyncio.run(drive())
+    assert refused[-1], refused  # aborted before the pause
+    assert forwarded_after
