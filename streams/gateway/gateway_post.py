@@ -82,27 +82,23 @@ def post_json(url: str, path: str, body: Any, token: str | None, deadline: float
     left = deadline - time.monotonic()
     if left <= 0:
         raise GatewayUnavailable(f"gateway {url} too slow (no time left)")
-    import urllib.parse
-
-    try:
-        parts = urllib.parse.urlsplit(url + path)
-        port = parts.port  # (a port that is not a number raises here)
-    except ValueError as exc:  # (and a bracketed host that is no IPv6 address)
-        raise GatewayUnavailable(f"gateway {url}: {exc}") from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    scheme, host, port, target = _split(url + path)
+    if isinstance(port, ValueError):  # a port that is not a number, a bracketed host not IPv6
+        raise GatewayUnavailable(f"gateway {url}: {port}") from port
+    if scheme not in ("http", "https") or not host:
         raise GatewayUnavailable(f"gateway {url}: {NOT_HTTP}")
     if port is None:
-        port = 443 if parts.scheme == "https" else 80
+        port = 443 if scheme == "https" else 80
     try:
         data = json.dumps(body).encode()
     except RecursionError:
         raise InputNotSent("the input nests too deeply to be sent as JSON") from None
     try:
-        request = _request(parts, port, data, token)
+        request = _request(scheme, host, port, target, data, token)
     except (ValueError, UnicodeError) as exc:  # a control character in the path or the token
         raise GatewayUnavailable(f"gateway {url} unreachable: {type(exc).__name__}: {exc}") from exc
     try:
-        status, raw = _exchange(parts.scheme, parts.hostname, port, request, deadline)
+        status, raw = _exchange(scheme, host, port, request, deadline)
     except TimeoutError as exc:
         raise GatewayUnavailable(f"gateway {url} slower than {left * 1000:.0f} ms") from exc
     except (OSError, ValueError) as exc:  # refused, cut short, not HTTP, shut
@@ -120,14 +116,50 @@ def post_json(url: str, path: str, body: Any, token: str | None, deadline: float
     return value
 
 
-def _request(parts: Any, port: int, data: bytes, token: str | None) -> bytes:
+def _split(url: str) -> tuple[str, str, int | ValueError | None, str]:
+    """``url``'s scheme, host name (lower case, no brackets), port (None: not given; a
+    ValueError: not a port) and request target (path and query), as ``urllib.parse.urlsplit``
+    reads them: a plain ``http(s)://host[:port][/path][?query]`` here (the library's import is
+    a good part of a hook's start), any other form by urlsplit itself."""
+    scheme, separator, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    name, colon, port_text = authority.partition(":")
+    plain = (
+        separator
+        and scheme in ("http", "https")
+        and name
+        and url.isascii()
+        and url.isprintable()
+        and not any(c in url for c in " #\\")
+        and not any(c in authority for c in "@[]?%")
+        and (not colon or (port_text.isdigit() and int(port_text) <= 65535))
+    )
+    if plain:
+        path, _, query = (slash + path).partition("?")
+        port = int(port_text) if colon else None
+        return scheme, name.lower(), port, (path or "/") + (f"?{query}" if query else "")
+    import urllib.parse
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # a bracketed host that is no IPv6 address
+        return "", "", exc, ""
+    try:
+        given: int | ValueError | None = parts.port
+    except ValueError as exc:
+        given = exc
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return parts.scheme, parts.hostname or "", given, target
+
+
+def _request(scheme: str, host: str, port: int, target: str, data: bytes, token: str | None) -> bytes:
     """The request's bytes: what ``http.client`` sent, and ``Connection: close`` (it refused
     the same URLs and tokens: a control character, a space, a non-ASCII path)."""
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if any(c <= " " or c == "\x7f" for c in target):
         raise ValueError(f"URL can't contain control characters or spaces: {target!r}")
-    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"  # IPv6
-    if port != (443 if parts.scheme == "https" else 80):
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    if port != (443 if scheme == "https" else 80):
         host = f"{host}:{port}"
     try:
         host_bytes = host.encode("ascii")

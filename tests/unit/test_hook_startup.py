@@ -389,3 +389,77 @@ def test_a_url_no_request_can_go_to_is_unavailable_not_a_crash(url: str, said: s
 def test_a_token_with_a_line_break_is_never_sent_as_a_header(down: str) -> None:
     with pytest.raises(GatewayUnavailable, match="line break"):
         post_json(down, "/v1/decide", {}, "t\r\nX-Injected: 1", time.monotonic() + 5)
+
+
+def _urlsplit(url: str) -> tuple[str, str, Any, str]:
+    """``_split``'s answer as ``urllib.parse.urlsplit`` gives it (a ValueError: its type and text)."""
+    import urllib.parse
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:
+        return "", "", ("ValueError", str(exc)), ""
+    try:
+        port: Any = parts.port
+    except ValueError as exc:
+        port = ("ValueError", str(exc))
+    return (
+        parts.scheme,
+        parts.hostname or "",
+        port,
+        (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
+    )
+
+
+PIECES = [
+    "http",
+    "https",
+    "HTTP",
+    "ftp",
+    "://",
+    ":",
+    "/",
+    "//",
+    "?",
+    "#",
+    "@",
+    "[",
+    "]",
+    "::1",
+    "%",
+    "127.0.0.1",
+    "Gateway.Example",
+    "localhost",
+    "80",
+    "0",
+    "65536",
+    "x",
+    "é",
+]
+#: URLs of the form the hook reads itself, and near misses of it
+URLS = st.one_of(
+    st.lists(st.sampled_from([*PIECES, " ", "\t"]), max_size=9).map("".join),
+    st.tuples(
+        st.sampled_from(["http", "https", "HTTP", "ftp"]),
+        st.sampled_from(["://", ":/", "//"]),
+        st.sampled_from(["127.0.0.1", "Gateway.Example", "localhost", "", "[::1]", "u@h", "h%20", "é"]),
+        st.sampled_from(["", ":", ":80", ":6070", ":0", ":65536", ":x", ":٣"]),
+        st.lists(
+            st.sampled_from(["/", "v1", "decide", "?", "x=1", "#", ";p", " ", "\\", "\x7f"]), max_size=5
+        ),
+    ).map(lambda t: "".join([*t[:4], *t[4]])),
+)
+
+
+@settings(max_examples=2000)
+@given(URLS)
+def test_the_hook_reads_a_gateway_url_as_urllib_does(url: str) -> None:
+    """The gateway client splits plain URLs itself (urllib.parse is a good part of a hook's
+    start): every URL, plain or not, is read as urlsplit reads it."""
+    from loopwatch.streams.gateway.gateway_post import _split
+
+    scheme, host, port, target = _split(url)
+    read = ("ValueError", str(port)) if isinstance(port, ValueError) else port
+    assert (scheme, host, read, target) == _urlsplit(url), url
+    plain = _split("http://Gateway.Example:6070/v1/decide?x=1")
+    assert plain == ("http", "gateway.example", 6070, "/v1/decide?x=1")
