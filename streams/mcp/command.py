@@ -70,7 +70,7 @@ def run_mcp(args: argparse.Namespace, err: TextIO) -> int:
         from loopwatch.streams.mcp.stdio_proxy import run_stdio
 
         run_id = f"mcp-stdio-{uuid.uuid4().hex[:16]}"
-        session = McpSession(decider, run_id, run_id, args.agent_id)
+        session = McpSession(decider, run_id, run_id, args.agent_id, err)
         try:
             return asyncio.run(run_stdio(args.server, session, err, decider.close))
         except FileNotFoundError as exc:

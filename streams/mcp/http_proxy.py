@@ -128,7 +128,7 @@ class McpHttpProxy:
         self.err = err
         self.sessions: OrderedDict[str, McpSession] = OrderedDict()
         self._names: OrderedDict[str, str] = OrderedDict()
-        self.stateless = McpSession(decider, f"mcp-http-{uuid.uuid4().hex[:16]}", None, agent_id)
+        self.stateless = McpSession(decider, f"mcp-http-{uuid.uuid4().hex[:16]}", None, agent_id, err)
         self._client: aiohttp.ClientSession | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -171,7 +171,7 @@ class McpHttpProxy:
     def _session(self, session_id: str, client_name: str | None = None) -> McpSession:
         session = self.sessions.get(session_id)
         if session is None:
-            session = McpSession(self.decider, _run_id(session_id), session_id, self.agent_id)
+            session = McpSession(self.decider, _run_id(session_id), session_id, self.agent_id, self.err)
             session.client_name = client_name or self._names.get(session_id)
             self.sessions[session_id] = session
         if session.client_name is not None and session_id not in self._names:

@@ -21,10 +21,12 @@ JSON-RPC id.
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
+import traceback
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from loopwatch.detectors.input_limits import identity_problem
 from loopwatch.streams.mcp.deciders import Decider, McpCall, Ruling
@@ -80,8 +82,10 @@ class McpSession:
         run_id: str,
         session_id: str | None = None,
         agent_id: str | None = None,
+        err: TextIO | None = None,
     ) -> None:
         self.decider = decider
+        self.err = err
         self.run_id = run_id
         self.session_id = session_id
         self.fixed_agent = agent_id
@@ -100,9 +104,26 @@ class McpSession:
         if name is not None and identity_problem(name) is None:
             self.client_name = name
 
+    def _fault(self, exc: Exception, raw: bytes) -> None:
+        """A fault of loopwatch's own: said on stderr; the message goes on unchecked."""
+        where = "".join(traceback.format_exception_only(exc)).strip()
+        print(
+            f"loopwatch mcp: internal error on a {len(raw)}-byte message ({where}); it goes on unchecked",
+            file=self.err if self.err is not None else sys.stderr,
+            flush=True,
+        )
+
     async def from_client(self, raw: bytes) -> ClientStep:
-        """What to do with ``raw``, a message (or batch) from the client."""
+        """What to do with ``raw``, a message (or batch) from the client (a fault of loopwatch's
+        own lets it go on as it came: the session is never broken on loopwatch's account)."""
         self.last_active = time.monotonic()
+        try:
+            return await self._from_client(raw)
+        except Exception as exc:  # noqa: BLE001 - any fault: the message goes on
+            self._fault(exc, raw)
+            return ClientStep(raw)
+
+    async def _from_client(self, raw: bytes) -> ClientStep:
         body = read_client(raw)
         if body is None:
             return ClientStep(raw)
@@ -147,8 +168,17 @@ class McpSession:
 
     async def from_server(self, raw: bytes) -> bytes | None:
         """``raw``, a message (or batch) from the server, as it goes on to the client (None:
-        unchanged)."""
+        unchanged; so too after a fault of loopwatch's own)."""
         self.last_active = time.monotonic()
+        if not self.waiting:
+            return None
+        try:
+            return await self._from_server(raw)
+        except Exception as exc:  # noqa: BLE001 - any fault: the message goes on
+            self._fault(exc, raw)
+            return None
+
+    async def _from_server(self, raw: bytes) -> bytes | None:
         if not self.waiting:
             return None
         body = read_server(raw, self.waiting)

@@ -326,3 +326,37 @@ def test_an_aborted_session_that_sends_nothing_for_the_state_ttl_is_usable_again
     refused, forwarded_after = asyncio.run(drive())
     assert refused[-1], refused  # aborted before the pause
     assert forwarded_after
+
+
+class BrokenBefore(Recording):
+    """A decider with a fault of its own before a call."""
+
+    async def before(self, call: McpCall) -> Ruling:
+        raise RuntimeError("a bug")
+
+
+class BrokenAfter(Recording):
+    """A decider with a fault of its own when it records a result."""
+
+    async def after(self, call: McpCall, result: Any, error: str | None) -> Ruling:
+        raise RuntimeError("another bug")
+
+
+def test_a_fault_of_loopwatch_s_own_lets_the_messages_go_on_as_they_came() -> None:
+    err = io.StringIO()
+
+    async def drive() -> None:
+        request, answer = call(1, "echo", ECHO), tool_answer(1, ECHO_TEXTS)
+        session = McpSession(BrokenBefore(local(LOOP_CONFIGS["thresholds"])), "mcp-run", err=err)
+        assert (await session.from_client(request)).forward == request
+        session = McpSession(BrokenAfter(local(LOOP_CONFIGS["thresholds"])), "mcp-run", err=err)
+        assert (await session.from_client(request)).forward == request
+        assert b"1" in session.waiting
+        assert await session.from_server(answer) is None
+
+    asyncio.run(drive())
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert all("internal error" in line and "it goes on unchecked" in line for line in lines)
+    assert "a bug" in lines[0]
+    assert "another bug" in lines[1]
