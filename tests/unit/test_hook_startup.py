@@ -159,6 +159,8 @@ def test_a_hook_call_imports_the_standard_library_only_and_no_config_or_core(
     modules = added_modules(loopwatch("hook", runtime, "--gateway", url), call(runtime), env)
     assert "loopwatch.streams.gateway.hooks.command" in modules  # (it did run the hook)
     assert foreign(modules) == []
+    plans = {f"loopwatch.streams.gateway.hooks.{name.replace('-', '_')}" for name in CALLS}
+    assert sorted(modules & plans) == [f"loopwatch.streams.gateway.hooks.{runtime.replace('-', '_')}"]
     assert sorted(modules & set(HEAVY)) == []
     done = run(loopwatch("hook", runtime, "--gateway", url), call(runtime), env)
     assert done.returncode == 0, done.stderr

@@ -3,8 +3,6 @@ the gateway's route (``loopwatch hook NAME``, ``POST /v1/hooks/NAME``)."""
 
 from __future__ import annotations
 
-from loopwatch.streams.gateway.hooks import claude_code, codex, gemini
-
 TYPE_CHECKING = False  # (typing itself is not imported for it: the command hook starts quickly)
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -12,35 +10,66 @@ if TYPE_CHECKING:
 
     from loopwatch.streams.gateway.hooks.plan import HookPlan, PromptCounter
 
+    Plan = Callable[[dict[str, Any], PromptCounter, str, bool], HookPlan]
+
 __all__ = ["RUNTIMES", "Runtime", "event_problem"]
 
 
 class Runtime:
     """A runtime: its name, its plan, the agent id of its runs by default, and the hook events
-    the plan acts on (``hook_event_name``: the module's ``EVENTS``, as the README wires them)."""
+    the plan acts on (``hook_event_name``: the module's ``EVENTS``, as the README wires them).
+    Its module is imported when first needed: a command hook imports its own runtime's only."""
 
-    __slots__ = ("default_agent", "events", "name", "plan")
+    __slots__ = ("_load", "_loaded", "default_agent", "name")
 
     def __init__(
-        self,
-        name: str,
-        plan: Callable[[dict[str, Any], PromptCounter, str, bool], HookPlan],
-        default_agent: str,
-        events: frozenset[str],
+        self, name: str, load: Callable[[], tuple[Plan, tuple[str, ...]]], default_agent: str
     ) -> None:
         self.name = name
-        self.plan = plan
         self.default_agent = default_agent
-        self.events = events
+        self._load = load
+        self._loaded: tuple[Plan, frozenset[str]] | None = None
+
+    def _module(self) -> tuple[Plan, frozenset[str]]:
+        if self._loaded is None:
+            plan, events = self._load()
+            self._loaded = plan, frozenset(events)
+        return self._loaded
+
+    @property
+    def plan(self) -> Plan:
+        return self._module()[0]
+
+    @property
+    def events(self) -> frozenset[str]:
+        return self._module()[1]
 
     def __repr__(self) -> str:
         return f"Runtime({self.name!r})"
 
 
+def _claude_code() -> tuple[Plan, tuple[str, ...]]:
+    from loopwatch.streams.gateway.hooks import claude_code
+
+    return claude_code.plan, claude_code.EVENTS
+
+
+def _codex() -> tuple[Plan, tuple[str, ...]]:
+    from loopwatch.streams.gateway.hooks import codex
+
+    return codex.plan, codex.EVENTS
+
+
+def _gemini() -> tuple[Plan, tuple[str, ...]]:
+    from loopwatch.streams.gateway.hooks import gemini
+
+    return gemini.plan, gemini.EVENTS
+
+
 RUNTIMES: dict[str, Runtime] = {
-    "claude-code": Runtime("claude-code", claude_code.plan, "claude-code", frozenset(claude_code.EVENTS)),
-    "codex": Runtime("codex", codex.plan, "codex", frozenset(codex.EVENTS)),
-    "gemini": Runtime("gemini", gemini.plan, "gemini", frozenset(gemini.EVENTS)),
+    "claude-code": Runtime("claude-code", _claude_code, "claude-code"),
+    "codex": Runtime("codex", _codex, "codex"),
+    "gemini": Runtime("gemini", _gemini, "gemini"),
 }
 
 
