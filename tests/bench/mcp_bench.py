@@ -9,12 +9,17 @@ decided and its result recorded). Reported per path: the median over rounds of e
 median and p99, and what the proxy adds. ``--http`` does the same over streamable HTTP
 (server-everything's HTTP server direct, and ``loopwatch mcp --upstream``).
 
+First, the proxy's own work alone: a session's ``tools/call`` requests and their answers through
+``McpSession`` with the in-process core, no pipes (microseconds per call and answer).
+
 The issue's bar: at most 2 ms added at p99 over stdio.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import io
 import json
 import statistics
 import sys
@@ -32,6 +37,11 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from loopwatch.config.fleet import FleetConfig
+from loopwatch.detectors.facade import LoopDetector
+from loopwatch.streams.inputs.config_files import load_config
+from loopwatch.streams.mcp.deciders import LocalDecider
+from loopwatch.streams.mcp.session import McpSession
 from tests.integration.runtimes.mcp_servers import McpServers, proxied, proxy_http
 
 CLIENT = types.Implementation(name="loopwatch-mcp-bench", version="1.0")
@@ -60,6 +70,30 @@ async def _round(client: Client, calls: int, start: int) -> list[float]:
         if result.is_error:
             raise SystemExit(f"the call {n} was refused: {result.content}")
     return times
+
+
+def _messages(n: int) -> tuple[bytes, bytes]:
+    """The ``n``-th call of ``echo`` and its answer, as server-everything writes them."""
+    params = {"name": "echo", "arguments": {"message": f"bench message {n}"}}
+    request = {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params}
+    result = {"content": [{"type": "text", "text": f"Echo: bench message {n}"}]}
+    answer = {"result": result, "jsonrpc": "2.0", "id": n}
+    return json.dumps(request).encode(), json.dumps(answer).encode()
+
+
+def session_alone(config: FleetConfig, calls: int = 20_000) -> float:
+    """Microseconds of the proxy's own work per call and its answer (no pipes, no server)."""
+    messages = [_messages(n) for n in range(calls)]
+
+    async def run() -> float:
+        session = McpSession(LocalDecider(LoopDetector(config), io.StringIO()), "bench-run")
+        began = time.perf_counter()
+        for request, answer in messages:
+            await session.from_client(request)
+            await session.from_server(answer)
+        return (time.perf_counter() - began) / calls * 1e6
+
+    return asyncio.run(run())
 
 
 def _p99(times: list[float]) -> float:
@@ -111,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     servers = McpServers.install()
     flags = ["--config", args.config] if args.config else []
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"session alone, us per call": session_alone(load_config(args.config))}
     with tempfile.TemporaryDirectory() as folder, (Path(folder) / "stderr.log").open("a") as errlog:
         stdio: dict[str, StdioServerParameters | str] = {
             "direct": servers.everything_stdio(),
@@ -126,8 +160,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(results, indent=2))
         return 0
     print(f"loopwatch mcp bench: {args.rounds} rounds of {args.calls} calls, server-everything echo")
-    for title, figures in results.items():
-        print("\n".join(_report(title, figures)))
+    alone = results["session alone, us per call"]
+    print(f"the proxy's own work (McpSession, in-process core): {alone:.1f} us per call and its answer")
+    for title in ("stdio", "http"):
+        if title in results:
+            print("\n".join(_report(title, results[title])))
     added = results["stdio"]["proxy"]["p99"] - results["stdio"]["direct"]["p99"]
     print(f"stdio p99 added: {added:.3f} ms ({'within' if added <= 2.0 else 'over'} the 2 ms bar)")
     return 0
