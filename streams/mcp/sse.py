@@ -39,25 +39,28 @@ class EventSplitter:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
-        self._scan = 0  # where the next line starts
+        self._line = 0  # where the line being read starts
+        self._searched = 0  # how far it was searched for its end (a long line comes in many chunks)
 
     def feed(self, chunk: bytes) -> list[bytes]:
         self._buffer += chunk
         events: list[bytes] = []
         buffer = self._buffer
-        while (newline := buffer.find(b"\n", self._scan)) >= 0:
-            start, self._scan = self._scan, newline + 1
+        while (newline := buffer.find(b"\n", self._searched)) >= 0:
+            start = self._line
+            self._line = self._searched = newline + 1
             if newline == start or (newline == start + 1 and buffer[start] == 0x0D):  # a blank line
-                events.append(bytes(buffer[: self._scan]))
-                del buffer[: self._scan]
-                self._scan = 0
+                events.append(bytes(buffer[: self._line]))
+                del buffer[: self._line]
+                self._line = self._searched = 0
+        self._searched = len(buffer)
         return events
 
     def rest(self) -> bytes:
         """What came after the last whole event (a stream cut in the middle of one)."""
         rest = bytes(self._buffer)
         self._buffer.clear()
-        self._scan = 0
+        self._line = self._searched = 0
         return rest
 
 
