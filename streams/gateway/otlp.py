@@ -49,6 +49,7 @@ import base64
 import json
 import math
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -64,13 +65,18 @@ __all__ = [
     "DEADLINE_EXCEEDED",
     "INVALID_ARGUMENT",
     "JSON_MEDIA",
+    "MAX_ATTRIBUTES",
+    "MAX_EVENTS",
+    "MAX_SPANS",
     "PROTOBUF_MEDIA",
     "PROTOBUF_MISSING",
     "Mapped",
     "OtlpError",
     "Span",
+    "convert",
     "events_of",
     "export_response",
+    "limit_problem",
     "parse_request",
     "protobuf_available",
     "span_events",
@@ -88,6 +94,79 @@ _STATUS_ERROR: Final = 2
 _TOOL_OPERATION: Final = "execute_tool"
 #: How many rejection reasons an answer quotes.
 _REASONS_QUOTED: Final = 3
+
+# The limits of one request (bounded work per body): eight times what an OpenTelemetry SDK
+# sends with its default limits (128 attributes, events and links per span, 128 attributes
+# per event; 512 spans per export of the batch span processor), so no such export is ever
+# refused. A span over a limit is rejected (partial success, naming the limit) without its
+# values being read; the spans after the first MAX_SPANS likewise. Links are never read.
+#: The most spans one request may hold.
+MAX_SPANS: Final = 4096
+#: The most attributes of one span, one of its events, or the resource.
+MAX_ATTRIBUTES: Final = 1024
+#: The most events of one span.
+MAX_EVENTS: Final = 1024
+#: What an SDK sends at most with its defaults (quoted in the refusals).
+_SDK_DEFAULTS: Final = "an OpenTelemetry SDK sends at most 128 with its default limits"
+
+
+#: The attributes the mapping reads of a span and its resource, and of an ``exception`` event
+#: (of protobuf, only these are converted: bounded work per span whatever else it carries).
+_READ_KEYS: Final = frozenset(
+    {
+        "gen_ai.operation.name",
+        "gen_ai.tool.name",
+        "gen_ai.conversation.id",
+        "gen_ai.agent.name",
+        "gen_ai.agent.id",
+        "gen_ai.tool.call.id",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+        "error.type",
+    }
+)
+_EVENT_KEYS: Final = frozenset({"exception.message", "exception.type"})
+#: The values converted between two moments the reading thread lets the event loop's take
+#: the interpreter (:func:`_pace`).
+PACE_EVERY: Final = 1024
+_paced = [0]
+
+
+def _pace(values: int) -> None:
+    """Counts ``values`` converted; every :data:`PACE_EVERY` of them the interpreter lock is
+    let go for a moment (``time.sleep(0)``), so the event loop's thread, which may be waiting
+    for it, answers its requests now rather than after the switch interval (5 ms)."""
+    _paced[0] += values
+    if _paced[0] >= PACE_EVERY:
+        _paced[0] = 0
+        time.sleep(0)
+
+
+def limit_problem(attributes: int, events: int, event_attributes: int) -> str:
+    """Which limit a span breaks, given its counts ("": none)."""
+    if attributes > MAX_ATTRIBUTES:
+        return f"{attributes} attributes, more than the limit of {MAX_ATTRIBUTES} per span ({_SDK_DEFAULTS})"
+    if events > MAX_EVENTS:
+        return f"{events} events, more than the limit of {MAX_EVENTS} per span ({_SDK_DEFAULTS})"
+    if event_attributes > MAX_ATTRIBUTES:
+        return (
+            f"an event with {event_attributes} attributes, more than the limit of {MAX_ATTRIBUTES} "
+            f"per event ({_SDK_DEFAULTS})"
+        )
+    return ""
+
+
+def _resource_problem(attributes: int) -> str:
+    if attributes > MAX_ATTRIBUTES:
+        return f"its resource has {attributes} attributes, more than the limit of {MAX_ATTRIBUTES}"
+    return ""
+
+
+def _overflow_reason(overflow: int) -> str:
+    return (
+        f"{overflow} span(s) after the first {MAX_SPANS} of the request (the most one request may "
+        "hold; an OpenTelemetry SDK exports at most 512 at once by default)"
+    )
 
 
 class OtlpError(Exception):
@@ -112,6 +191,8 @@ class Span:
     status_code: int = 0
     status_message: str = ""
     events: tuple[tuple[str, dict[str, Any]], ...] = ()
+    #: the limit the span breaks (:func:`limit_problem`): rejected with it, its values unread
+    problem: str = ""
 
 
 @dataclass
@@ -123,12 +204,15 @@ class Mapped:
     ignored: int = 0
     rejected: int = 0
     reasons: list[str] = field(default_factory=list)
+    #: of the rejected, the spans over a limit (any spans: their attributes were not read)
+    limited: int = 0
 
     def message(self) -> str:
         """The answer's ``partial_success.error_message`` ("" when there is nothing to say)."""
         parts = []
         if self.rejected:
-            parts.append(f"{self.rejected} execute_tool span(s) rejected: " + "; ".join(self.reasons))
+            what = "span(s)" if self.limited else "execute_tool span(s)"
+            parts.append(f"{self.rejected} {what} rejected: " + "; ".join(self.reasons))
         if self.ignored:
             parts.append(f"{self.ignored} span(s) ignored (not gen_ai.operation.name=execute_tool)")
         return ". ".join(parts)
@@ -205,7 +289,10 @@ def _error_of(span: Span) -> str:
 
 def span_events(span: Span) -> list[Event] | None:
     """The ``tool_call`` and ``tool_result`` of an ``execute_tool`` span; None for any other
-    span. Raises :class:`InvalidEvent` for a tool span that cannot be valid events."""
+    span. Raises :class:`InvalidEvent` for a tool span that cannot be valid events, and for a
+    span over a limit (:attr:`Span.problem`), whatever it is."""
+    if span.problem:
+        raise InvalidEvent(span.problem)
     if span.attributes.get("gen_ai.operation.name") != _TOOL_OPERATION:
         return None
     if len(span.trace_id) != 32 or len(span.span_id) != 16 or span.trace_id == "0" * 32:
@@ -258,11 +345,22 @@ def _encode(value: dict[str, Any]) -> bytes:
         raise InvalidEvent("gen_ai.tool.call.arguments / result: nested too deeply") from exc
 
 
-def events_of(spans: list[Span]) -> Mapped:
-    """The events of a request's spans (tool spans in start-time order), and the counts."""
+def events_of(spans: list[Span], overflow: int = 0) -> Mapped:
+    """The events of a request's spans (tool spans in start-time order), and the counts
+    (``overflow``: the spans past :data:`MAX_SPANS`, rejected unread)."""
     mapped = Mapped()
+    if overflow:
+        mapped.rejected += overflow
+        mapped.limited += overflow
+        mapped.reasons.append(_overflow_reason(overflow))
     ordered = sorted(spans, key=lambda span: (span.start_ns, span.end_ns))
     for span in ordered:
+        if span.problem:
+            mapped.rejected += 1
+            mapped.limited += 1
+            if len(mapped.reasons) < _REASONS_QUOTED:
+                mapped.reasons.append(f"span {span.span_id or '?'}: {span.problem}")
+            continue
         try:
             events = span_events(span)
         except InvalidEvent as exc:
@@ -391,8 +489,19 @@ def _json_any(value: Any, where: str) -> Any:
 
 
 def _json_attributes(obj: dict[str, Any], where: str, name: str = "attributes") -> dict[str, Any]:
+    items = _field(obj, name, name, where, list) or []
+    _pace(len(items))
     attributes: dict[str, Any] = {}
-    for path, item in _items(obj, name, name, where):
+    for index, item in enumerate(items):
+        if type(item) is dict and len(item) == 2:  # the common {"key": k, "value": {"stringValue": s}}
+            key, value = item.get("key"), item.get("value")
+            if type(key) is str and type(value) is dict and len(value) == 1:
+                text = value.get("stringValue")
+                if type(text) is str:
+                    attributes[key] = text
+                    continue
+        path = f"{where}.{name}[{index}]"  # (written only for the others: their errors name it)
+        item = _object(item, path)
         key = _field(item, "key", "key", path, str)
         if key is None:
             raise OtlpError(f"{path}.key: required")
@@ -421,45 +530,65 @@ def _json_status(span: dict[str, Any], where: str) -> tuple[int, str]:
     return number, _field(status, "message", "message", f"{where}.status", str) or ""
 
 
-def _json_span(span: dict[str, Any], where: str, resource: dict[str, Any]) -> Span:
-    events = tuple(
-        (_field(event, "name", "name", path, str) or "", _json_attributes(event, path))
-        for path, event in _items(span, "events", "events", where)
+def _json_count(obj: Any, name: str) -> int:
+    """How many items the list ``obj[name]`` holds (0 where it is not one: read later, it
+    is refused with its path)."""
+    items = obj.get(name) if isinstance(obj, dict) else None
+    return len(items) if isinstance(items, list) else 0
+
+
+def _json_span(span: dict[str, Any], where: str, resource: dict[str, Any], problem: str) -> Span:
+    events_list = span.get("events")
+    events_list = events_list if isinstance(events_list, list) else []
+    problem = problem or limit_problem(
+        _json_count(span, "attributes"),
+        len(events_list),
+        max((_json_count(event, "attributes") for event in events_list), default=0),
     )
     code, message = _json_status(span, where)
     start = span.get("startTimeUnixNano", span.get("start_time_unix_nano", 0))
     end = span.get("endTimeUnixNano", span.get("end_time_unix_nano", 0))
-    return Span(
-        trace_id=_json_id(span, "traceId", "trace_id", where),
-        span_id=_json_id(span, "spanId", "span_id", where),
-        name=_field(span, "name", "name", where, str) or "",
-        start_ns=_integer(start, f"{where}.startTimeUnixNano", UINT64),
-        end_ns=_integer(end, f"{where}.endTimeUnixNano", UINT64),
-        attributes=_json_attributes(span, where),
-        resource=resource,
-        status_code=code,
-        status_message=message,
-        events=events,
+    ids: dict[str, Any] = {
+        "trace_id": _json_id(span, "traceId", "trace_id", where),
+        "span_id": _json_id(span, "spanId", "span_id", where),
+        "name": _field(span, "name", "name", where, str) or "",
+        "start_ns": _integer(start, f"{where}.startTimeUnixNano", UINT64),
+        "end_ns": _integer(end, f"{where}.endTimeUnixNano", UINT64),
+        "status_code": code,
+        "status_message": message,
+    }
+    if problem:
+        return Span(**ids, problem=problem)
+    events = tuple(
+        (_field(event, "name", "name", path, str) or "", _json_attributes(event, path))
+        for path, event in _items(span, "events", "events", where)
     )
+    return Span(**ids, attributes=_json_attributes(span, where), resource=resource, events=events)
 
 
-def _spans_of_json(body: bytes) -> list[Span]:
+def _spans_of_json(body: bytes) -> tuple[list[Span], int]:
     try:
         value, _ = loads(body)
     except InvalidEvent as exc:
         raise OtlpError(exc.reason) from exc
     request = _object(value, "the body (an ExportTraceServiceRequest)")
     spans: list[Span] = []
+    overflow = 0
     try:
         for where, resource_spans in _items(request, "resourceSpans", "resource_spans", "body"):
             resource_obj = _field(resource_spans, "resource", "resource", where, dict) or {}
-            resource = _json_attributes(resource_obj, f"{where}.resource")
+            problem = _resource_problem(_json_count(resource_obj, "attributes"))
+            resource = {} if problem else _json_attributes(resource_obj, f"{where}.resource")
             for scope_where, scope in _items(resource_spans, "scopeSpans", "scope_spans", where):
+                room = MAX_SPANS - len(spans)
+                if room < _json_count(scope, "spans"):  # (the rest are counted, never read)
+                    overflow += _json_count(scope, "spans") - max(room, 0)
+                    scope = {"spans": scope["spans"][: max(room, 0)]}
                 for span_where, span in _items(scope, "spans", "spans", scope_where):
-                    spans.append(_json_span(span, span_where, resource))
+                    spans.append(_json_span(span, span_where, resource, problem))
     except RecursionError:
         raise OtlpError("the body nests attribute values too deeply") from None
-    return spans
+    return spans, overflow
 
 
 # -- OTLP protobuf (opentelemetry-proto, imported on first use) ------------------------------------
@@ -489,7 +618,14 @@ def _proto_attributes(items: Any) -> dict[str, Any]:
     return {item.key: _proto_any(item.value) for item in items}
 
 
-def _spans_of_protobuf(body: bytes) -> list[Span]:
+def _proto_read(items: Any, keys: frozenset[str]) -> dict[str, Any]:
+    """The attributes among ``items`` the mapping reads (protobuf needs no check of the others:
+    the parser checked their types)."""
+    _pace(len(items))
+    return {item.key: _proto_any(item.value) for item in items if item.key in keys}
+
+
+def _spans_of_protobuf(body: bytes) -> tuple[list[Span], int]:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     request = ExportTraceServiceRequest()
@@ -498,34 +634,65 @@ def _spans_of_protobuf(body: bytes) -> list[Span]:
     except Exception as exc:  # google.protobuf's DecodeError (it ships no types)
         raise OtlpError(f"not a protobuf ExportTraceServiceRequest: {exc}") from exc
     spans: list[Span] = []
+    overflow = 0
     for resource_spans in request.resource_spans:
-        resource = _proto_attributes(resource_spans.resource.attributes)
+        attributes = resource_spans.resource.attributes
+        resource_problem = _resource_problem(len(attributes))
+        resource = {} if resource_problem else _proto_read(attributes, _READ_KEYS)
         for scope in resource_spans.scope_spans:
-            for span in scope.spans:
+            room = max(MAX_SPANS - len(spans), 0)
+            overflow += max(len(scope.spans) - room, 0)
+            for span in scope.spans[:room]:
+                events = span.events
+                problem = resource_problem or limit_problem(
+                    len(span.attributes), len(events), max((len(e.attributes) for e in events), default=0)
+                )
+                common: dict[str, Any] = {
+                    "trace_id": span.trace_id.hex(),
+                    "span_id": span.span_id.hex(),
+                    "name": span.name,
+                    "start_ns": span.start_time_unix_nano,
+                    "end_ns": span.end_time_unix_nano,
+                    "status_code": span.status.code,
+                    "status_message": span.status.message,
+                }
+                if problem:
+                    spans.append(Span(**common, problem=problem))
+                    continue
                 spans.append(
                     Span(
-                        trace_id=span.trace_id.hex(),
-                        span_id=span.span_id.hex(),
-                        name=span.name,
-                        start_ns=span.start_time_unix_nano,
-                        end_ns=span.end_time_unix_nano,
-                        attributes=_proto_attributes(span.attributes),
+                        **common,
+                        attributes=_proto_read(span.attributes, _READ_KEYS),
                         resource=resource,
-                        status_code=span.status.code,
-                        status_message=span.status.message,
-                        events=tuple((e.name, _proto_attributes(e.attributes)) for e in span.events),
+                        events=tuple(
+                            (e.name, _proto_read(e.attributes, _EVENT_KEYS) if e.name == "exception" else {})
+                            for e in events
+                        ),
                     )
                 )
-    return spans
+    return spans, overflow
+
+
+def _parse(body: bytes, protobuf: bool) -> tuple[list[Span], int]:
+    parse: Callable[[bytes], tuple[list[Span], int]] = _spans_of_protobuf if protobuf else _spans_of_json
+    return parse(body)
 
 
 def parse_request(body: bytes, protobuf: bool) -> list[Span]:
-    """The spans of an ``ExportTraceServiceRequest`` (``protobuf``: else OTLP/JSON).
+    """The spans of an ``ExportTraceServiceRequest`` (``protobuf``: else OTLP/JSON), the
+    first :data:`MAX_SPANS` of them.
 
     Raises :class:`OtlpError` for a body that is not one (never anything else); ImportError
     for protobuf without ``opentelemetry-proto`` (see :func:`protobuf_available`)."""
-    parse: Callable[[bytes], list[Span]] = _spans_of_protobuf if protobuf else _spans_of_json
-    return parse(body)
+    return _parse(body, protobuf)[0]
+
+
+def convert(body: bytes, protobuf: bool) -> Mapped:
+    """The events of an ``ExportTraceServiceRequest``'s spans, and what was not turned into
+    events (the spans past :data:`MAX_SPANS` rejected): :func:`parse_request` and
+    :func:`events_of` in one, the work the gateway does off its event loop."""
+    spans, overflow = _parse(body, protobuf)
+    return events_of(spans, overflow)
 
 
 # -- the answers -----------------------------------------------------------------------------------
