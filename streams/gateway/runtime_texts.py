@@ -1,0 +1,98 @@
+"""What an agent runtime other than OpenClaw is told, in loopwatch's own words.
+
+OpenClaw's exact sentences ("Session execution blocked…", "OpenClaw stopped this run…")
+stay in the OpenClaw path (the plugin, conformance, the verdict topic). Claude Code, Codex
+and Gemini CLI users read what happened in their own runtime's terms, built from the
+verdict's fields; the reason code is given unchanged in brackets.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # (typing itself is not imported for it: the command hook starts quickly)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any, Final
+
+    _Phrase = Callable[[str, int], str]
+
+__all__ = ["abort_text", "block_text", "decision_text", "warning_text"]
+
+#: Per detector: what the loop looks like (tool, count).
+_LOOPS: Final[Mapping[str, _Phrase]] = {
+    "generic_repeat": lambda tool, n: f"{tool} was called {n} times with identical arguments",
+    "known_poll_no_progress": lambda tool, n: f"{tool} polled {n} times without any progress",
+    "ping_pong": lambda tool, n: f"the calls kept alternating ({n} times) without progress",
+    "unknown_tool_repeat": lambda tool, n: f"{tool} is not an available tool and was called {n} times",
+    "global_circuit_breaker": lambda tool, n: (
+        f"{tool} was called {n} times with identical arguments and identical results"
+    ),
+    "argument_churn": lambda tool, n: f"{tool} was called {n} times with new arguments and the same failure",
+    "run_no_progress": lambda tool, n: f"the last {n} tool results brought nothing new",
+    "edit_undo": lambda tool, n: f"the same edit was made and undone {n} times",
+    "same_call_streak": lambda tool, n: f"{tool} was called {n} times in a row with the same arguments",
+    "call_cycle": lambda tool, n: f"the same few calls went round {n} times in the same order",
+    "same_failure": lambda tool, n: f"the last {n} tool calls all failed the same way",
+    "loop_budget": lambda tool, n: f"looping has cost {n / 100:.2f} USD so far",
+    "tool_outage": lambda tool, n: f"{tool} is failing for many agents right now (an outage)",
+}
+
+#: Per abort reason: why the turn was stopped.
+_STOPS: Final[Mapping[str, str]] = {
+    "tool_loop_recovery_exhausted": "another loop came right after a blocked call",
+    "compaction_loop_persisted": "the same loop went on after the context was compacted",
+    "argument_churn_stale": "the calls kept changing their arguments without progress for too long",
+    "loop_budget_exhausted": "looping has cost twice the loop budget",
+}
+
+
+#: a verdict that names no tool (an answer loopwatch did not write whole)
+_UNNAMED: Final = "this tool"
+
+
+def _loop(detector: str, tool: str, count: int | None) -> str:
+    phrase = _LOOPS.get(detector)
+    if phrase is None:
+        return f"a loop was detected ({count or 0} repeated calls)"
+    return phrase(tool, count or 0)
+
+
+def warning_text(detector: str, tool: str, count: int | None) -> str:
+    return (
+        f"loopwatch warning: {_loop(detector, tool, count)} [{detector}]. "
+        "Change your approach or stop if you are not making progress."
+    )
+
+
+def block_text(detector: str, tool: str, count: int | None) -> str:
+    loop = _loop(detector, tool, count)
+    if detector == "generic_repeat":  # a critical repeat is one with identical outcomes too
+        loop += " and identical outcomes"
+    call = f"this {tool} call" if tool != _UNNAMED else "this call"
+    return (
+        f"loopwatch blocked {call}: {loop} [{detector}]. "
+        "The call was not run. Do not repeat it: try a different approach, or stop and tell "
+        "the user what is blocking you."
+    )
+
+
+def abort_text(reason: str) -> str:
+    why = _STOPS.get(reason, "the run kept looping")
+    return f"loopwatch stopped this turn: {why} [{reason}]. No blocked tool action was executed."
+
+
+def decision_text(answer: Mapping[str, Any]) -> str:
+    """The text for a ``/v1/decide`` answer (``warn``, ``block`` or ``abort``)."""
+    action = answer.get("decision")
+    given = answer.get("verdicts")
+    verdicts = [v for v in given if isinstance(v, dict)] if isinstance(given, list) else []
+    if action == "abort":
+        abort = next((v for v in verdicts if v.get("type") == "abort"), None)
+        reason = (abort or {}).get("reason") or answer.get("reason") or "tool_loop_recovery_exhausted"
+        return abort_text(str(reason))
+    verdict = next((v for v in verdicts if v.get("action") == action), None) or {}
+    detector = str(verdict.get("detector") or answer.get("reason") or "loop")
+    tool = str(verdict.get("tool") or _UNNAMED)
+    count = verdict.get("count")
+    if action == "block":
+        return block_text(detector, tool, count if isinstance(count, int) else None)
+    return warning_text(detector, tool, count if isinstance(count, int) else None)
