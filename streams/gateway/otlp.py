@@ -39,6 +39,19 @@ the wrong type, an input limit exceeded) is rejected: it is counted in the answe
 is not an ``ExportTraceServiceRequest`` at all (bad protobuf, bad JSON, wrong JSON types) is
 :class:`OtlpError` (400 with the reason).
 
+Work per request is bounded (:data:`MAX_SPANS`, :data:`MAX_ATTRIBUTES`, :data:`MAX_EVENTS`:
+eight times what an OpenTelemetry SDK sends with its default limits, so no such export is
+refused): a span over a limit is rejected without its values being read, the spans past the
+first :data:`MAX_SPANS` are counted as rejected, and the answer's ``partial_success`` names the
+limit. Of protobuf only the attributes the mapping reads are converted; OTLP/JSON's are all
+read (their types are checked). :func:`convert` is what the gateway runs, off its event loop
+for a large body; it lets the interpreter go every :data:`PACE_EVERY` values it converts.
+
+Numbers follow docs/wire-numbers.md: integers in ASCII digits within their field's range
+(``fixed64`` times: no negative start), doubles as proto3's JSON mapping writes them (``1e400``
+in a ``doubleValue`` is refused; ``"Infinity"`` is read); an infinite double inside arguments
+or a result is JavaScript's Infinity, a NaN there rejects its span.
+
 Protobuf needs ``opentelemetry-proto`` (the ``otlp`` extra, imported on first use):
 :data:`PROTOBUF_MISSING` is the reason given without it. OTLP/JSON needs nothing more.
 """

@@ -29,8 +29,10 @@ Host, origin and content type are checked first (:mod:`streams.gateway.web_safet
 over ``maxEventBytes`` is refused with 413, one not sent within ``BODY_TIMEOUT_S`` with 408,
 bad JSON and invalid events (:mod:`detectors.input_limits`) with 400 and the reason, more than
 ``MAX_IN_FLIGHT`` requests at once with 503. Bad input never gives a 500, and one request's
-failure never holds up another. ``/health`` answers 503 once events wait and none has been
-processed for ``STALL_S`` seconds.
+failure never holds up another: a body over :data:`OFFLOAD_ABOVE` bytes is read (decoded,
+validated, OTLP converted) in the gateway's one reading thread, not on the event loop. A
+trailing slash names the same route (``/v1/decide/``). ``/health`` answers 503 once events
+wait and none has been processed for ``STALL_S`` seconds.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ worker and its reply). Each decision is a proposed call of one of 500 runs, half
 looping (the same failing call again and again: warnings, blocks, aborts), the rest healthy;
 results are reported in between, as an agent runtime does. Last, on the embedded gateway: the
 same paced phase with 100,000 live runs held and four clients scraping ``/metrics`` as fast as
-they can (target: p99 <= 10 ms).
+they can (target: p99 <= 10 ms); then ``/v1/decide`` at 200/s while four clients send the
+largest body each route accepts (:mod:`tests.bench.big_bodies`; target: p99 <= 50 ms).
 """
 
 from __future__ import annotations
@@ -294,14 +295,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=("embedded", "kafka"), help="measure one backend only")
+    parser.add_argument(
+        "--only",
+        choices=("embedded", "kafka", "bodies"),
+        help="measure one backend only (bodies: the embedded gateway's largest-bodies phase alone)",
+    )
     parser.add_argument(
         "--trace",
         action="store_true",
         help="Kafka: worker and gateway with GC probes (tests.bench.worker_trace)",
     )
     args = parser.parse_args(argv)
-    if args.only != "kafka":
+    if args.only in (None, "embedded"):
         proc, url = _gateway([])
         try:
             measure("embedded", url, 10_000, "5 ms")
@@ -309,7 +314,16 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(20)
-    if args.only == "embedded":
+    if args.only in (None, "embedded", "bodies"):
+        from tests.bench.big_bodies import measure_big_bodies
+
+        proc, url = _gateway([])  # (a gateway of its own: none of the runs above held)
+        try:
+            measure_big_bodies(url)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(20)
+    if args.only in ("embedded", "bodies"):
         return 0
     import tempfile
     from pathlib import Path
