@@ -14,7 +14,7 @@ from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.event_builders import call_event, result_event
 from loopwatch.detectors.events import run_scope
 from loopwatch.detectors.facade import Decision, decision_of
-from loopwatch.streams.gateway.runtime_texts import decision_text
+from loopwatch.detectors.runtime_texts import decision_text
 
 __all__ = ["LOOP_CONFIGS", "client_texts", "core_decisions", "loopwatch_text"]
 

@@ -30,8 +30,8 @@ import msgspec
 from loopwatch.detectors.events import InvalidEvent
 from loopwatch.detectors.facade import Decision, LoopDetector
 from loopwatch.detectors.outcomes import MISSING
+from loopwatch.detectors.runtime_texts import decision_text
 from loopwatch.streams.gateway.gateway_post import GatewayRefused, GatewayUnavailable, post_json
-from loopwatch.streams.gateway.runtime_texts import decision_text
 
 __all__ = ["ALLOW", "Decider", "GatewayDecider", "LocalDecider", "McpCall", "Ruling", "ruling_of"]
 
