@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal
 
 from msgspec import UNSET
 
@@ -43,6 +43,7 @@ from loopwatch.detectors.events import (
 )
 from loopwatch.detectors.idle_runs import IdleRuns
 from loopwatch.detectors.outcomes import MISSING
+from loopwatch.detectors.runtime_texts import decision_words
 
 __all__ = [
     "BatchDecision",
@@ -51,6 +52,7 @@ __all__ = [
     "ProposedCall",
     "batch_decision_of",
     "decision_of",
+    "in_words",
 ]
 
 
@@ -72,6 +74,15 @@ class Decision:
     def proceed(self) -> bool:
         """Whether the tool may execute."""
         return self.action in ("allow", "warn")
+
+
+def in_words(decision: Decision) -> Decision:
+    """The decision with its message in loopwatch's words (:mod:`detectors.runtime_texts`),
+    for agents that are not OpenClaw; the verdicts keep OpenClaw's sentences (``outputs``)."""
+    if decision.action == "allow":
+        return decision
+    words = decision_words(decision.action, decision.reason, decision.outputs, decision.refused_by)
+    return replace(decision, message=words)
 
 
 def decision_of(outputs: list[Output], aborted: tuple[str, str] | None = None) -> Decision:
@@ -160,7 +171,11 @@ class LoopDetector:
     ``state_ttl_s``: a run that sends nothing for that long (seconds of ``clock``) is
     forgotten, its abort too, as the worker forgets it: memory stays bounded when a run never
     gets to :meth:`end_run` (an agent that raised, a process that kept serving). ``None``
-    keeps every run until :meth:`end_run`. :attr:`expired` counts the runs forgotten so."""
+    keeps every run until :meth:`end_run`. :attr:`expired` counts the runs forgotten so.
+
+    ``texts``: a decision's ``message`` is in loopwatch's words (``"loopwatch"``, for any
+    agent) or OpenClaw's own sentences (``"openclaw"``, what OpenClaw shows its model); the
+    verdicts in ``outputs`` carry OpenClaw's either way."""
 
     def __init__(
         self,
@@ -169,7 +184,11 @@ class LoopDetector:
         *,
         state_ttl_s: float | None = STATE_TTL_S,
         clock: Callable[[], float] = time.monotonic,
+        texts: Literal["loopwatch", "openclaw"] = "loopwatch",
     ) -> None:
+        if texts not in ("loopwatch", "openclaw"):
+            raise ValueError(f"texts must be 'loopwatch' or 'openclaw', not {texts!r}")
+        self._words = texts == "loopwatch"
         self.state_ttl_s = _ttl_seconds(state_ttl_s)
         # a run id may be used again after end_run: no memory of ended runs
         self._engine = Engine(config or FleetConfig.enabled_default(), ended_limit=0)
@@ -180,6 +199,10 @@ class LoopDetector:
         self._idle = IdleRuns()
         #: runs forgotten for sending nothing for ``state_ttl_s``
         self.expired = 0
+
+    def _told(self, decision: Decision) -> Decision:
+        """The decision in the words the detector speaks (``texts``)."""
+        return in_words(decision) if self._words else decision
 
     def _expire(self) -> None:
         """Forget the runs idle past the state TTL, before an event is applied."""
@@ -241,7 +264,7 @@ class LoopDetector:
             parent_run_id=parent_run_id,
         )
         outputs = self._apply(event)
-        return decision_of(outputs, self._engine.aborted(run_scope(event)))
+        return self._told(decision_of(outputs, self._engine.aborted(run_scope(event))))
 
     def before_tool_calls(
         self,
@@ -279,7 +302,8 @@ class LoopDetector:
         self._expire()
         outcome = step_batch(self._engine, events)
         self._touch(run_scope(events[0]))
-        return batch_decision_of(outcome, self._engine.aborted(run_scope(events[0])))
+        decided = batch_decision_of(outcome, self._engine.aborted(run_scope(events[0])))
+        return BatchDecision(tuple(self._told(d) for d in decided.decisions), decided.refused_by)
 
     def after_tool_call(
         self,
@@ -309,7 +333,7 @@ class LoopDetector:
         )
         if event.result is UNSET and event.error is UNSET:
             return Decision("allow")  # nothing to record
-        return decision_of(self._apply(event))
+        return self._told(decision_of(self._apply(event)))
 
     def on_compaction_retry(self, run_id: str, *, agent_id: str | None = None) -> None:
         """A compaction after context overflow succeeded: arm the run's guard."""

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # (typing itself is not imported for it: the command hook starts quickly)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any, Final
 
     _Phrase = Callable[[str, int], str]
 
-__all__ = ["abort_text", "block_text", "decision_text", "warning_text"]
+__all__ = ["abort_text", "block_text", "decision_text", "decision_words", "warning_text"]
 
 #: Per detector: what the loop looks like (tool, count).
 _LOOPS: Final[Mapping[str, _Phrase]] = {
@@ -96,3 +96,24 @@ def decision_text(answer: Mapping[str, Any]) -> str:
     if action == "block":
         return block_text(detector, tool, count if isinstance(count, int) else None)
     return warning_text(detector, tool, count if isinstance(count, int) else None)
+
+
+def decision_words(
+    action: str, reason: str | None, outputs: Sequence[Any], refused_by: str | None = None
+) -> str:
+    """The text of a decision (``warn``, ``block`` or ``abort``) made in-process, from its
+    outputs (verdict and abort records, as :class:`~detectors.facade.Decision` holds them);
+    ``refused_by``: the call whose critical refused this one with its batch (named by the
+    decision itself)."""
+    if action == "abort":
+        return abort_text(reason or "tool_loop_recovery_exhausted")
+    verdict = next((out for out in outputs if getattr(out, "action", None) == action), None)
+    if verdict is None:  # a call refused with its batch: its own outputs say nothing of it
+        return (
+            f"loopwatch did not run this call: another call of the same turn was blocked "
+            f"[{reason or 'loop'}], and a turn's calls run together or not at all. Try a different "
+            "approach, or stop and tell the user what is blocking you."
+        )
+    detector, tool, count = str(verdict.detector), str(verdict.tool), verdict.count
+    count = count if isinstance(count, int) else None
+    return block_text(detector, tool, count) if action == "block" else warning_text(detector, tool, count)

@@ -31,6 +31,7 @@ import msgspec
 from loopwatch.detectors.events import InvalidEvent
 from loopwatch.detectors.facade import Decision, LoopDetector
 from loopwatch.detectors.outcomes import MISSING
+from loopwatch.detectors.runtime_texts import decision_text
 from loopwatch.streams.gateway.gateway_post import (
     NOT_HTTP,
     GatewayRefused,
@@ -38,7 +39,6 @@ from loopwatch.streams.gateway.gateway_post import (
     http_url_problem,
     post_json,
 )
-from loopwatch.streams.gateway.runtime_texts import decision_text
 
 __all__ = ["FAILURES_KEPT", "Call", "GatewayError", "LoopGuard", "Ruling"]
 

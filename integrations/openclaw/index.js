@@ -162,7 +162,8 @@ function failure(error, cfg) {
 
 async function post(cfg, path, body) {
   const where = cfg.gatewayUrl + path;
-  const headers = { "content-type": "application/json" };
+  // OpenClaw's own sentences in the answers (other clients are told in loopwatch's words)
+  const headers = { "content-type": "application/json", "x-loopwatch-texts": "openclaw" };
   if (cfg.token) headers.authorization = `Bearer ${cfg.token}`;
   let answer;
   try {

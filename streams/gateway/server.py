@@ -45,7 +45,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TextIO, TypeVar
+from typing import Any, Final, TextIO, TypeVar
 
 import msgspec
 import structlog
@@ -54,7 +54,7 @@ from aiohttp import web
 from loopwatch.config.errors import LoopwatchError
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import Event, InvalidEvent, Output, ToolCall, encode_output, run_scope
-from loopwatch.detectors.facade import BatchDecision, Decision
+from loopwatch.detectors.facade import BatchDecision, Decision, in_words
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.dashboard import Dashboard
 from loopwatch.streams.fleet_view.view import FleetView
@@ -153,13 +153,13 @@ def _answer(fields: dict[str, Any], outputs: list[Output], key: str) -> web.Resp
     return web.Response(body=_answer_body(fields, outputs, key), content_type="application/json")
 
 
-def _batch_answer(calls: list[ToolCall], batch: BatchDecision) -> web.Response:
+def _batch_answer(calls: list[ToolCall], batch: BatchDecision, words: bool) -> web.Response:
     """A batch's answer: its id, whether it was refused (and by which call), and each call's
     answer in the single call's shape (``refused_by``: the event id of the call that refused
     it with its batch)."""
     head = {"batch_id": calls[0].batch_id, "refused": batch.refused, "refused_by": batch.refused_by}
     items = [
-        _answer_body(_decision_fields(decision, call, False), list(decision.outputs), "verdicts")
+        _answer_body(_decision_fields(decision, call, False, words), list(decision.outputs), "verdicts")
         for call, decision in zip(calls, batch.decisions, strict=True)
     ]
     body = msgspec.json.encode(head)[:-1] + b',"decisions":[' + b",".join(items) + b"]}"
@@ -276,10 +276,21 @@ def _batch_problem(calls: list[ToolCall]) -> InvalidBatchCall | None:
     return None
 
 
-def _decision_fields(decision: Decision, call: ToolCall, timed_out: bool) -> dict[str, Any]:
+#: the header the OpenClaw plugin sends: its answers carry OpenClaw's own sentences
+OPENCLAW_TEXTS: Final = "X-Loopwatch-Texts"
+
+
+def _openclaw_texts(request: web.Request) -> bool:
+    """Whether the client asks for OpenClaw's sentences (the plugin); every other client is
+    told in loopwatch's words (:mod:`detectors.runtime_texts`)."""
+    return request.headers.get(OPENCLAW_TEXTS, "").strip().lower() == "openclaw"
+
+
+def _decision_fields(decision: Decision, call: ToolCall, timed_out: bool, words: bool) -> dict[str, Any]:
+    """A decision's answer; ``words``: its message in loopwatch's words, else the verdict's own."""
     fields: dict[str, Any] = {
         "decision": decision.action,
-        "message": decision.message,
+        "message": in_words(decision).message if words else decision.message,
         "event_id": call.event_id,
     }
     if decision.reason is not None:
@@ -404,7 +415,7 @@ class _Routes:
         #: (run scope, event id) -> the answer given to a call whose client named its event id:
         #: a retry of it (its answer lost on the way) gets the same answer, not the "allow" of
         #: an event the run has already seen
-        self.answered: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        self.answered: OrderedDict[tuple[str, str, bool], bytes] = OrderedDict()
 
     async def read(self, request: web.Request, parse: Callable[[bytes], Any]) -> Any:
         from aiohttp.web_protocol import RequestPayloadError
@@ -432,15 +443,16 @@ class _Routes:
 
     async def decide(self, request: web.Request) -> web.Response:
         proposed = await self.read(request, _proposed)
+        words = not _openclaw_texts(request)
         if isinstance(proposed, list):
-            return _batch_answer(proposed, await self.backend.decide_batch(proposed))
+            return _batch_answer(proposed, await self.backend.decide_batch(proposed), words)
         named = _GENERATED_ID.fullmatch(proposed.event_id) is None  # the client's own id: it may retry
-        key = (run_scope(proposed), proposed.event_id)
+        key = (run_scope(proposed), proposed.event_id, words)
         if named and (given := self.answered.get(key)) is not None:
             self.answered.move_to_end(key)
             return web.Response(body=given, content_type="application/json")
         decision, timed_out = await self.backend.decide(proposed)
-        fields = _decision_fields(decision, proposed, timed_out)
+        fields = _decision_fields(decision, proposed, timed_out, words)
         body = _answer_body(fields, list(decision.outputs), "verdicts")
         if named and not timed_out:  # (a retry after a timeout asks again)
             self.answered[key] = body
@@ -472,7 +484,7 @@ class _Routes:
         if plan.decide is not None:
             call = _proposed_call(dumps(plan.decide, surrogates))
             decision, timed_out = await self.backend.decide(call)
-            answer = _decision_fields(decision, call, timed_out)
+            answer = _decision_fields(decision, call, timed_out, True)
             answer["verdicts"] = [msgspec.to_builtins(output) for output in decision.outputs]
         return web.json_response(plan.respond(answer) or {})
 

@@ -212,7 +212,7 @@ def test_a_looping_tool_call_is_refused_by_openclaw_with_loopwatch_s_verdict(
     auth = AUTH
     with _openclaw_gateway(openclaw) as invoke:
         # the same calls and outcomes through the in-process core give the expected verdicts
-        core = LoopDetector()
+        core = LoopDetector(texts="openclaw")
         expected: list[tuple[str, str, str]] = []
         wanted: list[int] = []
         answers: list[int] = []
@@ -375,10 +375,11 @@ class _Recorder(_Handler):
 
     def do_POST(self) -> None:
         body = self._body()
+        texts = self.headers.get("X-Loopwatch-Texts")  # the plugin asks for OpenClaw's sentences
         forwarded = urllib.request.Request(
             self.owner.upstream + self.path,  # type: ignore[attr-defined]
             data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", **({"X-Loopwatch-Texts": texts} if texts else {})},
             method="POST",
         )
         try:
@@ -388,7 +389,7 @@ class _Recorder(_Handler):
             with refused:
                 status, raw = refused.code, refused.read()
         self.owner.requests.append(
-            {"path": self.path, "body": body, "status": status, "answer": json.loads(raw)}
+            {"path": self.path, "body": body, "status": status, "answer": json.loads(raw), "texts": texts}
         )
         self._send(status, raw)
 
@@ -476,6 +477,7 @@ def test_an_agent_turn_through_the_plugin_warns_blocks_aborts_and_ends_the_run(
         ("block", False),
         ("abort", False),
     ]
+    assert {d["texts"] for d in decides} == {"openclaw"}  # so the answers carry OpenClaw's sentences
     abort = decides[21]["answer"]["message"]
     block = decides[20]["answer"]["message"]
     assert block == (
@@ -485,7 +487,7 @@ def test_an_agent_turn_through_the_plugin_warns_blocks_aborts_and_ends_the_run(
     assert abort.startswith("OpenClaw stopped this run because tool-loop recovery encountered another")
 
     # the same calls and outcomes, as the plugin sent them, through the in-process core
-    core = LoopDetector()
+    core = LoopDetector(texts="openclaw")
     for request in sent:
         body = request["body"]
         if request["path"] == "/v1/decide":

@@ -22,7 +22,7 @@ from loopwatch.detectors.batch_admission import SIBLING_MESSAGE, admit_batch, ba
 from loopwatch.detectors.conformance import run_vector
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Abort, Output, RunEnd, ToolCall, ToolResult, Usage, Verdict
-from loopwatch.detectors.facade import LoopDetector, ProposedCall, batch_decision_of
+from loopwatch.detectors.facade import LoopDetector, ProposedCall, batch_decision_of, in_words
 from loopwatch.detectors.outcomes import VETO
 from loopwatch.detectors.rules.base import CallContext, Detection, Rule
 from loopwatch.detectors.rules.registry import registered
@@ -413,7 +413,12 @@ def test_the_facade_decides_a_batch_as_the_engine_does() -> None:
     expected = batch_decision_of(step_batch(engine, [call(READ, "b1"), call(LS, "b2"), call(READ, "b3")]))
     assert decided.refused_by == expected.refused_by == 2
     assert [d.action for d in decided.decisions] == [d.action for d in expected.decisions] == ["block"] * 3
-    assert [d.message for d in decided.decisions] == [d.message for d in expected.decisions]
+    # the facade speaks loopwatch's words (the verdicts keep OpenClaw's sentences)
+    assert [d.message for d in decided.decisions] == [in_words(d).message for d in expected.decisions]
+    assert all(str(d.message).startswith("loopwatch ") for d in decided.decisions)
+    assert [[o.message for o in d.outputs] for d in decided.decisions] == [
+        [o.message for o in d.outputs] for d in expected.decisions
+    ]
     assert detector.before_tool_calls("r1", []).decisions == ()
     admitted = detector.before_tool_calls("r2", [ProposedCall(*LS), ProposedCall(*POLL)])
     assert [d.action for d in admitted.decisions] == ["allow", "allow"]

@@ -123,7 +123,8 @@ def test_a_batch_is_refused_atomically_by_its_third_call() -> None:
             events: list[Event] = []
             await history(client, events, 19)
             batch = [read("b1"), ls("b2"), read("b3")]
-            answer = await client.post("/v1/decide", json=batch)
+            # as the OpenClaw plugin asks: OpenClaw's own sentences (other clients: loopwatch's words)
+            answer = await client.post("/v1/decide", json=batch, headers={"X-Loopwatch-Texts": "openclaw"})
             assert answer.status == 200
             body = await answer.json()
             assert body["refused"] is True

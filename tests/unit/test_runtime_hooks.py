@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from loopwatch.detectors.runtime_texts import decision_text
 from loopwatch.streams.gateway.hooks import claude_code, codex, gemini
 from loopwatch.streams.gateway.hooks.plan import MemoryPrompts
-from loopwatch.streams.gateway.runtime_texts import decision_text
 
 COMMAND = {"command": "cat /nonexistent-file-xyz"}
 

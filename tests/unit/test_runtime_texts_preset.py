@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loopwatch.streams.gateway.runtime_texts import block_text, warning_text
+from loopwatch.detectors.runtime_texts import block_text, warning_text
 
 
 @pytest.mark.parametrize(

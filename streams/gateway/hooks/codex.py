@@ -18,8 +18,8 @@ only with what it accepts:
 
 from __future__ import annotations
 
+from loopwatch.detectors.runtime_texts import decision_text
 from loopwatch.streams.gateway.hooks.plan import HookPlan, wire_event
-from loopwatch.streams.gateway.runtime_texts import decision_text
 
 TYPE_CHECKING = False  # (typing itself is not imported for it: the command hook starts quickly)
 if TYPE_CHECKING:

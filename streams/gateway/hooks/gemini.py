@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import re
 
+from loopwatch.detectors.runtime_texts import decision_text
 from loopwatch.streams.gateway.hooks.plan import HookPlan, call_key, wire_event
-from loopwatch.streams.gateway.runtime_texts import decision_text
 
 TYPE_CHECKING = False  # (typing itself is not imported for it: the command hook starts quickly)
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ import msgspec
 
 from loopwatch import LoopDetector
 from loopwatch.detectors.facade import Decision
-from loopwatch.streams.gateway.runtime_texts import decision_text
+from loopwatch.detectors.runtime_texts import decision_text
 from tests.integration.fake_model import FakeModel, RepeatTool, refused_with
 from tests.integration.runtimes.process import Cli, CliRun
 from tests.integration.runtimes.recording_hook import RecordingHook
