@@ -641,7 +641,30 @@ async def _serve(args: argparse.Namespace, tokens: frozenset[str], err: TextIO) 
                 stack.callback(exporter.shutdown)
                 backend = ExportingBackend(backend, exporter)
         app = gateway_app(backend, view, tokens, max_bytes, safety)
+        if settings.gc_full_interval_s > 0:
+            collector = asyncio.create_task(collect_on_a_clock(settings.gc_full_interval_s))
+            stack.callback(collector.cancel)
         await _listen(app, host, port, args.listen, tokens, err)
+
+
+async def collect_on_a_clock(interval_s: float) -> None:
+    """The gateway's garbage collector, as the worker's (:mod:`streams.kafka.gc_policy`): no
+    full collection on allocations (a large JSON body allocates a hundred thousand objects,
+    and each full collection they set off walks every run the gateway holds, the interpreter
+    held meanwhile: 50-100 ms during which no request is answered); one after start-up, what
+    is alive then frozen; then one every ``interval_s`` (``LOOPWATCH_GC_FULL_INTERVAL_S``)."""
+    import gc
+
+    from loopwatch.streams.kafka.gc_policy import OLD_GENERATION_OFF, full_collection
+
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, OLD_GENERATION_OFF)
+    full_collection()
+    gc.freeze()
+    while True:
+        await asyncio.sleep(interval_s)
+        found, spent = full_collection()
+        _log.info("full garbage collection", unreachable=found, ms=round(spent * 1000, 1))
 
 
 def _listed(text: str | None) -> list[str]:

@@ -37,15 +37,15 @@ ROUNDS = 3
 
 
 def _largest(build: Callable[[int, int], bytes]) -> int:
-    """The largest ``n`` whose body ``build(0, n)`` stays within the limit (less a margin for
-    the versions' longer ids)."""
-    limit = LIMIT - 4096
+    """The largest ``n`` whose body stays within the limit in every version (the last has the
+    longest ids)."""
+    last = VERSIONS * SENDERS - 1
     low, high = 1, 1
-    while len(build(0, high)) <= limit:
+    while len(build(last, high)) <= LIMIT:
         low, high = high, high * 2
     while high - low > 1:
         middle = (low + high) // 2
-        low, high = (middle, high) if len(build(0, middle)) <= limit else (low, middle)
+        low, high = (middle, high) if len(build(last, middle)) <= LIMIT else (low, middle)
     return low
 
 

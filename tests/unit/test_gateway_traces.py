@@ -399,3 +399,24 @@ def test_a_large_body_is_read_off_the_event_loop(monkeypatch: pytest.MonkeyPatch
                 assert (await asyncio.wait_for(sending, 60)).status == 200
 
     asyncio.run(go())
+
+
+def test_the_gateway_s_old_generation_is_collected_on_a_clock_not_on_allocations() -> None:
+    import gc
+
+    from loopwatch.streams.kafka.gc_policy import OLD_GENERATION_OFF
+
+    original = gc.get_threshold()
+
+    async def go() -> None:
+        collector = asyncio.create_task(server.collect_on_a_clock(3600))
+        await asyncio.sleep(0)  # (it runs up to its first sleep)
+        assert gc.get_threshold() == (original[0], original[1], OLD_GENERATION_OFF)
+        assert gc.get_freeze_count() > 0  # what start-up built is never walked again
+        collector.cancel()
+
+    try:
+        asyncio.run(go())
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*original)
