@@ -18,11 +18,12 @@ from tests.helpers import ROOT
 
 
 def readme_settings() -> dict[str, Any]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Claude Code") :]
-    block = re.search(r"```json\n(.*?)```", section, re.DOTALL)
+    """The hooks the docs configure (docs/claude-code.md), the same as the shipped example's."""
+    text = (ROOT / "docs" / "claude-code.md").read_text()
+    block = re.search(r"```json\n(.*?)```", text, re.DOTALL)
     assert block is not None
     settings: dict[str, Any] = json.loads(block.group(1))
+    assert json.loads((ROOT / "examples" / "claude-code-settings.json").read_text()) == settings
     return settings
 
 
