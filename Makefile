@@ -45,6 +45,12 @@ typecheck: $(STAMP)  ## mypy strict
 check-alerts:  ## promtool check and unit tests of docker/prometheus/alerts.yml (promtool from Debian)
 	docker/prometheus/check.sh
 
+.PHONY: docs
+DOCS_PACKAGES := 'mkdocs>=1.6,<2' 'mkdocs-material>=9.5,<10'
+docs: $(STAMP)  ## the docs site (MkDocs, Material theme) into .bench/site, strict: a broken link fails
+	$(BIN)/pip install -q $(DOCS_PACKAGES)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q -d .bench/site
+
 conformance: $(BUILT)  ## the public OpenClaw conformance vectors, and loopwatch's own (batch admission)
 	$(BIN)/loopwatch conformance tests/data/openclaw-public.jsonl tests/data/openclaw-newest.jsonl \
 		tests/data/loopwatch-batch.jsonl
@@ -62,7 +68,7 @@ unit: $(BUILT)  ## the pytest suite (starts Kafka and Redis for the integration 
 unit-pure: $(BUILT)  ## the unit and property tests on the pure-Python core (as installed without a compiler)
 	LOOPWATCH_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit tests/property
 
-test: lint typecheck conformance check-alerts unit unit-pure  ## everything CI runs
+test: lint typecheck docs conformance check-alerts unit unit-pure  ## everything CI runs
 
 bench: $(BUILT)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench
