@@ -579,7 +579,73 @@ def _json_span(span: dict[str, Any], where: str, resource: dict[str, Any], probl
     return Span(**ids, attributes=_json_attributes(span, where), resource=resource, events=events)
 
 
+class _JsonScope(msgspec.Struct, gc=False):
+    spans: list[msgspec.Raw] | None = None
+
+
+class _JsonResourceSpans(msgspec.Struct, gc=False):
+    resource: msgspec.Raw | None = None
+    scopeSpans: list[_JsonScope] | None = None  # (OTLP/JSON's names)
+    scope_spans: list[_JsonScope] | None = None
+
+
+class _JsonRequest(msgspec.Struct, gc=False):
+    resourceSpans: list[_JsonResourceSpans] | None = None
+    resource_spans: list[_JsonResourceSpans] | None = None
+
+
+#: An OTLP/JSON request's frame, its spans (and resources) kept as their JSON text: each span
+#: is then read on its own (the interpreter let go between them), never the whole body at once.
+_FRAME: Final = msgspec.json.Decoder(_JsonRequest).decode
+
+
+def _json_text(raw: msgspec.Raw, where: str) -> Any:
+    _pace(len(raw) >> 5)  # (about one value per 32 bytes)
+    try:
+        return loads(bytes(raw))[0]
+    except InvalidEvent as exc:
+        raise OtlpError(f"{where}: {exc.reason}") from exc
+
+
 def _spans_of_json(body: bytes) -> tuple[list[Span], int]:
+    """The spans of an OTLP/JSON request: its frame first, then span by span; a body whose
+    frame does not decode is read whole (:func:`_spans_of_json_whole`), which says what is
+    wrong and where."""
+    try:
+        request = _FRAME(body)
+    except (msgspec.DecodeError, RecursionError):
+        return _spans_of_json_whole(body)
+    spans: list[Span] = []
+    overflow = 0
+    try:
+        resources = request.resourceSpans if request.resourceSpans is not None else request.resource_spans
+        for index, resource_spans in enumerate(resources or []):
+            where = f"body.resourceSpans[{index}]"
+            raw = resource_spans.resource
+            value = None if raw is None else {"resource": _json_text(raw, f"{where}.resource")}
+            resource_obj = _field(value or {}, "resource", "resource", where, dict) or {}
+            problem = _resource_problem(_json_count(resource_obj, "attributes"))
+            resource = {} if problem else _json_attributes(resource_obj, f"{where}.resource")
+            scopes = (
+                resource_spans.scopeSpans
+                if resource_spans.scopeSpans is not None
+                else resource_spans.scope_spans
+            )
+            for scope_index, scope in enumerate(scopes or []):
+                scope_where = f"{where}.scopeSpans[{scope_index}]"
+                given = scope.spans or []
+                room = max(MAX_SPANS - len(spans), 0)
+                overflow += max(len(given) - room, 0)  # (the rest are counted, never read)
+                for span_index, span_raw in enumerate(given[:room]):
+                    span_where = f"{scope_where}.spans[{span_index}]"
+                    span = _object(_json_text(span_raw, span_where), span_where)
+                    spans.append(_json_span(span, span_where, resource, problem))
+    except RecursionError:
+        raise OtlpError("the body nests attribute values too deeply") from None
+    return spans, overflow
+
+
+def _spans_of_json_whole(body: bytes) -> tuple[list[Span], int]:
     try:
         value, _ = loads(body)
     except InvalidEvent as exc:
