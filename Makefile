@@ -49,7 +49,7 @@ check-alerts:  ## promtool check and unit tests of docker/prometheus/alerts.yml 
 DOCS_PACKAGES := 'mkdocs>=1.6,<2' 'mkdocs-material>=9.5,<10'
 docs: $(STAMP)  ## the docs site (MkDocs, Material theme) into .bench/site, strict: a broken link fails
 	$(BIN)/pip install -q $(DOCS_PACKAGES)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q -d .bench/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d .bench/site  # not -q: it hides the warnings strict counts
 
 conformance: $(BUILT)  ## the public OpenClaw conformance vectors, and loopwatch's own (batch admission)
 	$(BIN)/loopwatch conformance tests/data/openclaw-public.jsonl tests/data/openclaw-newest.jsonl \
