@@ -80,6 +80,11 @@ bench-gateway: $(BUILT)  ## /v1/decide round trips and latency on loopwatch gate
 	docker/services.sh up kafka
 	$(BIN)/python -m tests.bench.gateway_bench; status=$$?; docker/services.sh down; exit $$status
 
+.PHONY: bench-hooks
+HOOKS_ARGS ?=
+bench-hooks: $(BUILT)  ## each hook command's whole process against the bare interpreter, gateway up and down (HOOKS_ARGS=--rounds N --turns N)
+	$(BIN)/python -m tests.bench.hooks_bench $(HOOKS_ARGS)
+
 bench-stream: $(BUILT)  ## worker throughput and latency on the local broker (vs. raw aiokafka)
 	docker/services.sh up kafka
 	$(BIN)/python -m tests.bench.stream_bench; status=$$?; docker/services.sh down; exit $$status
