@@ -8,7 +8,7 @@ CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py) $(wildcard dete
 BUILT  := $(VENV)/.compiled-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint typecheck conformance check-alerts unit unit-pure services-up services-down bench bench-quality bench-gateway bench-stream bench-scale soak chaos clean
+.PHONY: help setup demo test lint typecheck conformance check-alerts unit unit-pure dist packaging services-up services-down bench bench-quality bench-gateway bench-stream bench-scale soak chaos clean
 
 KAFKA_TEST := 127.0.0.1:19092
 REDIS_TEST := redis://127.0.0.1:16379/0
@@ -65,10 +65,21 @@ unit: $(BUILT)  ## the pytest suite (starts Kafka and Redis for the integration 
 	docker/services.sh up
 	$(BIN)/pytest; status=$$?; docker/services.sh down; exit $$status
 
-unit-pure: $(BUILT)  ## the unit and property tests on the pure-Python core (as installed without a compiler)
-	LOOPWATCH_PURE_PYTHON=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit tests/property
+unit-pure: $(BUILT)  ## the unit and property tests on the pure-Python core: the sdist installed without a C compiler
+	rm -f dist/loopwatch-*.tar.gz
+	$(BIN)/python -m build --sdist --outdir dist . > /dev/null
+	tests/packaging/check.sh dist pure
 
-test: lint typecheck docs conformance check-alerts unit unit-pure  ## everything CI runs
+dist: $(STAMP)  ## the sdist and the wheel (built from it, core compiled) into dist/
+	rm -rf dist
+	@mkdir -p build
+	$(BIN)/python -m build --outdir dist . > build/dist.log 2>&1 || { tail -n 40 build/dist.log; exit 1; }
+	@ls dist
+
+packaging: dist $(BUILT)  ## the sdist (with a C compiler, and with none: then the unit and property tests on it) and the wheel, each installed in a fresh venv and run
+	tests/packaging/check.sh dist
+
+test: lint typecheck docs conformance check-alerts unit packaging  ## everything CI runs
 
 bench: $(BUILT)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench
@@ -109,5 +120,5 @@ soak: $(BUILT)  ## 10 minutes of steady load; the worker's memory over time
 	$(BIN)/python -m tests.bench.soak; status=$$?; docker/services.sh down; exit $$status
 
 clean:  ## remove build and benchmark artefacts
-	rm -rf build .bench .mypy_cache .pytest_cache .ruff_cache *__mypyc*.so
+	rm -rf build dist .bench .mypy_cache .pytest_cache .ruff_cache *__mypyc*.so
 	find config detectors -name '*.so' -delete

@@ -67,8 +67,22 @@ NATIVE = [
 ]
 
 
+#: setup.py commands that only write metadata or the source distribution (MANIFEST.in lists the C
+#: sources and headers): mypyc is not run for them, only for a build
+METADATA_ONLY = {"egg_info", "dist_info", "sdist"}
+BUILDS = {"build", "build_ext", "bdist", "bdist_wheel", "bdist_egg", "editable_wheel", "develop", "install"}
+
+
+def builds_extensions(argv: list[str]) -> bool:
+    """Whether the setup.py command line ``argv`` builds (metadata and sdist commands do not)."""
+    words = {word for word in argv[1:] if not word.startswith("-")}
+    return not words & METADATA_ONLY or bool(words & BUILDS)
+
+
 def extensions() -> list[object]:
     if os.environ.get("LOOPWATCH_PURE_PYTHON"):
+        return []
+    if not builds_extensions(sys.argv):
         return []
     if not shutil.which(os.environ.get("CC", "cc")) and not shutil.which("gcc"):
         print("loopwatch: no C compiler; installing the pure-Python core", file=sys.stderr)

@@ -57,7 +57,9 @@ def _version_action() -> type[argparse.Action]:
 
     class Version(argparse._VersionAction):
         def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-            self.version = f"loopwatch {_version()}"
+            from loopwatch.detectors.core_build import core_build  # compiled, or pure Python
+
+            self.version = f"loopwatch {_version()} ({core_build()})"
             super().__call__(parser, *args, **kwargs)
 
     return Version
