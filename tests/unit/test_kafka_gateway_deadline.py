@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from loopwatch.config.stream_settings import parse_stream_settings
 from loopwatch.streams.fleet_view.view import FleetView
-from loopwatch.streams.gateway import kafka_backend, server
+from loopwatch.streams.gateway import backend, kafka_backend, server
 from loopwatch.streams.gateway.kafka_backend import KafkaBackend
 from loopwatch.streams.gateway.server import gateway_app
 
@@ -35,7 +35,8 @@ def test_decisions_events_and_health_keep_their_deadlines_with_the_broker_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(kafka_backend, "EVENTS_TIMEOUT_S", 0.3)
-    monkeypatch.setattr(server, "STALL_S", 0.5)
+    monkeypatch.setattr(backend, "STALL_S", 0.5)  # what a backend's stalled() reads
+    monkeypatch.setattr(server, "STALL_S", 0.5)  # what the 503 says
 
     async def scenario() -> None:
         view = FleetView("test")
