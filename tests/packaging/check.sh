@@ -117,6 +117,9 @@ print("\n".join(d for d in dev if wanted.match(d)))' "$ROOT/pyproject.toml")"
     cp "$HERE/checkout_guard.py" "$site/loopwatch_checkout_guard.py"
     printf 'import loopwatch_checkout_guard; loopwatch_checkout_guard.install(%s)\n' \
         "$("$DEV/python" -c 'import sys; print(repr(sys.argv[1]))' "$ROOT")" >"$site/loopwatch-checkout-guard.pth"
+    local found  # a child in the checkout, with an environment of its own, imports the installed one
+    found="$(cd "$ROOT" && env -i PATH=/usr/bin:/bin "$bin/python" -c 'import loopwatch; print(loopwatch.__file__)')"
+    [[ "$found" == "$site/loopwatch/__init__.py" ]] || fail "pure: import loopwatch in the checkout gives $found"
     (cd "$ROOT" && env LOOPWATCH_PURE_PYTHON=1 LOOPWATCH_TEST_INSTALLED_CORE=pure PYTHONPATH="$HERE" \
         PATH="$bin:$PATH" "$bin/python" -m pytest -p installed -p no:cacheprovider -q \
         "${ignored[@]}" tests/unit tests/property) ||

@@ -5,16 +5,17 @@ variables): ``import loopwatch`` there finds the installed package, never the ch
 ``loopwatch/`` folder, even where the checkout is on ``sys.path`` (pytest puts it first; a test
 starts ``python -m loopwatch`` from it). It imports only what the interpreter loads at start."""
 
-from __future__ import annotations
-
 import os
 import sys
-from importlib.machinery import ModuleSpec, PathFinder
 
 TYPE_CHECKING = False  # (typing is not imported for it: a hook's start is measured)
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
     from types import ModuleType
+
+#: the import system's own path finder (importlib.machinery's, without importing importlib)
+PathFinder = next(finder for finder in sys.meta_path if getattr(finder, "__name__", "") == "PathFinder")
 
 __all__ = ["CheckoutGuard", "install"]
 
@@ -26,8 +27,8 @@ class CheckoutGuard:
         self.checkout = os.path.realpath(checkout)
 
     def find_spec(
-        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
+        self, name: str, path: "Sequence[str] | None" = None, target: "ModuleType | None" = None
+    ) -> "ModuleSpec | None":
         if name != "loopwatch":
             return None
         elsewhere = [entry for entry in sys.path if os.path.realpath(entry or ".") != self.checkout]
