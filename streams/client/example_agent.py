@@ -1,4 +1,4 @@
-"""A complete (scripted) agent loop that uses loopwatch through Kafka. Shown in the README.
+"""A complete (scripted) agent loop that uses loopwatch through Kafka. Shown in docs/client.md.
 
 The "model" keeps reading a file that does not exist. Before each tool cycle the loop asks
 loopwatch for the run's decision; after publishing the call it waits briefly for the call's

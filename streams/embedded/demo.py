@@ -339,7 +339,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 NEXT_STEPS = (
     "loopwatch demo --serve               the same fleet on a live dashboard",
     "loopwatch replay ~/.claude/projects  your own agents' history, same rules",
-    "loopwatch gateway --config FILE      then a hook in your agent (README)",
+    "loopwatch gateway --config FILE      then a hook (docs/runtimes.md)",
 )
 
 

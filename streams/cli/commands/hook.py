@@ -62,9 +62,9 @@ def _hook_parser(sub: Any) -> argparse.ArgumentParser:
         "run of its own. Runtimes with HTTP hooks can call the gateway's /v1/hooks/RUNTIME "
         "instead (no process per tool call).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples (settings files): see the README, sections Claude Code, Codex CLI and "
-        "Gemini CLI; the hook keeps each session's run in LOOPWATCH_HOOK_STATE_DIR "
-        "(default ~/.local/state/loopwatch)",
+        epilog="examples (settings files): docs/claude-code.md, docs/codex.md, docs/gemini-cli.md "
+        "and examples/claude-code-settings.json; the hook keeps each session's run in "
+        "LOOPWATCH_HOOK_STATE_DIR (default ~/.local/state/loopwatch)",
     )
 
 

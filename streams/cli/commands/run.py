@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Reads event JSON lines (file or stdin) and writes verdict and abort JSON "
         "lines to stdout, in input order. Invalid lines are reported on stderr and skipped.",
-        epilog='event lines (one JSON object each; README, "Events and verdicts"):\n'
+        epilog="event lines (one JSON object each; docs/wire-contract.md):\n"
         '  {"type": "tool_call", "event_id": "e1", "run_id": "r1", "tool": "read", '
         '"params": {"path": "a.txt"}, "tool_call_id": "c1"}\n'
         '  {"type": "tool_result", "event_id": "e2", "run_id": "r1", "tool": "read", '
