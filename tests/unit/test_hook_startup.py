@@ -45,7 +45,18 @@ CALLS = {
     "gemini": {"hook_event_name": "BeforeTool"},
 }
 #: stdlib modules a hook must not need: each costs milliseconds of every hook call's start
-HEAVY = ("argparse", "typing", "dataclasses", "http.client", "email", "ssl", "asyncio", "uuid", "socket")
+HEAVY = (
+    "argparse",
+    "typing",
+    "dataclasses",
+    "http.client",
+    "email",
+    "ssl",
+    "asyncio",
+    "uuid",
+    "socket",
+    "hashlib",
+)
 
 
 def call(runtime: str, tool_input: str = '{"a": 1}') -> bytes:

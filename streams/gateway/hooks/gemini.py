@@ -38,9 +38,10 @@ EVENTS = ("BeforeAgent", "BeforeTool", "AfterTool", "AfterAgent", "PreCompress",
 SHELL_TOOL = "run_shell_command"
 #: the last lines of a shell result, which name this run's processes (Gemini CLI 0.61's shell
 #: tool: ``Output: ...``, ``Exit Code: 1``, ..., ``Background PIDs: ...``, ``Process Group PGID:
-#: ...``, inside ``<untrusted_context>``)
-_PGID = re.compile(r"\nProcess Group PGID: [0-9]+\Z")
-_PIDS = re.compile(r"\nBackground PIDs: [0-9, ]+\Z")
+#: ...``, inside ``<untrusted_context>``); compiled when first used (``re.compile`` keeps them),
+#: not by every hook call that imports this module
+_PGID = r"\nProcess Group PGID: [0-9]+\Z"
+_PIDS = r"\nBackground PIDs: [0-9, ]+\Z"
 _CONTEXT_END = "\n</untrusted_context>"
 
 
@@ -57,14 +58,14 @@ def without_process_ids(content: str) -> str:
     if tagged:
         body, tail = body[: -len(_CONTEXT_END)], _CONTEXT_END + tail
     cut = len(body)
-    found = _PGID.search(body)
+    found = re.compile(_PGID).search(body)
     if found is not None:
         cut = found.start()
     elif not tagged:  # a PIDs line would end the text: the spaces after it are its own
         end = len(content) - len(tail.lstrip(" "))
-        found = _PIDS.search(content, 0, end)
+        found = re.compile(_PIDS).search(content, 0, end)
         return content if found is None else content[: found.start()] + content[end:]
-    found = _PIDS.search(body, 0, cut)
+    found = re.compile(_PIDS).search(body, 0, cut)
     if found is not None:
         cut = found.start()
     return body[:cut] + tail if cut < len(body) else content

@@ -123,8 +123,10 @@ def session_problem(hook: dict[str, Any], agent: str = "default") -> str | None:
 
 
 def _blake2b_hex(data: bytes) -> str:
-    from hashlib import blake2b
-
+    try:  # hashlib's own blake2b, without hashlib's start (OpenSSL's bindings: milliseconds)
+        from _blake2 import blake2b
+    except ImportError:  # (an interpreter built without it)
+        from hashlib import blake2b
     return blake2b(data, digest_size=12).hexdigest()
 
 
