@@ -478,11 +478,18 @@ class _Routes:
             _log.warning("hook call loopwatch cannot act on", runtime=name, problem=mistake)
             return web.json_response({})
         plan = runtime.plan(value, self.prompts, agent, request.query.get("show_warnings") in ("1", "true"))
+        size = request.content_length or 0  # (a large input's events are written and read off the loop)
         if plan.events:
-            await self.backend.events([decode_event(dumps(event, surrogates)) for event in plan.events])
+            events = plan.events
+            await self.backend.events(
+                await self.parser.run(
+                    lambda: [decode_event(dumps(event, surrogates)) for event in events], size
+                )
+            )
         answer = None
         if plan.decide is not None:
-            call = _proposed_call(dumps(plan.decide, surrogates))
+            proposed = plan.decide
+            call = await self.parser.run(lambda: _proposed_call(dumps(proposed, surrogates)), size)
             decision, timed_out = await self.backend.decide(call)
             answer = _decision_fields(decision, call, timed_out, True)
             answer["verdicts"] = [msgspec.to_builtins(output) for output in decision.outputs]

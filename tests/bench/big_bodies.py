@@ -133,6 +133,7 @@ def hook_input(version: int, size: int) -> bytes:
     body = {
         "session_id": f"big-hook-{version}",
         "hook_event_name": "PreToolUse",
+        "tool_use_id": f"toolu_{version}",  # (as Claude Code sends it: the call's key)
         "tool_name": "Write",
         "tool_input": {"file_path": "/f", "content": [f"line {n}" for n in range(size)]},
     }
