@@ -101,6 +101,16 @@ _TOO_DEEP = "the hook input nests too deeply to be checked"
 _NOT_CHECKED = "a gateway refuses it, the call is not checked"
 
 
+def _number(text: str) -> float | str:
+    """A JSON number of the hook input: beyond a double (``1e400``), the string OpenClaw's
+    stableStringify writes for it (``"Infinity"``, ``"-Infinity"``): hashed as OpenClaw hashes
+    the number (docs/wire-numbers.md), and JSON the hook can send on."""
+    value = float(text)
+    if value - value == 0.0:  # finite
+        return value
+    return "Infinity" if value > 0 else "-Infinity"
+
+
 def run_hook(args: HookArgs | argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: TextIO) -> int:
     """Answer one hook call (its JSON on ``stdin``); the exit code."""
     try:
@@ -116,7 +126,7 @@ def _run_hook(args: HookArgs | argparse.Namespace, stdin: BinaryIO, out: BinaryI
         print("loopwatch hook: no hook input on stdin; allowing", file=err)
         return 0
     try:
-        hook = json.loads(raw)
+        hook = json.loads(raw, parse_float=_number)
     except (ValueError, RecursionError) as exc:
         why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         print(f"loopwatch hook: the hook input is not JSON ({why}); allowing", file=err)
