@@ -144,6 +144,8 @@ export function jsonText(value) {
   const open = [];
   return JSON.stringify(value, function (key, item) {
     if (typeof item === "bigint") return item.toString();
+    // OpenClaw's stableStringify writes Infinity, -Infinity and NaN as these strings: hashed alike
+    if (typeof item === "number" && !Number.isFinite(item)) return String(item);
     if (item === null || typeof item !== "object") return item;
     while (open.length && open.at(-1) !== this) open.pop(); // back out of finished objects
     if (open.includes(item)) return "[Circular]";

@@ -230,6 +230,13 @@ test("a tool result JSON.stringify throws on (a BigInt, a cycle) is still sent",
   );
 });
 
+test("a number JSON.parse made Infinity (1e400) is sent as OpenClaw's stableStringify writes it", () => {
+  assert.equal(
+    jsonText({ x: JSON.parse("1e400"), y: -Infinity, z: NaN, w: 1.5 }),
+    '{"x":"Infinity","y":"-Infinity","z":"NaN","w":1.5}',
+  );
+});
+
 test("an aborted run stays refused here, with the abort's message, even with the gateway gone, until agent_end", async () => {
   const p = live();
   const ctx = { agentId: "main", sessionKey: "agent:main:abort", sessionId: "s-abort" };
