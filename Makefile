@@ -8,7 +8,7 @@ CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py) $(wildcard dete
 BUILT  := $(VENV)/.compiled-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint typecheck conformance check-alerts unit unit-pure dist packaging services-up services-down bench bench-quality bench-gateway bench-stream bench-scale soak chaos clean
+.PHONY: help setup demo test test-plan lint typecheck conformance check-alerts unit unit-pure dist packaging services-up services-down bench bench-quality bench-gateway bench-stream bench-scale soak chaos clean
 
 KAFKA_TEST := 127.0.0.1:19092
 REDIS_TEST := redis://127.0.0.1:16379/0
@@ -36,22 +36,27 @@ demo: $(BUILT)  ## run the embedded default (no broker)
 	$(BIN)/loopwatch demo
 
 lint: $(STAMP)  ## ruff lint and format check
+	@echo "== lint: ruff check and format (under a minute)"
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)  ## mypy strict
+	@echo "== typecheck: mypy --strict (about a minute)"
 	$(BIN)/mypy
 
 check-alerts:  ## promtool check and unit tests of docker/prometheus/alerts.yml (promtool from Debian)
+	@echo "== check-alerts: promtool on the Prometheus alerts (seconds)"
 	docker/prometheus/check.sh
 
 .PHONY: docs
 DOCS_PACKAGES := 'mkdocs>=1.6,<2' 'mkdocs-material>=9.5,<10'
 docs: $(STAMP)  ## the docs site (MkDocs, Material theme) into .bench/site, strict: a broken link fails
+	@echo "== docs: mkdocs build --strict (seconds)"
 	$(BIN)/pip install -q $(DOCS_PACKAGES)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d .bench/site  # not -q: it hides the warnings strict counts
 
 conformance: $(BUILT)  ## the public OpenClaw conformance vectors, and loopwatch's own (batch admission)
+	@echo "== conformance: the spec's executable vectors (seconds)"
 	$(BIN)/loopwatch conformance tests/data/openclaw-public.jsonl tests/data/openclaw-newest.jsonl \
 		tests/data/loopwatch-batch.jsonl
 
@@ -62,6 +67,7 @@ services-down:  ## stop what services-up started
 	docker/services.sh down
 
 unit: $(BUILT)  ## the pytest suite (starts Kafka and Redis for the integration tests, stops them after)
+	@echo "== unit: the pytest suite, unit, property, integration, faults and the real runtimes (about 25 minutes)"
 	docker/services.sh up
 	$(BIN)/pytest; status=$$?; docker/services.sh down; exit $$status
 
@@ -77,9 +83,14 @@ dist: $(STAMP)  ## the sdist and the wheel (built from it, core compiled) into d
 	@ls dist
 
 packaging: dist $(BUILT)  ## the sdist (with a C compiler, and with none: then the unit and property tests on it) and the wheel, each installed in a fresh venv and run
+	@echo "== packaging: sdist and wheel in fresh environments, the pure core's tests (about 7 minutes)"
 	tests/packaging/check.sh dist
 
-test: lint typecheck docs conformance check-alerts unit packaging  ## everything CI runs
+test: test-plan lint typecheck docs conformance check-alerts unit packaging  ## everything CI runs
+
+test-plan:
+	@echo "make test: lint, typecheck, docs, conformance, check-alerts, unit (Kafka and Redis started and stopped),"
+	@echo "packaging; about 30 minutes on a quiet 2-core machine (the first run also builds .venv and installs the runtimes)"
 
 bench: $(BUILT)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench
