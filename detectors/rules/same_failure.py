@@ -22,6 +22,7 @@ found" (4), v → "unexpected EOF" (5): the next call is blocked; any success re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import xxhash
@@ -29,7 +30,7 @@ from msgspec import UNSET
 
 from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.config.own_rules import OwnRules
-from loopwatch.detectors.events import Output
+from loopwatch.detectors.events import Level, Output
 from loopwatch.detectors.outcome_signature import outcome_text, preview, signature, unproductive
 from loopwatch.detectors.rule_state import RuleState
 from loopwatch.detectors.rules.base import (
@@ -169,25 +170,21 @@ class SameFailure(Rule):
 
 
 def _judge(streaks: FailureStreaks, rules: OwnRules) -> Detection | None:
-    same, sweep, latest = streaks.same.count, streaks.sweep.count, streaks.latest
-    if same >= rules.same_failure_critical:
-        key = warning_key(streaks.same.last)
-        message = critical_message(same, latest)
-        return Detection(CRITICAL, DETECTOR, same, message, key, None, None, rules.same_failure_warning)
-    if sweep >= rules.same_failure_sweep_critical:
-        key = warning_key(streaks.sweep.last)
-        message = sweep_critical_message(sweep, latest)
-        return Detection(
-            CRITICAL, DETECTOR, sweep, message, key, None, None, rules.same_failure_sweep_warning
-        )
-    if same >= rules.same_failure_warning:
-        key = warning_key(streaks.same.last)
-        message = warning_message(same, latest)
-        return Detection(WARNING, DETECTOR, same, message, key, None, None, rules.same_failure_warning)
-    if sweep >= rules.same_failure_sweep_warning:
-        key = warning_key(streaks.sweep.last)
-        message = sweep_warning_message(sweep, latest)
-        return Detection(WARNING, DETECTOR, sweep, message, key, None, None, rules.same_failure_sweep_warning)
+    """The strongest verdict the streaks call for: a critical before a warning, the same
+    failure before the sweep (each streak's warnings bucketed by its own warning threshold)."""
+    same, sweep = streaks.same, streaks.sweep
+    warn_same, warn_sweep = rules.same_failure_warning, rules.same_failure_sweep_warning
+    checks: tuple[tuple[Level, FailureStreak, int, int, Callable[[int, str], str]], ...] = (
+        (CRITICAL, same, rules.same_failure_critical, warn_same, critical_message),
+        (CRITICAL, sweep, rules.same_failure_sweep_critical, warn_sweep, sweep_critical_message),
+        (WARNING, same, warn_same, warn_same, warning_message),
+        (WARNING, sweep, warn_sweep, warn_sweep, sweep_warning_message),
+    )
+    for level, streak, threshold, bucket, message in checks:
+        count = streak.count
+        if count >= threshold:
+            text = message(count, streaks.latest)
+            return Detection(level, DETECTOR, count, text, warning_key(streak.last), None, None, bucket)
     return None
 
 
