@@ -98,7 +98,7 @@ class FleetConfig:
     def merged_rules(self, agent_id: str | None) -> RawRules | None:
         """The merged, unresolved ``detectors`` object of one agent, over its preset's."""
         name = self.preset_of(agent_id)
-        base = merge_rules(preset_named(name).rules, self.global_rules) if name else self.global_rules
+        base = rules_under_preset(name, self.global_rules)
         return base if agent_id is None else merge_rules(base, self.agent_rules.get(agent_id))
 
     @property
@@ -139,6 +139,11 @@ class FleetConfig:
         )
 
 
+def rules_under_preset(preset: str | None, global_rules: RawRules | None) -> RawRules | None:
+    """The global ``detectors`` object laid over a preset's (``None``: no preset)."""
+    return merge_rules(preset_named(preset).rules, global_rules) if preset else global_rules
+
+
 def _agent_entry(config: FleetConfig, agent_id: str, entry: dict[str, Any] | None) -> FleetConfig:
     """``config`` with one agent's whole entry replaced: its ``tools.loopDetection`` block, its
     ``loopwatch`` ``detectors`` and ``preset`` (``None``: every override of the agent removed)."""
@@ -157,7 +162,7 @@ def _agent_entry(config: FleetConfig, agent_id: str, entry: dict[str, Any] | Non
         name = found[2].get(agent_id, config.global_preset)
         own = found[0].get(agent_id)
         if own is not None and not problems:
-            base = merge_rules(preset_named(name).rules, config.global_rules) if name else config.global_rules
+            base = rules_under_preset(name, config.global_rules)
             problems += validate_rules(merge_rules(base, own), found[1][agent_id])
         if problems:
             raise ConfigError(problems)
@@ -230,7 +235,7 @@ def parse_config_value(
     if global_ok:  # the threshold order of each agent's rules, merged over the global ones
         for agent_id, own in agent_rules.items():
             name = presets.get(agent_id, global_preset)
-            base = merge_rules(preset_named(name).rules, global_rules) if name else global_rules
+            base = rules_under_preset(name, global_rules)
             merged_problems = validate_rules(merge_rules(base, own), rules_at[agent_id])
             problems.extend(
                 ConfigProblem(p.path, f"{p.message} (this agent's rules merged over loopwatch.detectors)")
