@@ -113,8 +113,11 @@ async def _client_to_server(
                     server.write(line)
                     continue
                 step = await session.from_client(message)
-                for reply in step.replies:
-                    await write(reply + b"\n")
+                if step.replies and message.startswith(b"["):  # a batch's refusals: one array (JSON-RPC §6)
+                    await write(b"[" + b",".join(step.replies) + b"]\n")
+                else:
+                    for reply in step.replies:
+                        await write(reply + b"\n")
                 if step.forward is message:
                     server.write(line)
                 elif step.forward is not None:

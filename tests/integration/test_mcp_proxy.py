@@ -23,6 +23,8 @@ Without npm the servers cannot be installed and these tests fail: they never ski
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -427,3 +429,74 @@ def test_the_http_proxy_refuses_foreign_origins_and_without_a_token(
                     return [tool.name for tool in (await client.list_tools()).tools]
 
             assert "echo" in anyio.run(listed)
+
+
+#: a stdio MCP server of a few lines that answers every request (a batch with a batch) with the
+#: same text: what a batch looks like on the client's side of the proxy, which the SDK's clients
+#: and servers no longer send (MCP 2025-06-18 dropped JSON-RPC batches)
+BATCH_SERVER = """
+import json, sys
+def answer(m):
+    return {"jsonrpc": "2.0", "id": m["id"], "result": {"content": [{"type": "text", "text": "same"}]}}
+for line in sys.stdin:
+    body = json.loads(line)
+    out = [answer(m) for m in body if "id" in m] if isinstance(body, list) else answer(body)
+    print(json.dumps(out), flush=True)
+"""
+
+
+def test_a_batch_gets_its_refusals_back_as_an_array_over_stdio(tmp_path: Path) -> None:
+    """JSON-RPC 2.0 §6: the answer to a batch is an array. The refused members of a client's
+    batch are answered by the proxy in one array; the members that go on reach the server as
+    a batch of their own, and its array comes back as it sent it."""
+    server = StdioServerParameters(command=sys.executable, args=["-c", BATCH_SERVER])
+    command = proxied(server, "--config", config_file(tmp_path, "thresholds"))
+    with subprocess.Popen(
+        [command.command, *command.args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as proc:
+        answers = _batch_after_abort(proc)
+    assert all(isinstance(answer, list) for answer in answers), answers
+    by_id = {member["id"]: member for answer in answers for member in answer}
+    assert sorted(by_id) == ["c", "p"]
+    assert by_id["c"]["result"]["isError"] is True
+    assert by_id["p"]["result"]["content"] == [{"type": "text", "text": "same"}]
+
+
+def _batch_after_abort(proc: subprocess.Popen[str]) -> list[Any]:
+    """Calls the same tool through ``proc`` until the run is aborted, then sends a batch of a
+    ping and a call; the two lines that come back."""
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+
+    def ask(message: Any) -> Any:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(json.dumps(message) + "\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+    def tool_call(request_id: Any, message: str) -> dict[str, Any]:
+        params = {"name": "echo", "arguments": {"message": message}}
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+    try:
+        for n in range(LOOP_CALLS):  # the same call until the run is aborted
+            answer = ask(tool_call(n, "same again"))
+            if (
+                answer["result"].get("isError")
+                and "stopped this turn" in answer["result"]["content"][0]["text"]
+            ):
+                break
+        else:
+            pytest.fail("the repeated call was never aborted")
+        ping = {"jsonrpc": "2.0", "id": "p", "method": "ping"}
+        proc.stdin.write(json.dumps([ping, tool_call("c", "other")]) + "\n")
+        proc.stdin.flush()
+        return [json.loads(proc.stdout.readline()) for _ in range(2)]
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=WAIT_S)
