@@ -248,8 +248,8 @@ class EmbeddedRuntime:
             alerts = self.fleet.observe(event, scope, done.ts, done.prepared, done.outputs, done.root)
         for alert in alerts:
             self.alerts.append(alert)
-            if self.view is not None:
-                self.view.alert(alert)
+            if self.view is not None:  # on the view's clock, the one _observe stamps events with
+                self.view.alert(alert, int(time.time() * 1000))
             if self.on_alert is not None:
                 self.on_alert(alert)
         return alerts

@@ -9,6 +9,11 @@ long as the tool keeps failing (:meth:`AlertBoard.last_failure`). Chain alerts
 (``chain_runaway``, ``chain_repeat``: F6b, F6c) are kept by subject for the horizon, at most
 ``CHAINS_KEPT``; their subject names their chain's root (``chain:{root}`` or
 ``chain:{root}:{tool}:{h12}``).
+
+One clock per board: an alert's time is its event time (``ts``), unless the board's owner says
+when it saw it (``seen_ms``, on the clock its view stamps events with: the embedded runtime's
+view is on the wall clock, however old the events it replays); the horizons and the dashboard's
+times read that one.
 """
 
 from __future__ import annotations
@@ -63,16 +68,17 @@ class AlertBoard:
         self.chains: OrderedDict[str, FleetAlert] = OrderedDict()  # subject -> its latest chain alert
         self.counts: Counter[str] = Counter()  # kind -> alerts
         self._failures: dict[str, int] = {}  # tool under an open outage -> its last failure seen
-        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._ids: OrderedDict[str, int] = OrderedDict()  # alert_id -> its time on the board's clock
 
-    def add(self, alert: FleetAlert) -> bool:
-        """Take an alert; ``False`` if it was known already (or bookkeeping: ``chain_active``,
-        ``chain_expired``, which the chain blocks read)."""
+    def add(self, alert: FleetAlert, seen_ms: int | None = None) -> bool:
+        """Take an alert (seen at ``seen_ms`` on the owner's clock; None: its event time);
+        ``False`` if it was known already (or bookkeeping: ``chain_active``, ``chain_expired``,
+        which the chain blocks read)."""
         if alert.kind in _BOOKKEEPING:
             return False
         if alert.alert_id in self._ids:
             return False
-        self._ids[alert.alert_id] = None
+        self._ids[alert.alert_id] = alert.ts if seen_ms is None else seen_ms
         if len(self._ids) > IDS_KEPT:
             self._ids.popitem(last=False)
         self.counts[alert.kind] += 1
@@ -105,28 +111,39 @@ class AlertBoard:
         """The last failure known of a tool under an open outage (``None``: no open outage)."""
         return self._failures.get(tool) if tool in self.open_outages else None
 
+    def seen_ms(self, alert: FleetAlert) -> int:
+        """``alert``'s time on the board's clock (its event time once forgotten)."""
+        return self._ids.get(alert.alert_id, alert.ts)
+
     def systemic_loops(self, now_ms: int) -> list[FleetAlert]:
         """Systemic loops alerted within the horizon, newest first."""
         since = now_ms - self.loop_horizon_ms
-        for subject in [s for s, a in self.loops.items() if a.ts < since]:
+        for subject in [s for s, a in self.loops.items() if self.seen_ms(a) < since]:
             del self.loops[subject]
-        return sorted(self.loops.values(), key=lambda a: -a.ts)
+        return sorted(self.loops.values(), key=lambda a: -self.seen_ms(a))
 
     def chain_alerts(self, now_ms: int, root: str | None = None) -> list[FleetAlert]:
         """Chain alerts within the horizon (of the chain keyed by ``root`` only, if given), newest first."""
         since = now_ms - self.loop_horizon_ms
-        for subject in [s for s, a in self.chains.items() if a.ts < since]:
+        for subject in [s for s, a in self.chains.items() if self.seen_ms(a) < since]:
             del self.chains[subject]
         found = [a for a in self.chains.values() if root is None or chain_root(a) == root]
-        return sorted(found, key=lambda a: -a.ts)
+        return sorted(found, key=lambda a: -self.seen_ms(a))
+
+    def as_dict(self, alert: FleetAlert) -> dict[str, Any]:
+        """An alert as the dashboard gets it: the alert, its time on the board's clock
+        (``seen_ms``) and, for a chain alert, its chain's root."""
+        out = chain_alert_dict(alert) if alert.kind in CHAIN_KINDS else msgspec.to_builtins(alert)
+        out["seen_ms"] = self.seen_ms(alert)
+        return out
 
     def summary(self, now_ms: int) -> dict[str, Any]:
         """What the dashboard's fleet page shows of the alerts."""
         return {
-            "open_outages": [msgspec.to_builtins(a) for a in self.open_outages.values()],
-            "systemic_loops": [msgspec.to_builtins(a) for a in self.systemic_loops(now_ms)],
-            "chains": [chain_alert_dict(a) for a in self.chain_alerts(now_ms)],
-            "recent": [msgspec.to_builtins(a) for a in reversed(self.recent)],
+            "open_outages": [self.as_dict(a) for a in self.open_outages.values()],
+            "systemic_loops": [self.as_dict(a) for a in self.systemic_loops(now_ms)],
+            "chains": [self.as_dict(a) for a in self.chain_alerts(now_ms)],
+            "recent": [self.as_dict(a) for a in reversed(self.recent)],
             "counts": dict(self.counts),
         }
 

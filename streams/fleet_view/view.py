@@ -11,7 +11,7 @@ from typing import Any
 
 from loopwatch.detectors.events import Event, Output
 from loopwatch.detectors.fleet.alerts import FleetAlert
-from loopwatch.streams.fleet_view.alert_board import AlertBoard, chain_alert_dict
+from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.fleet_view.fleet_stats import FleetStats
 from loopwatch.streams.fleet_view.metrics import WorkerMetrics
 from loopwatch.streams.fleet_view.run_activity import CHAIN_ROWS, RunActivity
@@ -59,8 +59,10 @@ class FleetView:
         self.activity.output(output, ts_ms)
         self.spend.output(output)
 
-    def alert(self, alert: FleetAlert) -> None:
-        self.alerts.add(alert)
+    def alert(self, alert: FleetAlert, seen_ms: int | None = None) -> None:
+        """A fleet alert, seen at ``seen_ms`` on the clock the view's events are stamped with
+        (None: the alert's event time, right where events are stamped with their own time)."""
+        self.alerts.add(alert, seen_ms)
 
     def summary(self, now_ms: int, minutes: int = 5) -> dict[str, Any]:
         """The windowed fleet numbers of the last ``minutes`` minutes (``/fleet``)."""
@@ -95,7 +97,7 @@ class FleetView:
         """A delegation chain's tree of runs and its chain alerts (``/fleet/chain``); ``None``
         if neither a run nor an alert of it is known."""
         tree = self.activity.chain(root, limit)
-        alerts = [chain_alert_dict(a) for a in self.alerts.chain_alerts(now_ms, root)]
+        alerts = [self.alerts.as_dict(a) for a in self.alerts.chain_alerts(now_ms, root)]
         if not tree["runs"] and not alerts:
             return None
         return {**tree, "alerts": alerts}

@@ -294,6 +294,16 @@ def test_demo_serve_reports_what_the_demo_saw(tmp_path: Path) -> None:
     assert overview["per_detector"] == dict(detectors)
     assert overview["source"] == "loopwatch demo (embedded)"
     assert overview["totals"]["verdicts"] == sum(detectors.values()) > 0
+    # one clock: the demo's events are months old, its alerts were seen just now, on the clock
+    # the view stamps its events with, so "systemic loops (last hour)" lists every loop counted
+    alerts = overview["alerts"]
+    loops = alerts["systemic_loops"]
+    assert alerts["counts"]["systemic_loop"] >= len(loops) > 0
+    assert {a["subject"] for a in loops} == {
+        a["subject"] for a in alerts["recent"] if a["kind"] == "systemic_loop"
+    }
+    assert all(overview["as_of_ms"] - 600_000 < a["seen_ms"] <= overview["as_of_ms"] for a in loops)
+    assert all(a["ts"] < overview["as_of_ms"] - 86_400_000 for a in loops)  # (event time: the demo's)
 
 
 def test_demo_serve_keeps_the_fleet_running_until_stopped(tmp_path: Path) -> None:
