@@ -20,6 +20,7 @@ from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.dashboard import parse_address, serve_until_interrupted, serving
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.history.transcripts import is_transcript
+from loopwatch.streams.inputs.compressed import open_input
 from loopwatch.streams.inputs.config_files import load_config
 from loopwatch.streams.inputs.event_lines import WIDE_TEXT, BadLine, decode_line, read_sourced_events
 from loopwatch.streams.inputs.sources import InputError, event_files, follow_lines, input_lines
@@ -94,7 +95,7 @@ def _a_transcript(events: str | None) -> Path | None:
     if events is None or events == "-":
         return None
     for path in event_files(events):
-        with path.open("rb") as stream:
+        with open_input(path) as stream:
             if is_transcript(stream.readline()):
                 return path
     return None

@@ -36,6 +36,7 @@ import msgspec
 from loopwatch.detectors.events import Event
 from loopwatch.streams.history.history_runs import json_document
 from loopwatch.streams.history.openhands_events import is_openhands_event, read_openhands_events
+from loopwatch.streams.inputs.compressed import content_suffix, open_input, read_input
 
 __all__ = ["DEFAULT_PLACES", "Histories", "default_files", "history_files", "read_histories"]
 
@@ -78,7 +79,7 @@ def history_files(source: str) -> list[Path]:
         p
         for p in path.rglob("*")
         if p.is_file()
-        and p.suffix in _SUFFIXES
+        and content_suffix(p) in _SUFFIXES
         and not is_checkpoint_copy(p.name)
         and p.parent.name != "event_cache"
     )
@@ -102,7 +103,7 @@ def _head(path: Path) -> list[dict[str, Any]] | None:
     """The first JSONL objects of a file (at most 50), ``None`` when its first line is no JSON
     object (a JSON document over several lines, or not JSON)."""
     head: list[dict[str, Any]] = []
-    with path.open("rb") as stream:
+    with open_input(path) as stream:
         for raw in stream:
             if not raw.strip():
                 continue
@@ -195,7 +196,7 @@ class _Walk:
             self.found.events.extend(stored or ())
             self.found.read += stored is not None
             return
-        with path.open("rb") as stream:
+        with open_input(path) as stream:
             first = stream.readline()
         if is_transcript(first):
             agent = self.agent_id or agent_from_path(str(path)) or "main"
@@ -207,8 +208,8 @@ class _Walk:
             self.openhands.setdefault(path.parent, []).append(path)
             return
         reader = _jsonl_reader(path, head) if head is not None else None
-        if reader is None and path.suffix in (".json", ".traj"):
-            reader = _document_reader(path, json_document(path.read_bytes()))
+        if reader is None and content_suffix(path) in (".json", ".traj"):
+            reader = _document_reader(path, json_document(read_input(path)))
         if reader is None:
             self.found.others.append(path)
             return

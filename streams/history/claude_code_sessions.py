@@ -40,6 +40,7 @@ from loopwatch.streams.history.history_runs import (
     stem_of,
     text_of,
 )
+from loopwatch.streams.inputs.compressed import read_input
 
 __all__ = ["AGENT", "is_claude_code_session", "read_claude_code_session", "session_events"]
 
@@ -177,7 +178,7 @@ def session_events(
 def read_claude_code_session(path: Path, agent_id: str | None, err: TextIO) -> list[Event]:
     """The events of a session file; each skipped entry is reported on ``err``."""
     skips = Skips()
-    found = session_events(path.read_bytes().split(b"\n"), str(path), stem_of(path), agent_id or AGENT, skips)
+    found = session_events(read_input(path).split(b"\n"), str(path), stem_of(path), agent_id or AGENT, skips)
     events = checked(found, skips)
     report(skips, err)
     return events

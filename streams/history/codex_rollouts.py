@@ -48,6 +48,7 @@ from loopwatch.streams.history.history_runs import (
     report,
     stem_of,
 )
+from loopwatch.streams.inputs.compressed import read_input
 
 __all__ = ["AGENT", "is_codex_rollout", "read_codex_rollout", "rollout_events"]
 
@@ -214,7 +215,7 @@ def rollout_events(
 def read_codex_rollout(path: Path, agent_id: str | None, err: TextIO) -> list[Event]:
     """The events of a rollout file; each skipped line is reported on ``err``."""
     skips = Skips()
-    found = rollout_events(path.read_bytes().split(b"\n"), str(path), stem_of(path), agent_id or AGENT, skips)
+    found = rollout_events(read_input(path).split(b"\n"), str(path), stem_of(path), agent_id or AGENT, skips)
     events = checked(found, skips)
     report(skips, err)
     return events

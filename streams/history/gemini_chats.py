@@ -46,6 +46,7 @@ from loopwatch.streams.history.history_runs import (
     stem_of,
     text_of,
 )
+from loopwatch.streams.inputs.compressed import read_input
 
 __all__ = ["AGENT", "chat_events", "is_gemini_chat", "is_gemini_chat_log", "read_gemini_chat"]
 
@@ -186,7 +187,7 @@ def chat_events(
 def read_gemini_chat(path: Path, agent_id: str | None, err: TextIO) -> list[Event]:
     """The events of a chat file (JSON or JSONL); each skipped entry is reported on ``err``."""
     skips = Skips()
-    data = path.read_bytes()
+    data = read_input(path)
     document = json_document(data)
     if is_gemini_chat(document):
         found = chat_events(document, None, path, agent_id or AGENT, skips)

@@ -42,6 +42,7 @@ from loopwatch.streams.history.history_runs import (
     report,
     text_of,
 )
+from loopwatch.streams.inputs.compressed import read_input
 
 __all__ = ["AGENT", "conversation_events", "is_openhands_event", "read_openhands_events"]
 
@@ -166,7 +167,7 @@ def conversation_events(
     server = _Server(run, skips)
     for path in sorted(files, key=lambda p: (_number(p), p.name)):
         where = f"{path}:1"
-        event = json_document(path.read_bytes())
+        event = json_document(read_input(path))
         if not isinstance(event, dict) or not isinstance(event.get("id"), (int, str)):
             skips.add(where, "not a JSON event object")
             continue

@@ -46,6 +46,7 @@ from msgspec import UNSET
 from loopwatch.detectors.decoding import validate_event
 from loopwatch.detectors.events import CompactionRetry, Event, InvalidEvent, RunEnd, ToolCall, ToolResult
 from loopwatch.detectors.stable_json import WIRE_DECODER, loads_with_surrogates
+from loopwatch.streams.inputs.compressed import read_input
 
 __all__ = [
     "agent_from_path",
@@ -407,7 +408,7 @@ def valid_events(found: list[tuple[int, Event]], skipped: list[tuple[int, str]])
 def read_transcript(path: Path, agent_id: str, err: TextIO) -> list[Event]:
     """The events of a transcript file; each skipped line is reported on ``err`` with its number."""
     skipped: list[tuple[int, str]] = []
-    found = transcript_events_by_line(path.read_bytes().split(b"\n"), agent_id, id_stem(path), skipped)
+    found = transcript_events_by_line(read_input(path).split(b"\n"), agent_id, id_stem(path), skipped)
     events = valid_events(found, skipped)
     for number, reason in sorted(skipped, key=lambda item: item[0]):
         print(f"loopwatch: {path}:{number}: skipped: {reason}", file=err)

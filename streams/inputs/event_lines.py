@@ -8,6 +8,7 @@ from pathlib import Path
 
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import Event, InvalidEvent
+from loopwatch.streams.inputs.compressed import open_input
 
 __all__ = [
     "WIDE_TEXT",
@@ -98,10 +99,10 @@ def starts_an_event_stream(path: Path, max_bytes: int = 1_048_576) -> bool:
     """Whether a file's first non-blank line is a loopwatch event (a folder's other files,
     conformance vectors or a manifest, are not read line by line)."""
     try:
-        with path.open("rb") as stream:
+        with open_input(path) as stream:
             for raw in stream:
                 if raw.strip():
                     return type(decode_line(str(path), 1, raw, max_bytes, False)) is not BadLine
-    except OSError:
+    except (OSError, EOFError):  # (EOFError: a gzip file cut short)
         return False
     return False

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from loopwatch.config.errors import LoopwatchError
 from loopwatch.streams.history.transcripts import is_checkpoint_copy
+from loopwatch.streams.inputs.compressed import content_suffix, open_input
 
 __all__ = ["InputError", "event_files", "follow_lines", "input_lines", "source_files"]
 
@@ -27,7 +28,7 @@ def _files(source: str, suffixes: tuple[str, ...] = _EVENT_SUFFIXES) -> list[Pat
         files = sorted(
             p
             for p in path.rglob("*")
-            if p.is_file() and p.suffix in suffixes and not is_checkpoint_copy(p.name)
+            if p.is_file() and content_suffix(p) in suffixes and not is_checkpoint_copy(p.name)
         )
         if not files:
             raise InputError(f"no .jsonl files in folder {source}")
@@ -38,7 +39,8 @@ def _files(source: str, suffixes: tuple[str, ...] = _EVENT_SUFFIXES) -> list[Pat
 
 
 def event_files(source: str) -> list[Path]:
-    """The event files of a source (a file, or every .jsonl file under a folder);
+    """The event files of a source (a file, or every .jsonl file under a folder, gzip-compressed
+    ones too: ``.jsonl.gz``);
     :class:`InputError` when there is none."""
     return _files(source)
 
@@ -56,7 +58,7 @@ def input_lines(source: str | None) -> Iterator[tuple[str, bytes]]:
             yield "<stdin>", line
         return
     for path in _files(source):
-        with path.open("rb") as stream:
+        with open_input(path) as stream:
             yield from ((str(path), line) for line in stream)
 
 

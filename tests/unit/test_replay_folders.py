@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 from loopwatch.detectors.events import encode_event
-from tests.helpers import Trace
+from tests.helpers import ROOT, Trace
 from tests.unit.test_cli import loopwatch
+
+HISTORIES = ROOT / "tests" / "data" / "agent-histories"
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -47,3 +50,29 @@ def test_import_names_a_folders_other_files_once(tmp_path: Path) -> None:
     err = done.stderr.decode()
     assert err.count("left out 3 file(s)") == 1
     assert "not agent histories loopwatch reads" in err
+
+
+def test_gzip_compressed_event_streams_and_histories_replay_as_their_content(tmp_path: Path) -> None:
+    """``events.jsonl.gz`` (the corpus's own form) and a compressed agent history, alone or in a
+    folder, give what their content gives uncompressed."""
+    plain = _folder(tmp_path)
+    (plain / "vectors.jsonl").unlink()
+    (plain / "more" / "manifest.json").unlink()
+    session = next((HISTORIES / "claude-code").rglob("*.jsonl"))
+    (plain / "more" / session.name).write_bytes(session.read_bytes())
+    packed = tmp_path / "packed"
+    for path in [p for p in plain.rglob("*") if p.is_file()]:
+        target = packed / path.relative_to(plain).parent / (path.name + ".gz")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(gzip.compress(path.read_bytes()))
+
+    def runs(source: Path) -> list[tuple[str, int, int]]:
+        done = loopwatch("replay", "--json", str(source))
+        assert done.returncode == 0, done.stderr
+        assert "left out" not in done.stderr.decode()
+        return sorted((r["run"], r["calls"], r["verdicts"]) for r in json.loads(done.stdout)["runs"])
+
+    expected = runs(plain)
+    assert len(expected) == 2  # the event stream's run and the Claude Code session's
+    assert runs(packed) == expected
+    assert runs(packed / "events.jsonl.gz") == runs(plain / "events.jsonl")
