@@ -2,10 +2,12 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+BASE   := $(VENV)/.base-stamp
 STAMP  := $(VENV)/.installed-stamp
 # The detector core is compiled with mypyc (setup.py); rebuilt when one of its sources changes.
 CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py) $(wildcard detectors/*.c)
 BUILT  := $(VENV)/.compiled-stamp
+DEV    := $(BUILT) $(STAMP)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo test test-plan lint typecheck conformance check-alerts unit unit-pure dist packaging services-up services-down bench bench-quality bench-gateway bench-stream bench-scale soak chaos clean
@@ -18,19 +20,31 @@ export LOOPWATCH_TEST_REDIS ?= $(REDIS_TEST)
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml setup.py
+# .venv in two layers: what loopwatch runs on (make demo needs only this), then the dev tools
+# and the pinned runtimes the tests drive (every target that tests, checks or benchmarks)
+$(BASE): pyproject.toml setup.py
+	@echo "== installing loopwatch into $(VENV): its dependencies, then its core compiled with mypyc (1-4 minutes)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip 'setuptools>=77' wheel
-	$(BIN)/pip install -q -e '.[dev]'
-	@touch $(STAMP) $(BUILT)
+	$(BIN)/pip install -q -e .
+	@touch $(BASE) $(BUILT)
+	@echo "== installed: loopwatch $$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("loopwatch"))'), $$(du -sh $(VENV) | cut -f1) in $(VENV)"
+
+$(STAMP): $(BASE) pyproject.toml
+	@echo "== installing the dev tools and the pinned agent runtimes the tests drive (a few minutes)"
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"]))' > $(VENV)/dev-requirements.txt
+	$(BIN)/pip install -q -r $(VENV)/dev-requirements.txt
+	@touch $(STAMP)
 
 # rebuilt only when a core source is newer than the last build: a fresh .venv was built just now
-$(BUILT): $(STAMP) $(CORE)
+# (with the dev tools' mypy where they are installed, else in pip's isolated build environment)
+$(BUILT): $(BASE) $(CORE)
 	@if [ -f $(BUILT) ] && [ -z "$$(find $(CORE) setup.py -newer $(BUILT) 2>/dev/null)" ]; then :; \
-	else $(BIN)/pip install -q --no-deps --no-build-isolation -e . ; fi
+	elif $(BIN)/python -c 'import mypy' 2>/dev/null; then $(BIN)/pip install -q --no-deps --no-build-isolation -e . ; \
+	else $(BIN)/pip install -q --no-deps -e . ; fi
 	@touch $(BUILT)
 
-setup: $(BUILT)  ## create .venv and install loopwatch (core compiled) with its dev tools
+setup: $(BUILT) $(STAMP)  ## create .venv and install loopwatch (core compiled) with its dev tools
 
 demo: $(BUILT)  ## run the embedded default (no broker)
 	$(BIN)/loopwatch demo
@@ -66,12 +80,12 @@ services-up: $(STAMP)  ## start the local Kafka broker and Redis (what is not ru
 services-down:  ## stop what services-up started
 	docker/services.sh down
 
-unit: $(BUILT)  ## the pytest suite (starts Kafka and Redis for the integration tests, stops them after)
+unit: $(DEV)  ## the pytest suite (starts Kafka and Redis for the integration tests, stops them after)
 	@echo "== unit: the pytest suite, unit, property, integration, faults and the real runtimes (about 25 minutes)"
 	docker/services.sh up
 	$(BIN)/pytest; status=$$?; docker/services.sh down; exit $$status
 
-unit-pure: $(BUILT)  ## the unit and property tests on the pure-Python core: the sdist installed without a C compiler
+unit-pure: $(DEV)  ## the unit and property tests on the pure-Python core: the sdist installed without a C compiler
 	rm -f dist/loopwatch-*.tar.gz
 	$(BIN)/python -m build --sdist --outdir dist . > /dev/null
 	tests/packaging/check.sh dist pure
@@ -82,7 +96,7 @@ dist: $(STAMP)  ## the sdist and the wheel (built from it, core compiled) into d
 	$(BIN)/python -m build --outdir dist . > build/dist.log 2>&1 || { tail -n 40 build/dist.log; exit 1; }
 	@ls dist
 
-packaging: dist $(BUILT)  ## the sdist (with a C compiler, and with none: then the unit and property tests on it) and the wheel, each installed in a fresh venv and run
+packaging: dist $(DEV)  ## the sdist (with a C compiler, and with none: then the unit and property tests on it) and the wheel, each installed in a fresh venv and run
 	@echo "== packaging: sdist and wheel in fresh environments, the pure core's tests (about 7 minutes)"
 	tests/packaging/check.sh dist
 
@@ -92,41 +106,41 @@ test-plan:
 	@echo "make test: lint, typecheck, docs, conformance, check-alerts, unit (Kafka and Redis started and stopped),"
 	@echo "packaging; about 30 minutes on a quiet 2-core machine (the first run also builds .venv and installs the runtimes)"
 
-bench: $(BUILT)  ## benchmark the core on the four workloads
+bench: $(DEV)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench
 
-bench-quality: $(BUILT)  ## loops stopped on real agents' runs: OpenClaw's rules, the agents preset, the shipped peers (docs/real-loops.md)
+bench-quality: $(DEV)  ## loops stopped on real agents' runs: OpenClaw's rules, the agents preset, the shipped peers (docs/real-loops.md)
 	$(BIN)/python -m tests.bench.quality.quality_bench $(QUALITY_ARGS)
 
-bench-gateway: $(BUILT)  ## /v1/decide round trips and latency on loopwatch gateway (embedded and Kafka)
+bench-gateway: $(DEV)  ## /v1/decide round trips and latency on loopwatch gateway (embedded and Kafka)
 	docker/services.sh up kafka
 	$(BIN)/python -m tests.bench.gateway_bench; status=$$?; docker/services.sh down; exit $$status
 
 .PHONY: bench-hooks
 HOOKS_ARGS ?=
-bench-hooks: $(BUILT)  ## each hook command's whole process against the bare interpreter, gateway up and down (HOOKS_ARGS=--rounds N --turns N)
+bench-hooks: $(DEV)  ## each hook command's whole process against the bare interpreter, gateway up and down (HOOKS_ARGS=--rounds N --turns N)
 	$(BIN)/python -m tests.bench.hooks_bench $(HOOKS_ARGS)
 
-bench-stream: $(BUILT)  ## worker throughput and latency on the local broker (vs. raw aiokafka)
+bench-stream: $(DEV)  ## worker throughput and latency on the local broker (vs. raw aiokafka)
 	docker/services.sh up kafka
 	$(BIN)/python -m tests.bench.stream_bench; status=$$?; docker/services.sh down; exit $$status
 
 .PHONY: bench-mcp
 MCP_BENCH_ARGS ?=
-bench-mcp: $(BUILT)  ## tools/call round trips through loopwatch mcp vs direct (MCP SDK client, server-everything from npm; MCP_BENCH_ARGS=--http ...)
+bench-mcp: $(DEV)  ## tools/call round trips through loopwatch mcp vs direct (MCP SDK client, server-everything from npm; MCP_BENCH_ARGS=--http ...)
 	$(BIN)/python -m tests.bench.mcp_bench $(MCP_BENCH_ARGS)
 
 SCALE_ARGS ?=
-bench-scale: $(BUILT)  ## memory per run, failover time, CPU per event at 10k-1M runs (SCALE_ARGS=..., see tests/bench/scale_bench.py)
+bench-scale: $(DEV)  ## memory per run, failover time, CPU per event at 10k-1M runs (SCALE_ARGS=..., see tests/bench/scale_bench.py)
 	docker/services.sh up
 	$(BIN)/python -m tests.bench.scale_bench $(SCALE_ARGS); status=$$?; docker/services.sh down; exit $$status
 
 CHAOS_REPEAT ?= 10
-chaos: $(BUILT)  ## every fault scenario CHAOS_REPEAT times (default 10) with fresh fleets, on the local broker
+chaos: $(DEV)  ## every fault scenario CHAOS_REPEAT times (default 10) with fresh fleets, on the local broker
 	docker/services.sh up
 	$(BIN)/python -m tests.chaos --repeat $(CHAOS_REPEAT); status=$$?; docker/services.sh down; exit $$status
 
-soak: $(BUILT)  ## 10 minutes of steady load; the worker's memory over time
+soak: $(DEV)  ## 10 minutes of steady load; the worker's memory over time
 	docker/services.sh up
 	$(BIN)/python -m tests.bench.soak; status=$$?; docker/services.sh down; exit $$status
 
