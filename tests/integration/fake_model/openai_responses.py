@@ -91,6 +91,8 @@ def parse_request(body: Mapping[str, Any]) -> Conversation:
 
 
 _ids = itertools.count(1)
+#: every response's ``created_at`` (Unix seconds; the AI SDK's stream parser requires one)
+CREATED_AT = 1_780_000_000
 
 
 def render_response(reply: Reply, model: str) -> dict[str, Any]:
@@ -121,6 +123,7 @@ def render_response(reply: Reply, model: str) -> dict[str, Any]:
     return {
         "id": f"resp_fake{next(_ids):06d}",
         "object": "response",
+        "created_at": CREATED_AT,
         "status": "completed",
         "model": model,
         "output": output,
