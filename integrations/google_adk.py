@@ -256,12 +256,13 @@ class LoopwatchPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # (ADK 
         await asyncio.to_thread(self.guard.after, pending.call, error=error)
         return None  # ADK goes on as it would (raises, or the agent's own error callback answers)
 
-    async def on_event_callback(self, *, invocation_context: Any, event: Any) -> Any:
-        """The response event of an aborted call carries the abort's text as a text part too."""
-        if getattr(event, "partial", False) or not self._aborted:
-            return None
+    async def on_event_callback(self, *, invocation_context: Any, event: Any) -> None:
+        """The response event of an aborted call carries the abort's text as a text part too
+        (added in place: a plugin answering here would hide the event from the plugins after it)."""
         content = getattr(event, "content", None)
-        parts = list(getattr(content, "parts", None) or [])
+        if not self._aborted or getattr(event, "partial", False) or content is None:
+            return
+        parts = list(content.parts or [])
         texts = []
         with self._lock:
             for part in parts:
@@ -269,9 +270,5 @@ class LoopwatchPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # (ADK 
                 text = self._aborted.pop(str(response.id), None) if response is not None else None
                 if text and text not in texts:
                     texts.append(text)
-        if not texts:
-            return None
-        parts.extend(types.Part.from_text(text=text) for text in texts)
-        return event.model_copy(
-            update={"content": types.Content(role=getattr(content, "role", None), parts=parts)}
-        )
+        if texts:
+            content.parts = [*parts, *(types.Part.from_text(text=text) for text in texts)]

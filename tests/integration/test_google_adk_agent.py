@@ -266,3 +266,26 @@ def test_a_sub_agent_run_by_a_tool_is_stopped_and_its_caller_reads_why(
     assert "[tool_loop_recovery_exhausted]" in answer["response"]["result"]
     assert ["helper", "helper.md"] in report["executed"]
     assert report["events"][-1]["parts"] == [{"text": "helper done"}]
+
+
+def test_results_failures_and_exceptions_are_reported_and_a_crashed_run_is_ended(adk_python: str) -> None:
+    steps = [
+        Reply(calls=(ToolCall("read", {"path": "a.md"}),)),
+        Reply(calls=(ToolCall("chmod", {"path": "a.md"}),)),  # answers {"error": ...}: a failure
+        Reply(calls=(ToolCall("read", {"path": "b.md"}),)),
+        Reply(calls=(ToolCall("explode", {"path": "a.md"}),)),  # raises: the run ends with it
+    ]
+    with FakeModel(Steps(*steps), GeminiApi) as model:
+        report = drive(adk_python, model, "go", {}, record=True)
+    (run,) = {entry[0] for entry in report["asked"]}
+    assert report["reported"] == [
+        [run, "read", "result", RESULT],
+        [run, "chmod", "error", "permission denied"],
+        [run, "read", "result", RESULT],
+        [run, "explode", "error", "disk on fire"],
+    ]
+    assert "disk on fire" in report["raised"]  # ADK raised the tool's exception as it would
+    assert report["ended"] == [run]  # the run was ended all the same (on_run_error_callback)
+    # the failure went to the model as the tool gave it
+    chmod = [o for o in model.conversations()[-1].outcomes if o.name == "chmod"]
+    assert [(o.text, o.is_error) for o in chmod] == [("permission denied", True)]

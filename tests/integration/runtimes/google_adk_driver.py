@@ -11,8 +11,9 @@ this checkout), one JSON argument::
 
 The agents are real ``LlmAgent`` s on ``Gemini(base_url=model_url)`` (a dummy API key), run by an
 ``InMemoryRunner`` (one ``run_async`` invocation). Printed on stdout, one JSON line: what each
-tool function itself executed, the runner's events, the guard's failures, and with ``record``
-what the core was asked (run, tool, session, parent run, tool call id) and the runs it ended.
+tool function itself executed, the runner's events (and the exception the run raised, if any),
+the guard's failures, and with ``record`` what the core was asked (run, tool, session, parent
+run, tool call id), the outcomes reported to it and the runs it ended.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class RecordingDetector(LoopDetector):
     def __init__(self) -> None:
         super().__init__()
         self.asked: list[list[str | None]] = []
+        self.reported: list[list[Any]] = []
         self.ended: list[str] = []
 
     def before_tool_call(self, run_id: str, tool: str, params: Any, **kwargs: Any) -> Decision:
@@ -47,6 +49,12 @@ class RecordingDetector(LoopDetector):
             [run_id, tool, kwargs.get("session_id"), kwargs.get("parent_run_id"), kwargs.get("tool_call_id")]
         )
         return super().before_tool_call(run_id, tool, params, **kwargs)
+
+    def after_tool_call(self, run_id: str, tool: str, params: Any, **kwargs: Any) -> Decision:
+        error = kwargs.get("error")
+        outcome = ["error", str(error)] if error is not None else ["result", kwargs.get("result")]
+        self.reported.append([run_id, tool, *outcome])
+        return super().after_tool_call(run_id, tool, params, **kwargs)
 
     def end_run(self, run_id: str) -> None:
         self.ended.append(run_id)
@@ -64,6 +72,22 @@ def reader(agent: str, executed: list[list[str]]) -> Any:
     return read
 
 
+def failing(executed: list[list[str]]) -> list[Any]:
+    """A tool that answers ADK's failure shape, and one that raises."""
+
+    def chmod(path: str) -> dict[str, str]:
+        """Change a file's mode."""
+        executed.append(["coder", f"chmod {path}"])
+        return {"error": "permission denied"}
+
+    def explode(path: str) -> str:
+        """Fail badly."""
+        executed.append(["coder", f"explode {path}"])
+        raise RuntimeError("disk on fire")
+
+    return [chmod, explode]
+
+
 def part_of(part: Any) -> dict[str, Any]:
     if part.function_call is not None:
         call = part.function_call
@@ -79,7 +103,7 @@ def part_of(part: Any) -> dict[str, Any]:
 async def run(spec: dict[str, Any]) -> dict[str, Any]:
     model = Gemini(model="gemini-2.5-flash", base_url=spec["model_url"])
     executed: list[list[str]] = []
-    tools: list[Any] = [reader("coder", executed)]
+    tools: list[Any] = [reader("coder", executed), *failing(executed)]
     sub_agents: list[Any] = []
     if spec.get("tree"):
         inner = LlmAgent(
@@ -99,23 +123,29 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     session = await runner.session_service.create_session(app_name=runner.app_name, user_id="user")
     message = types.Content(role="user", parts=[types.Part.from_text(text=spec["prompt"])])
     events = []
-    async for event in runner.run_async(user_id="user", session_id=session.id, new_message=message):
-        parts = event.content.parts if event.content is not None and event.content.parts else []
-        events.append(
-            {
-                "author": event.author,
-                "invocation_id": event.invocation_id,
-                "final": event.is_final_response(),
-                "parts": [part_of(part) for part in parts],
-            }
-        )
+    raised = None
+    try:
+        async for event in runner.run_async(user_id="user", session_id=session.id, new_message=message):
+            parts = event.content.parts if event.content is not None and event.content.parts else []
+            events.append(
+                {
+                    "author": event.author,
+                    "invocation_id": event.invocation_id,
+                    "final": event.is_final_response(),
+                    "parts": [part_of(part) for part in parts],
+                }
+            )
+    except Exception as exc:  # noqa: BLE001 - a tool that raised ends the run: reported
+        raised = f"{type(exc).__name__}: {exc}"
     await runner.close()
     return {
         "session_id": session.id,
         "executed": executed,
         "events": events,
         "failures": plugin.guard.failures if plugin is not None else [],
+        "raised": raised,
         "asked": detector.asked if detector is not None else [],
+        "reported": detector.reported if detector is not None else [],
         "ended": detector.ended if detector is not None else [],
     }
 
