@@ -13,16 +13,30 @@ run must not end on loopwatch's account); each such failure is kept in
 :attr:`LoopGuard.failures`. Params and results go to either backend as JSON carries them
 (:func:`_json_value`). Its answers are texts in loopwatch's words (``runtime_texts``),
 whichever backend.
+
+A call with the framework's tool call id is one call however often it is asked about: its
+events' ids are derived from the run, the tool call id and the kind (``py-call-…``,
+``py-result-…``: the same in every process), and the guard keeps each call's answers. A call
+asked about again (a guardrail run again after a human approved the call, a tool resumed after
+an ``interrupt()``) gets its first answer back and is not counted again: in-process from the
+guard's memory; through a gateway the gateway answers a named event id it already decided with
+the same answer and its core ignores an event id it has seen, so a call asked again from
+another process (the same gateway) counts once too. An id used again once its call is over
+(its result reported, or the call refused) is a new call: a model that numbers its calls
+``call_0`` every turn still has every call counted. Without a tool call id every ask is a
+call, as before.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,13 +54,17 @@ from loopwatch.streams.gateway.gateway_post import (
     post_json,
 )
 
-__all__ = ["FAILURES_KEPT", "Call", "GatewayError", "LoopGuard", "Ruling"]
+__all__ = ["FAILURES_KEPT", "Call", "GatewayError", "LoopGuard", "Ruling", "event_id"]
 
 _log = logging.getLogger("loopwatch.integrations")
 #: the failures a guard keeps (the count goes on)
 FAILURES_KEPT = 100
 #: a kind of failure is logged at most once a minute
 _LOG_EVERY_S = 60.0
+#: tool calls whose answers a guard keeps per run (the core de-duplicates within the last 256
+#: event ids of a run, its ``seenEventIds`` default), and the runs it keeps them for
+CALLS_KEPT_PER_RUN = 256
+RUNS_KEPT = 10_000
 
 
 def _check_url(url: str) -> None:
@@ -63,7 +81,8 @@ def _check_url(url: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One tool call of a run, as the adapters see it."""
+    """One tool call of a run, as the adapters see it. ``tool_call_id``: the framework's id of
+    the call, which names its events (a call asked about twice counts once)."""
 
     run_id: str
     tool: str
@@ -93,6 +112,27 @@ ALLOW = Ruling("allow")
 
 class GatewayError(Exception):
     """The gateway could not be asked (the call goes on: fail open)."""
+
+
+@dataclass(slots=True)
+class _Asked:
+    """A tool call id of a run: which use of the id this is, and the answers its call got."""
+
+    use: int = 0
+    decided: Ruling | None = None  # the answer before the call
+    reported: Ruling | None = None  # the answer to its outcome
+
+    @property
+    def over(self) -> bool:
+        """The call is over (its outcome reported, or refused): the id again is a new call."""
+        return self.reported is not None or (self.decided is not None and not self.decided.proceed)
+
+
+def event_id(kind: str, run_id: str, tool_call_id: str, use: int = 0) -> str:
+    """The event id of a tool call's ``kind`` (``call`` or ``result``): the same in every
+    process for the same run and tool call id (``use``: the id's n-th call in the run)."""
+    key = f"{run_id}\x1f{tool_call_id}\x1f{use}".encode("utf-8", "surrogatepass")
+    return f"py-{kind}-{hashlib.blake2b(key, digest_size=16).hexdigest()}"
 
 
 def _ruling(answer: dict[str, Any]) -> Ruling:
@@ -157,6 +197,29 @@ class LoopGuard:
         self.failure_count = 0
         self._logged: dict[str, float] = {}  # a failure's kind -> when it was last logged
         self._lock = threading.Lock()  # tools of one batch may run on several threads
+        #: run -> tool call id -> the call's use and answers (the least recently asked last out)
+        self._asked: OrderedDict[str, OrderedDict[str, _Asked]] = OrderedDict()
+
+    def _asked_of(self, call: Call) -> _Asked | None:
+        """What the guard knows of the call's tool call id (``None``: the call has none); under
+        the lock."""
+        if not call.tool_call_id:
+            return None
+        calls = self._asked.get(call.run_id)
+        if calls is None:
+            calls = self._asked[call.run_id] = OrderedDict()
+            while len(self._asked) > RUNS_KEPT:
+                self._asked.popitem(last=False)
+        else:
+            self._asked.move_to_end(call.run_id)
+        asked = calls.get(call.tool_call_id)
+        if asked is None:
+            asked = calls[call.tool_call_id] = _Asked()
+            while len(calls) > CALLS_KEPT_PER_RUN:
+                calls.popitem(last=False)
+        else:
+            calls.move_to_end(call.tool_call_id)
+        return asked
 
     def _post(self, path: str, body: Any) -> dict[str, Any]:
         """The gateway's answer within ``timeout_s`` (the whole request, not each read)."""
@@ -194,7 +257,27 @@ class LoopGuard:
         return ALLOW
 
     def before(self, call: Call) -> Ruling:
-        """Ask before running ``call`` (an aborted run answers ``abort`` to every later call)."""
+        """Ask before running ``call`` (an aborted run answers ``abort`` to every later call).
+        A call asked about again before it is over gets its first answer, uncounted."""
+        with self._lock:
+            asked = self._asked_of(call)
+            if asked is not None:
+                if asked.over:  # its id again, for a new call
+                    asked.use, asked.decided, asked.reported = asked.use + 1, None, None
+                elif asked.decided is not None:
+                    return asked.decided
+            use = asked.use if asked is not None else 0
+        named = None if asked is None else event_id("call", call.run_id, str(call.tool_call_id), use)
+        ruling, decided = self._decide(call, named)
+        if asked is not None and decided:
+            with self._lock:
+                if asked.use == use:
+                    asked.decided = ruling
+        return ruling
+
+    def _decide(self, call: Call, named: str | None) -> tuple[Ruling, bool]:
+        """The answer for ``call`` (its event id ``named``, or one made up), and whether it was
+        decided (not a failure let go on or refused: asked again, it is asked again)."""
         if self.detector is not None:
             try:
                 with self._lock:
@@ -207,26 +290,46 @@ class LoopGuard:
                         parent_run_id=call.parent_run_id,
                     )
             except InvalidEvent as exc:
-                return self._fail_open(exc)
-            return _ruling(_answer(decision))
+                return self._fail_open(exc), False
+            return _ruling(_answer(decision)), True
         body: dict[str, Any] = {"run_id": call.run_id, "agent_id": self.agent_id, "tool": call.tool}
         body["params"] = _json_value(call.params)
         for key in ("tool_call_id", "session_id", "parent_run_id"):
             if getattr(call, key):
                 body[key] = getattr(call, key)
+        if named is not None:
+            body["event_id"] = named
         try:
             answer = self._post("/v1/decide", body)
         except GatewayError as exc:
-            return self._fail_open(exc, gateway=True)
+            return self._fail_open(exc, gateway=True), False
         if answer.get("decision") not in ("allow", "warn", "block", "abort"):
-            return self._fail_open(
-                GatewayError(f"{self.gateway_url}/v1/decide answered no decision: {str(answer)[:200]}"),
-                gateway=True,
-            )
-        return _ruling(answer)
+            failure = GatewayError(f"{self.gateway_url}/v1/decide answered no decision: {str(answer)[:200]}")
+            return self._fail_open(failure, gateway=True), False
+        return _ruling(answer), answer.get("timed_out") is not True
 
     def after(self, call: Call, *, result: Any = MISSING, error: BaseException | str | None = None) -> Ruling:
-        """Report what ``call`` gave (``result``) or how it failed (``error``)."""
+        """Report what ``call`` gave (``result``) or how it failed (``error``); an outcome
+        reported again gets the first report's answer, uncounted."""
+        if result is MISSING and error is None:
+            return ALLOW  # nothing to record
+        with self._lock:
+            asked = self._asked_of(call)
+            if asked is not None and asked.reported is not None:
+                return asked.reported
+            use = asked.use if asked is not None else 0
+        named = None if asked is None else event_id("result", call.run_id, str(call.tool_call_id), use)
+        ruling, reported = self._report(call, named, result, error)
+        if asked is not None and reported:
+            with self._lock:
+                if asked.use == use:
+                    asked.reported = ruling
+        return ruling
+
+    def _report(
+        self, call: Call, named: str | None, result: Any, error: BaseException | str | None
+    ) -> tuple[Ruling, bool]:
+        """The answer to ``call``'s outcome, and whether it was recorded (not a failure)."""
         if self.detector is not None:
             try:
                 with self._lock:
@@ -240,27 +343,27 @@ class LoopGuard:
                         session_id=call.session_id,
                     )
             except InvalidEvent as exc:
-                return self._fail_open(exc)
-            return _ruling(_answer(decision))
-        event = self._event("tool_result", call.run_id, call.session_id, tool=call.tool)
+                return self._fail_open(exc), False
+            return _ruling(_answer(decision)), True
+        event = self._event("tool_result", call.run_id, call.session_id, named, tool=call.tool)
         event["params"] = _json_value(call.params)
         if call.tool_call_id:
             event["tool_call_id"] = call.tool_call_id
         if error is not None:
             event["error"] = str(error) or (type(error).__name__ if isinstance(error, BaseException) else "")
-        elif result is not MISSING:
-            event["result"] = _json_value(result)
         else:
-            return ALLOW
+            event["result"] = _json_value(result)
         try:
             answer = self._post("/v1/events", event)
         except GatewayError as exc:
-            return self._fail_open(exc)  # (the tool ran: nothing is left to refuse)
+            return self._fail_open(exc), False  # (the tool ran: nothing is left to refuse)
         outputs = answer.get("outputs")
-        return _ruling(_after_answer(outputs if isinstance(outputs, list) else []))
+        return _ruling(_after_answer(outputs if isinstance(outputs, list) else [])), True
 
     def end(self, run_id: str, session_id: str | None = None) -> None:
-        """The run is over: forget it (its abort too)."""
+        """The run is over: forget it (its abort too, and its calls' answers)."""
+        with self._lock:
+            self._asked.pop(run_id, None)
         if self.detector is not None:
             try:
                 with self._lock:
@@ -273,10 +376,12 @@ class LoopGuard:
         except GatewayError as exc:
             self._fail_open(exc)
 
-    def _event(self, kind: str, run_id: str, session_id: str | None, **fields: Any) -> dict[str, Any]:
+    def _event(
+        self, kind: str, run_id: str, session_id: str | None, named: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
         event = {
             "type": kind,
-            "event_id": f"py-{uuid.uuid4().hex}",
+            "event_id": named or f"py-{uuid.uuid4().hex}",
             "run_id": run_id,
             "agent_id": self.agent_id,
         }

@@ -9,6 +9,9 @@ in-process core fed the same calls and results.
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -352,3 +355,97 @@ def test_the_async_agent_ends_an_aborted_run_off_its_event_loop() -> None:
         )
     assert detector.ended_on  # the run was ended, on a worker thread: a gateway's slow answer
     assert all(thread is not threading.main_thread() for thread in detector.ended_on)  # blocks no loop
+
+
+def expected_positions(
+    n: int, tool_name: str, args: dict[str, Any], result: str, ids: str = "call-{i}"
+) -> tuple[int, int]:
+    """The first call the core blocks and the one it aborts, fed each call once (``ids``: the
+    call ids, ``{i}`` the call's number)."""
+    detector = LoopDetector()
+    block = -1
+    for i in range(n):
+        call_id = ids.format(i=i)
+        decision = detector.before_tool_call("expected", tool_name, args, tool_call_id=call_id)
+        if decision.action == "block" and block < 0:
+            block = i
+        if decision.action == "abort":
+            assert block >= 0
+            return block, i
+        if decision.proceed:
+            detector.after_tool_call("expected", tool_name, args, result=result, tool_call_id=call_id)
+    raise AssertionError("the core should block, then abort, this loop")
+
+
+def test_a_call_resumed_by_another_process_counts_once_through_a_gateway() -> None:
+    """A tool that asks a human (``interrupt()``) runs again from its start when the graph
+    resumes, here each time by a new middleware (another process, after a restart: nothing of
+    the first ask is remembered in it), through the same gateway: the call is asked about
+    twice, and counted once. The block and the abort come where the core, fed each call once,
+    gives them."""
+    started: list[str] = []
+    deployed: list[str] = []
+
+    @tool
+    def deploy(target: str) -> str:
+        """Deploy, once a human approved."""
+        started.append(target)
+        approved = interrupt({"approve": target})
+        deployed.append(target)
+        return f"deployed {target}: {approved}"
+
+    model = repeating(CALLS, "deploy", {"target": "prod"})
+    saver = InMemorySaver()
+    config: Any = {"configurable": {"thread_id": "t-deploy"}, "recursion_limit": 500}
+    asked: list[str] = []
+
+    def agent(url: str) -> Any:
+        middleware = LoopwatchMiddleware(gateway_url=url)
+        before = middleware.guard.before
+
+        def counted(call: Call) -> Any:
+            asked.append(str(call.tool_call_id))
+            return before(call)
+
+        middleware.guard.before = counted  # type: ignore[method-assign]
+        return create_agent(model, tools=[deploy], middleware=[middleware], checkpointer=saver)
+
+    with gateway_process() as gateway:
+        out = agent(gateway.url).invoke({"messages": [{"role": "user", "content": "deploy"}]}, config)
+        while "__interrupt__" in out:
+            out = agent(gateway.url).invoke(Command(resume="yes"), config)
+        run_id = agent(gateway.url).get_state(config).values["loopwatch_run_id"]
+        with urllib.request.urlopen(f"{gateway.url}/fleet/run?id={urllib.parse.quote(run_id)}") as page:
+            run = json.loads(page.read())
+
+    block, abort = expected_positions(CALLS, "deploy", {"target": "prod"}, "deployed prod: yes")
+    answers = tool_messages(out["messages"])
+    assert sorted(answers) == sorted(f"call-{i}" for i in range(abort + 1))
+    assert str(answers[f"call-{block}"].content).startswith("loopwatch blocked this deploy call")
+    assert all(answers[f"call-{i}"].status != "error" for i in range(block))
+    assert "[tool_loop_recovery_exhausted]" in str(out["messages"][-1].content)
+    assert len(deployed) == abort - 1
+    # every call that ran was asked about twice (first ask, then its resume by a new middleware)
+    ran = [f"call-{i}" for i in range(abort) if i != block]
+    assert all(asked.count(call_id) == 2 for call_id in ran)
+    assert len(started) == 2 * len(ran)
+    # ...and counted once by the gateway's core
+    assert (run["calls"], run["results"]) == (abort + 1, abort - 1)
+
+
+def test_a_model_that_names_every_call_alike_has_every_call_counted() -> None:
+    """A call id used again once its call is over is a new call: a model that names every
+    call ``call_0`` is blocked and stopped where the core, fed the same calls, does it."""
+    steps: list[BaseMessage] = [
+        AIMessage(content="", tool_calls=[{"name": "read", "args": {"path": "PLAN.md"}, "id": "call_0"}])
+        for _ in range(CALLS)
+    ]
+    model, reader = ScriptedModel(responses=[*steps, AIMessage(content="finished")]), Reader()
+    agent = create_agent(model, tools=[reader.tool], middleware=[LoopwatchMiddleware()])
+    out = agent.invoke({"messages": [{"role": "user", "content": "read the plan"}]}, {"recursion_limit": 500})
+    block, abort = expected_positions(CALLS, "read", {"path": "PLAN.md"}, RESULT, ids="call_0")
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert len(answers) == abort + 1
+    assert str(answers[block].content).startswith("loopwatch blocked this read call")
+    assert len(reader.executed) == abort - 1
+    assert "[tool_loop_recovery_exhausted]" in str(out["messages"][-1].content)

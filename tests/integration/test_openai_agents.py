@@ -12,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import datetime
 import gc
+import json
 import os
+import urllib.parse
+import urllib.request
 from typing import Any
 
 import pytest
@@ -27,9 +30,11 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
+from agents.run_config import ToolExecutionConfig
 from agents.testing.model import ScriptedModel, assistant_message, function_call
 
 from loopwatch.detectors.facade import LoopDetector
+from loopwatch.integrations import Call, Ruling
 from loopwatch.integrations.openai_agents import LoopwatchGuardrails
 from tests.gateway_process import gateway_process
 
@@ -232,3 +237,105 @@ def test_a_warned_image_stays_an_image_and_its_warning_comes_with_the_next_text(
         assert shown[0]["type"] == "input_image"
     assert "loopwatch warning" in str(outputs["after"])
     assert str(outputs["after"]).startswith(RESULT)
+
+
+# -- a call that needs approval: asked about before the approval and after it -----------------
+
+
+def run_with_approvals(
+    guardrails: LoopwatchGuardrails, pre_approval: bool
+) -> tuple[ScriptedModel, Reader, ToolInputGuardrailTripwireTriggered, dict[str, int]]:
+    """The looping run with a tool that needs approval: each call pauses the run, a human
+    approves it, and the run resumes from its ``RunState`` (``Runner.run(agent, state)``).
+    With ``pre_approval`` the SDK runs the input guardrail before the approval too, and again
+    after it. The count of times loopwatch was asked about each call id comes back too."""
+    model, reader = repeating(CALLS), Reader()
+    reader.tool.needs_approval = True
+    asked: dict[str, int] = {}
+    before = guardrails.guard.before
+
+    def counted(call: Call) -> Ruling:
+        asked[str(call.tool_call_id)] = asked.get(str(call.tool_call_id), 0) + 1
+        return before(call)
+
+    guardrails.guard.before = counted  # type: ignore[method-assign]
+    agent = Agent(name="coder", model=model, tools=guardrails.attach(reader.tool))
+    config = RunConfig(tool_execution=ToolExecutionConfig(pre_approval_tool_input_guardrails=pre_approval))
+
+    async def approving() -> None:
+        result = await Runner.run(agent, "read the plan", max_turns=200, run_config=config)
+        while result.interruptions:
+            state = result.to_state()
+            for item in result.interruptions:
+                state.approve(item)
+            del result  # (the paused Runner.run is over: its context goes)
+            gc.collect()
+            result = await Runner.run(agent, state, run_config=config)
+
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
+        asyncio.run(approving())
+    return model, reader, raised.value, asked
+
+
+@pytest.mark.parametrize("pre_approval", [True, False], ids=["guardrail-before-and-after", "guardrail-after"])
+def test_a_call_asked_about_before_and_after_its_approval_counts_once_in_process(pre_approval: bool) -> None:
+    """The block and the abort come at the calls where the core, fed each call once, gives
+    them: a call asked twice (before and after its approval) is counted once, and the
+    ``Runner.run`` that resumes a paused run continues its run (not a run of its own)."""
+    model, reader, tripped, asked = run_with_approvals(LoopwatchGuardrails(), pre_approval)
+    check_looping_run(model, reader, tripped)
+    block, abort = expected_indices(CALLS)
+    # the SDK did ask twice for every call that ran (before its approval, then after it), once
+    # for the blocked one (refused before any approval) and the aborting one
+    ran = [i for i in range(abort) if i != block]
+    twice = 2 if pre_approval else 1
+    assert asked == {**{f"call-{i}": twice for i in ran}, f"call-{block}": 1, f"call-{abort}": 1}
+
+
+def test_a_call_asked_about_before_and_after_its_approval_counts_once_through_a_gateway() -> None:
+    with gateway_process() as gateway:
+        guardrails = LoopwatchGuardrails(gateway_url=gateway.url)
+        model, reader, tripped, asked = run_with_approvals(guardrails, pre_approval=True)
+        run_id = tripped.output.output_info["run_id"]
+        with urllib.request.urlopen(f"{gateway.url}/fleet/run?id={urllib.parse.quote(run_id)}") as page:
+            run = json.loads(page.read())
+    assert guardrails.guard.failures == []
+    check_looping_run(model, reader, tripped)
+    block, abort = expected_indices(CALLS)
+    assert asked[f"call-{block - 1}"] == 2  # asked twice...
+    assert run["calls"] == abort + 1  # ...counted once: one call of the run per call id
+    assert run["results"] == abort - 1
+
+
+def test_a_run_paused_for_an_approval_is_not_ended_when_its_first_runner_run_is_over() -> None:
+    """The paused ``Runner.run``'s context goes before the resume: its run is kept (not
+    ended), and ended once the resumed ``Runner.run`` is over."""
+    guardrails = LoopwatchGuardrails()
+    detector = guardrails.guard.detector
+    assert detector is not None
+    reader = Reader()
+    reader.tool.needs_approval = True
+    steps: list[Any] = [[function_call("read", {"path": "a.md"}, call_id=f"p-{i}")] for i in range(3)]
+    model = ScriptedModel([*steps, [assistant_message("finished")]])
+    agent = Agent(name="coder", model=model, tools=guardrails.attach(reader.tool))
+    config = RunConfig(tool_execution=ToolExecutionConfig(pre_approval_tool_input_guardrails=True))
+
+    async def approving() -> str:
+        result = await Runner.run(agent, "go", run_config=config)
+        runs: set[str] = set()
+        while result.interruptions:
+            state = result.to_state()
+            state.approve(result.interruptions[0])
+            del result
+            gc.collect()
+            guardrails._end_finished()  # (done at the next guardrail call)
+            runs |= set(detector._engine.states)
+            assert len(runs) == 1  # the one run, kept while paused
+            result = await Runner.run(agent, state, run_config=config)
+        return str(result.final_output)
+
+    assert asyncio.run(approving()) == "finished"
+    assert reader.executed == ["a.md"] * 3
+    gc.collect()
+    guardrails._end_finished()
+    assert detector._engine.states == {}
