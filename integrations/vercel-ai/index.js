@@ -30,9 +30,11 @@ const NOTES_KEPT = 1_000;
 /** The longest id the gateway takes (UTF-8 bytes). */
 const MAX_ID_BYTES = 512;
 
+const env = globalThis.process?.env ?? {};
+// the gateway and token the hooks use too (LOOPWATCH_GATEWAY_URL, LOOPWATCH_GATEWAY_TOKEN)
 const DEFAULTS = {
-  gatewayUrl: "http://127.0.0.1:6070",
-  token: undefined,
+  gatewayUrl: env.LOOPWATCH_GATEWAY_URL || "http://127.0.0.1:6070",
+  token: env.LOOPWATCH_GATEWAY_TOKEN || undefined,
   agentId: "default",
   timeoutMs: 2_000,
   failOpen: true,
@@ -64,7 +66,7 @@ export function jsonText(value) {
 
 /** The options over their defaults; a wrong one throws when the guard is made, not at the
  * first tool call. */
-export function settings(options = {}) {
+function settings(options = {}) {
   const merged = { ...DEFAULTS };
   for (const [key, value] of Object.entries(options ?? {})) if (value !== undefined) merged[key] = value;
   let url = String(merged.gatewayUrl);
@@ -138,7 +140,7 @@ function defaultModelOutput(output) {
 }
 
 /** A tool's model output with loopwatch's note after it. */
-export function withNote(modelOutput, note) {
+function withNote(modelOutput, note) {
   switch (modelOutput?.type) {
     case "text":
     case "error-text":
@@ -329,6 +331,12 @@ export class LoopwatchRun {
   }
 
   async _decide(call) {
+    if (this.aborted?.message !== undefined) {
+      // an aborted run stays aborted: its later calls are refused here, also when the gateway
+      // cannot be asked (an abort learned from a result has no words yet: the gateway's next
+      // answer for the run gives them)
+      return { action: "abort", text: this.aborted.message, reason: this.aborted.reason };
+    }
     const body = {
       run_id: call.runId,
       agent_id: this.guard.agentId,
@@ -349,7 +357,7 @@ export class LoopwatchRun {
       return this.guard.fail(error, true);
     }
     const given = ruling(answer);
-    if (given.action === "abort") this.aborted ??= { reason: given.reason, message: given.text };
+    if (given.action === "abort") this.aborted = { reason: this.aborted?.reason ?? given.reason, message: given.text };
     return given;
   }
 
@@ -487,6 +495,12 @@ export class LoopwatchRun {
       return note ? withNote(base, note) : base;
     };
 
-    return { ...tool, execute: guarded, toModelOutput };
+    // a copy with every own property of the tool (non-enumerable ones too, as the SDK's
+    // experimental_toolCaller), its execute and toModelOutput replaced
+    const copy = Object.create(Object.getPrototypeOf(tool), Object.getOwnPropertyDescriptors(tool));
+    for (const [key, value] of Object.entries({ execute: guarded, toModelOutput })) {
+      Object.defineProperty(copy, key, { value, enumerable: true, writable: true, configurable: true });
+    }
+    return copy;
   }
 }

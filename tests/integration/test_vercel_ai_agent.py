@@ -16,9 +16,12 @@ never skips.
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,12 +44,15 @@ from tests.integration.runtimes.loopwatch_checks import (
     core_decisions,
     first_with_action,
     hook_text,
+    repeated_call_decisions,
     run_page,
     unreachable_gateway_url,
 )
 from tests.integration.runtimes.process import install
 
-DRIVER = ROOT / "integrations/vercel-ai/test/agent-driver.mjs"
+PACKAGE = ROOT / "integrations/vercel-ai"
+DRIVER = PACKAGE / "test/agent-driver.mjs"
+DOCS = ROOT / "docs/vercel-ai.md"
 INSTALL = ROOT / "tests/integration/runtimes/vercel-ai.sh"
 CALL = {"path": "PLAN.md"}
 CALLS = 40
@@ -296,3 +302,53 @@ def test_an_unreachable_gateway_refuses_every_call_when_failing_closed(ai_sdk: A
         assert url in reason
         assert ran.sent_after(index) == reason
     assert ran.out["text"] == FINAL_TEXT
+
+
+def docs_snippet() -> str:
+    """The JavaScript of docs/vercel-ai.md (its one ``js`` block)."""
+    (snippet,) = re.findall(r"```js\n(.*?)```", DOCS.read_text(), re.S)
+    return str(snippet)
+
+
+def link_packages(ai_sdk: AiSdk, folder: Path) -> None:
+    """``folder/node_modules``: the installed packages and ``@loopwatch/ai-sdk`` (this checkout's),
+    as ``npm install`` would lay them out for a project in ``folder``."""
+    modules = folder / "node_modules"
+    for entry in Path(ai_sdk.modules).iterdir():
+        if entry.name.startswith("."):
+            continue
+        if entry.name.startswith("@"):
+            for package in entry.iterdir():
+                (modules / entry.name).mkdir(parents=True, exist_ok=True)
+                (modules / entry.name / package.name).symlink_to(package)
+        else:
+            modules.mkdir(exist_ok=True)
+            (modules / entry.name).symlink_to(entry)
+    (modules / "@loopwatch").mkdir(exist_ok=True)
+    (modules / "@loopwatch/ai-sdk").symlink_to(PACKAGE)
+
+
+def test_the_docs_snippet_runs_as_written(ai_sdk: AiSdk, gateway_url: str, tmp_path: Path) -> None:
+    """docs/vercel-ai.md's snippet, word for word, with the model and the gateway it reads from
+    the environment (OpenAI's SDK variables, ``LOOPWATCH_GATEWAY_URL``) on this machine."""
+    link_packages(ai_sdk, tmp_path)
+    plan = "1. Read the plan.\n"
+    (tmp_path / "PLAN.md").write_text(plan)
+    (tmp_path / "agent.mjs").write_text(docs_snippet())
+    script = RepeatTool("readFile", {"path": "PLAN.md"}, max_calls=CALLS, final_text=FINAL_TEXT)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("LOOPWATCH_", "OPENAI_"))}
+    with FakeModel(script, ResponsesApi) as model:
+        env.update(
+            OPENAI_API_KEY="test-key", OPENAI_BASE_URL=model.url + "/v1", LOOPWATCH_GATEWAY_URL=gateway_url
+        )
+        done = subprocess.run(
+            [ai_sdk.node, "agent.mjs"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300
+        )
+        conversations = model.conversations()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    decisions = repeated_call_decisions("readFile", {"path": "PLAN.md"}, CALLS, result=plan)
+    aborted = first_with_action(decisions, "abort")
+    # the loop was stopped at the core's abort, and the snippet printed loopwatch's reason
+    assert len(conversations) == aborted
+    assert done.stdout == hook_text(decisions[aborted - 1]) + "\n"
+    assert conversations[-1].mentions(hook_text(decisions[first_with_action(decisions, "block") - 1]))

