@@ -12,8 +12,10 @@ the expected decisions come from the in-process core fed the same calls and resu
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -289,3 +291,19 @@ def test_results_failures_and_exceptions_are_reported_and_a_crashed_run_is_ended
     # the failure went to the model as the tool gave it
     chmod = [o for o in model.conversations()[-1].outcomes if o.name == "chmod"]
     assert [(o.text, o.is_error) for o in chmod] == [("permission denied", True)]
+
+
+def test_the_quick_start_of_the_docs_runs_as_written(adk_python: str, tmp_path: Path) -> None:
+    """docs/google-adk.md's snippet, pasted as it is (no API key, no network), prints what the
+    page says it prints."""
+    page = (ROOT / "docs" / "google-adk.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", page, re.S)
+    said = re.search(r"It prints `(.*?)…`", page, re.S)
+    assert snippet is not None
+    assert said is not None
+    (tmp_path / "quick_start.py").write_text(snippet.group(1))
+    env = child_env({}, drop_prefixes=("GOOGLE_", "GEMINI_", "OTEL_"))
+    finished = run_bounded([adk_python, "quick_start.py"], env=env, cwd=tmp_path, timeout=300)
+    finished.assert_succeeded()
+    assert finished.stdout.startswith(" ".join(said.group(1).split()))
+    assert finished.stderr == ""  # (no warning either)
