@@ -87,6 +87,12 @@ export declare class LoopwatchRun<TOOLS extends ToolSet = ToolSet> {
   end(): Promise<void>;
 }
 
+/** The error of a warned call whose tool threw: the tool's error is its `cause`; its message is
+ * the tool's, then loopwatch's warning (what the model reads). */
+export declare class WarnedToolError extends Error {
+  constructor(error: unknown, warning: string);
+}
+
 /** JSON as loopwatch is sent it: BigInt as digits, ±Infinity and NaN as their names, a value
  * that contains itself as "[Circular]". */
 export declare function jsonText(value: unknown): string | undefined;

@@ -132,6 +132,20 @@ function isAsyncGeneratorFunction(fn) {
   return typeof fn === "function" && fn[Symbol.toStringTag] === "AsyncGeneratorFunction";
 }
 
+/** A warned call's error: the tool's own (`cause`, whose name it keeps), its message followed by
+ * the warning, which the model reads as the call's error. */
+export class WarnedToolError extends Error {
+  constructor(error, warning) {
+    super(`${errorText(error)}\n\n${warning}`, { cause: error });
+    this.name = error instanceof Error ? error.name : "Error";
+  }
+}
+
+/** The error a call's tool threw, as the model will read it (a warned call's gets the warning). */
+function notedError(error, given) {
+  return given.action === "warn" && given.text ? new WarnedToolError(error, given.text) : error;
+}
+
 /** What the SDK gives the model for an output when the tool has no `toModelOutput` of its own. */
 function defaultModelOutput(output) {
   if (typeof output === "string") return { type: "text", value: output };
@@ -463,7 +477,7 @@ export class LoopwatchRun {
           }
         } catch (error) {
           await run._report(call, { error: errorText(error) });
-          throw error;
+          throw notedError(error, given);
         }
         await run._report(call, { result: has ? (held ?? null) : null });
         yield noted(held, call.toolCallId, given);
@@ -482,7 +496,7 @@ export class LoopwatchRun {
           }
         } catch (error) {
           await run._report(call, { error: errorText(error) });
-          throw error;
+          throw notedError(error, given);
         }
         await run._report(call, { result: output ?? null });
         return noted(output, call.toolCallId, given);

@@ -247,6 +247,36 @@ def test_a_warning_reaches_the_model_after_a_result_that_is_not_text(ai_sdk: AiS
     assert ran.out["stoppedBy"] == "stop-condition"
 
 
+def test_a_failing_tool_is_reported_as_its_error(ai_sdk: AiSdk, gateway_url: str) -> None:
+    """A tool that throws: its error is reported (the rules see failures), the model reads it,
+    and a warned call's error carries the warning."""
+    ran = run_agent(ai_sdk, looping(), live(gateway_url), output="error")
+    ids = [call["toolCallId"] for call in ran.calls]
+    failures = {e["toolCallId"]: e["error"] for e in ran.out["executions"]}
+    decisions = core_decisions(
+        [(call["toolName"], call["input"]) for call in ran.calls],
+        lambda index: {"error": failures[ids[index]]},
+    )
+    warned = first_with_action(decisions, "warn") - 1
+    blocked = first_with_action(decisions, "block") - 1
+    aborted = first_with_action(decisions, "abort") - 1
+    assert ran.executed == [ids[i] for i, decision in enumerate(decisions) if decision.proceed]
+    errors = {e["toolCallId"]: e["error"] for step in ran.out["steps"] for e in step["errors"]}
+    assert sorted(errors) == sorted(ran.executed)
+    # the model reads a tool's error as the SDK writes it (its toString) in a JSON object
+    failure = f"Error: {failures[ids[0]]}"
+    assert errors[ids[0]] == failure
+    assert ran.sent_after(0) == json.dumps({"error": failure}, separators=(",", ":"))
+    noted = f"{failure}\n\n{hook_text(decisions[warned])}"
+    assert errors[ids[warned]] == noted
+    assert ran.sent_after(warned) == json.dumps({"error": noted}, separators=(",", ":"))
+    assert ran.denied(ids[blocked]) == ran.sent_after(blocked) == hook_text(decisions[blocked])
+    assert aborted == len(ids) - 1
+    assert ran.out["stoppedBy"] == "stop-condition"
+    page = run_page(gateway_url, ran.out["runs"][0]["runId"])
+    assert (page["results"], page["errors"]) == (len(ran.executed), len(ran.executed))
+
+
 def test_a_subagent_run_names_the_run_whose_tool_started_it(ai_sdk: AiSdk, gateway_url: str) -> None:
     outer = Steps(
         Reply(calls=(ToolCall("delegate", {"task": "summarise the notes"}),)), final_text=FINAL_TEXT

@@ -5,7 +5,7 @@
 // config: {modules (the node_modules holding ai, @ai-sdk/openai and zod), baseURL (the model's
 // Responses API), gateway ({gatewayUrl, timeoutMs, failOpen}), api ("generate" | "stream"),
 // approval (false: loopwatch's toolApproval is not given, execute decides), output ("string" |
-// "object": what the read tool returns), steps (the stopWhen step cap), delegate (the model may
+// "object": what the read tool returns; "error": it throws), steps (the stopWhen step cap), delegate (the model may
 // hand a task to a subagent: a tool that runs an agent loop of its own)}.
 //
 // Prints one JSON object: what the tools executed (their own record), each step (its tool
@@ -24,6 +24,7 @@ const { createOpenAI } = await load("@ai-sdk/openai");
 const { z } = await load("zod");
 
 const RESULT = "the same page";
+const FAILURE = `ENOENT: no such file or directory, open 'PLAN.md'`;
 const openai = createOpenAI({ baseURL: config.baseURL, apiKey: "test-key" });
 const model = openai("fake-model");
 const warnings = [];
@@ -35,6 +36,10 @@ const read = tool({
   description: "Read a file.",
   inputSchema: z.object({ path: z.string() }),
   execute: async ({ path }, { toolCallId }) => {
+    if (config.output === "error") {
+      executions.push({ tool: "read", toolCallId, input: { path }, error: FAILURE });
+      throw new Error(FAILURE);
+    }
     const returned = config.output === "object" ? { page: RESULT } : RESULT;
     executions.push({ tool: "read", toolCallId, input: { path }, returned });
     return returned;
