@@ -24,16 +24,17 @@ as tools by ``AgentTool``, which hands its caller's plugins to the runner it sta
   as ``{"result": value, "loopwatch": warning}``, the shape ADK gives it anyway). An abort
   after the call (a loop persisting after a compaction) is added the same way and ends the
   invocation.
-* A call paused for a confirmation or a credential is neither an outcome nor a failure (it
-  is not reported; the resumed call is decided again).
+* A call paused for a confirmation or a credential is neither an outcome nor a failure: it is
+  not reported, and its invocation's runs are not ended when the invocation pauses. Resumed
+  (the same invocation, the same function call), it gets its first answer, counted once.
 
 Runs: a run is one invocation (``runner.run_async``) of one agent: the invocation id for the
 runner's root agent, ``{invocation_id}/{agent}`` for an agent reached by transfer (one with a
 ``parent_agent``), whose parent run is its parent agent's. An agent run by a tool (an
 ``AgentTool``) is a run of its own (its own invocation) whose parent is the run whose tool
-started it. The session is the ADK session. When an invocation is over (``after_run_callback``,
-or ``on_run_error_callback``), its runs are ended (the in-process detector forgets them, a
-gateway receives their ``run_end``).
+started it. The session is the ADK session. When an invocation is over (``after_run_callback``
+with no call waiting for a confirmation, or ``on_run_error_callback``), its runs are ended (the
+in-process detector forgets them, a gateway receives their ``run_end``).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ _CALLING_RUN: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "loopwatch_adk_calling_run", default=None
 )
 
-#: calls in flight, aborted calls and open invocations remembered at most
+#: calls in flight, aborted calls, open invocations and paused ones remembered at most
 _KEPT = 10_000
 
 #: the key of loopwatch's note in a tool's result
@@ -153,6 +154,7 @@ class LoopwatchPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # (ADK 
         self._pending: dict[int, _Pending] = {}  # id(tool context) -> its call
         self._aborted: dict[str, str] = {}  # function call id -> the abort's text
         self._runs: dict[str, tuple[set[str], str | None]] = {}  # invocation -> (its runs, session)
+        self._waiting: dict[str, set[str]] = {}  # invocation -> its paused calls' ids
         self._lock = threading.Lock()
 
     # -- the run -------------------------------------------------------------------------
@@ -179,14 +181,18 @@ class LoopwatchPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # (ADK 
             parent_run_id=parent_run if parent_run != run_id else None,
         )
 
-    async def _end(self, invocation_id: str) -> None:
+    async def _end(self, invocation_id: str, paused: bool = False) -> None:
+        """End the invocation's runs (``paused``: unless a call waits to be resumed)."""
         with self._lock:
+            if paused and self._waiting.get(invocation_id):
+                return
+            self._waiting.pop(invocation_id, None)
             runs, session = self._runs.pop(invocation_id, (set(), None))
         for run_id in sorted(runs, key=len, reverse=True):  # (sub-agents' runs first)
             await asyncio.to_thread(self.guard.end, run_id, session)
 
     async def after_run_callback(self, *, invocation_context: Any) -> None:
-        await self._end(str(invocation_context.invocation_id))
+        await self._end(str(invocation_context.invocation_id), paused=True)
 
     async def on_run_error_callback(self, *, invocation_context: Any, error: Exception) -> None:
         await self._end(str(invocation_context.invocation_id))
@@ -204,6 +210,9 @@ class LoopwatchPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # (ADK 
         self, *, tool: Any, tool_args: dict[str, Any], tool_context: Any
     ) -> dict[str, Any] | None:
         call = self._call(tool, tool_args, tool_context)
+        if call.tool_call_id:  # (a paused call resumed: the guard gives its first answer)
+            with self._lock:
+                self._waiting.get(str(tool_context.invocation_id), set()).discard(call.tool_call_id)
         ruling = await asyncio.to_thread(self.guard.before, call)
         pending = _Pending(call, ruling, tool_context, _CALLING_RUN.get())
         if ruling.proceed:  # (the tool runs in this context: an agent it runs is a child run)
@@ -233,7 +242,11 @@ class LoopwatchPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # (ADK 
         if pending is None or not pending.ruling.proceed:  # not decided here, or refused here
             return None
         call = pending.call
-        if _paused(tool_context):  # not run yet: no outcome
+        if _paused(tool_context):  # not run yet: no outcome, and its runs go on when resumed
+            if call.tool_call_id:
+                with self._lock:
+                    self._waiting.setdefault(str(tool_context.invocation_id), set()).add(call.tool_call_id)
+                    _keep(self._waiting)
             return None
         error = _failure(result)
         after = await asyncio.to_thread(

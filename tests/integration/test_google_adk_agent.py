@@ -307,3 +307,21 @@ def test_the_quick_start_of_the_docs_runs_as_written(adk_python: str, tmp_path: 
     finished.assert_succeeded()
     assert finished.stdout.startswith(" ".join(said.group(1).split()))
     assert finished.stderr == ""  # (no warning either)
+
+
+def test_a_call_paused_for_a_confirmation_is_decided_once_and_its_run_goes_on(adk_python: str) -> None:
+    """ADK asks for a confirmation (``require_confirmation``) after the before-tool callbacks
+    ran, and the invocation pauses; the confirmation resumes it, and the call is asked about
+    again. It is one call, decided once, and the pause does not end the run."""
+    deploy = Reply(calls=(ToolCall("deploy", {"target": "prod"}),))
+    with FakeModel(Steps(deploy, final_text="finished"), GeminiApi) as model:
+        report = drive(adk_python, model, "deploy", {}, record=True)
+    assert report["raised"] is None
+    (run,) = {entry[0] for entry in report["asked"]}
+    assert [entry[1] for entry in report["asked"]] == ["deploy"]  # the core was asked once
+    assert report["ended_at_pause"] == []  # the paused invocation's run was not ended
+    assert report["executed"] == [["coder", "deploy prod"]]
+    assert report["reported"] == [[run, "deploy", "result", "deployed prod"]]
+    assert report["ended"] == [run]  # ended once, when the resumed invocation was over
+    assert report["events"][-1]["parts"] == [{"text": "finished"}]
+    assert {event["invocation_id"] for event in report["events"]} == {run}  # resumed, not a new one

@@ -10,7 +10,8 @@ this checkout), one JSON argument::
      "tree": false}                          # true: an agent with an AgentTool and a sub-agent
 
 The agents are real ``LlmAgent`` s on ``Gemini(base_url=model_url)`` (a dummy API key), run by an
-``InMemoryRunner`` (one ``run_async`` invocation). Printed on stdout, one JSON line: what each
+``InMemoryRunner`` (one ``run_async`` invocation; a confirmation its ``deploy`` tool asks for is
+given in a second ``run_async``, which resumes the invocation). Printed on stdout, one JSON line: what each
 tool function itself executed, the runner's events (and the exception the run raised, if any),
 the guard's failures, and with ``record`` what the core was asked (run, tool, session, parent
 run, tool call id), the outcomes reported to it and the runs it ended.
@@ -26,6 +27,7 @@ from typing import Any
 from google.adk.agents import LlmAgent
 from google.adk.models import Gemini
 from google.adk.runners import InMemoryRunner
+from google.adk.tools import FunctionTool
 from google.adk.tools.agent_tool import AgentTool
 from google.genai import types
 
@@ -73,7 +75,7 @@ def reader(agent: str, executed: list[list[str]]) -> Any:
 
 
 def failing(executed: list[list[str]]) -> list[Any]:
-    """A tool that answers ADK's failure shape, and one that raises."""
+    """A tool that answers ADK's failure shape, one that raises, one that needs a confirmation."""
 
     def chmod(path: str) -> dict[str, str]:
         """Change a file's mode."""
@@ -85,7 +87,12 @@ def failing(executed: list[list[str]]) -> list[Any]:
         executed.append(["coder", f"explode {path}"])
         raise RuntimeError("disk on fire")
 
-    return [chmod, explode]
+    def deploy(target: str) -> str:
+        """Deploy, once a human confirmed."""
+        executed.append(["coder", f"deploy {target}"])
+        return f"deployed {target}"
+
+    return [chmod, explode, FunctionTool(deploy, require_confirmation=True)]
 
 
 def part_of(part: Any) -> dict[str, Any]:
@@ -98,6 +105,26 @@ def part_of(part: Any) -> dict[str, Any]:
             "function_response": {"id": response.id, "name": response.name, "response": response.response}
         }
     return {"text": part.text}
+
+
+async def invoke(runner: Any, session_id: str, message: Any, events: list[dict[str, Any]]) -> Any:
+    """One ``run_async`` invocation, its events added to ``events``; the confirmation it asked
+    for, if any."""
+    confirmation = None
+    async for event in runner.run_async(user_id="user", session_id=session_id, new_message=message):
+        parts = event.content.parts if event.content is not None and event.content.parts else []
+        events.append(
+            {
+                "author": event.author,
+                "invocation_id": event.invocation_id,
+                "final": event.is_final_response(),
+                "parts": [part_of(part) for part in parts],
+            }
+        )
+        for call in event.get_function_calls():
+            if call.name == "adk_request_confirmation":
+                confirmation = call
+    return confirmation
 
 
 async def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -122,19 +149,18 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     runner = InMemoryRunner(agent=agent, app_name="loopwatch-test", plugins=[plugin] if plugin else [])
     session = await runner.session_service.create_session(app_name=runner.app_name, user_id="user")
     message = types.Content(role="user", parts=[types.Part.from_text(text=spec["prompt"])])
-    events = []
+    events: list[dict[str, Any]] = []
+    ended_at_pause = None
     raised = None
     try:
-        async for event in runner.run_async(user_id="user", session_id=session.id, new_message=message):
-            parts = event.content.parts if event.content is not None and event.content.parts else []
-            events.append(
-                {
-                    "author": event.author,
-                    "invocation_id": event.invocation_id,
-                    "final": event.is_final_response(),
-                    "parts": [part_of(part) for part in parts],
-                }
+        confirmation = await invoke(runner, session.id, message, events)
+        if confirmation is not None:
+            ended_at_pause = list(detector.ended) if detector is not None else None
+            answer = types.FunctionResponse(
+                id=confirmation.id, name=confirmation.name, response={"confirmed": True}
             )
+            resumed = types.Content(role="user", parts=[types.Part(function_response=answer)])
+            await invoke(runner, session.id, resumed, events)
     except Exception as exc:  # noqa: BLE001 - a tool that raised ends the run: reported
         raised = f"{type(exc).__name__}: {exc}"
     await runner.close()
@@ -144,6 +170,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "events": events,
         "failures": plugin.guard.failures if plugin is not None else [],
         "raised": raised,
+        "ended_at_pause": ended_at_pause,
         "asked": detector.asked if detector is not None else [],
         "reported": detector.reported if detector is not None else [],
         "ended": detector.ended if detector is not None else [],
