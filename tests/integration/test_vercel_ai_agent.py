@@ -52,6 +52,7 @@ from tests.integration.runtimes.process import install
 
 PACKAGE = ROOT / "integrations/vercel-ai"
 DRIVER = PACKAGE / "test/agent-driver.mjs"
+WIRE_TESTS = PACKAGE / "test/wire.test.mjs"
 DOCS = ROOT / "docs/vercel-ai.md"
 INSTALL = ROOT / "tests/integration/runtimes/vercel-ai.sh"
 CALL = {"path": "PLAN.md"}
@@ -76,6 +77,23 @@ def ai_sdk() -> AiSdk:
 def gateway_url() -> Iterator[str]:
     with gateway_process() as gateway:
         yield gateway.url
+
+
+def test_the_packages_node_tests_pass(ai_sdk: AiSdk) -> None:
+    """What the package sends a gateway and does with each answer (``wire.test.mjs``, Node's test
+    runner against a stand-in gateway that answers as each test tells it)."""
+    done = subprocess.run(
+        [ai_sdk.node, "--test", "--test-reporter=tap", str(WIRE_TESTS)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    written = len(re.findall(r"^test\(", WIRE_TESTS.read_text(), re.M))
+    assert written >= 15
+    assert f"# pass {written}" in done.stdout  # every test written ran (none skipped)
+    assert "# fail 0" in done.stdout
 
 
 @dataclass
