@@ -152,7 +152,7 @@ class LoopwatchPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # (ADK 
             fail_open=fail_open,
         )
         self._pending: dict[int, _Pending] = {}  # id(tool context) -> its call
-        self._aborted: dict[str, str] = {}  # function call id -> the abort's text
+        self._aborted: dict[tuple[str, str], str] = {}  # (invocation, call id) -> the abort's text
         self._runs: dict[str, tuple[set[str], str | None]] = {}  # invocation -> (its runs, session)
         self._waiting: dict[str, set[str]] = {}  # invocation -> its paused calls' ids
         self._lock = threading.Lock()
@@ -203,7 +203,7 @@ class LoopwatchPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # (ADK 
         _end_invocation(tool_context)
         if call.tool_call_id:
             with self._lock:
-                self._aborted[call.tool_call_id] = text
+                self._aborted[(str(tool_context.invocation_id), call.tool_call_id)] = text
                 _keep(self._aborted)
 
     async def before_tool_callback(
@@ -275,12 +275,14 @@ class LoopwatchPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # (ADK 
         content = getattr(event, "content", None)
         if not self._aborted or getattr(event, "partial", False) or content is None:
             return
+        invocation_id = str(invocation_context.invocation_id)
         parts = list(content.parts or [])
         texts = []
         with self._lock:
             for part in parts:
                 response = getattr(part, "function_response", None)
-                text = self._aborted.pop(str(response.id), None) if response is not None else None
+                key = (invocation_id, str(getattr(response, "id", None)))
+                text = self._aborted.pop(key, None) if response is not None else None
                 if text and text not in texts:
                     texts.append(text)
         if texts:
