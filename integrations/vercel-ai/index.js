@@ -8,9 +8,10 @@
 //   sends the model an `execution-denied` tool result carrying the reason (loopwatch's words);
 // * each tool's `execute`, wrapped → the result (or the error) is reported; a warned call runs
 //   and the warning is appended to the result the model reads (a string result gets it
-//   appended; any other, through the tool's `toModelOutput`, as a text part after it);
+//   appended; any other, through the tool's `toModelOutput`, as a text part after it; an error,
+//   as a WarnedToolError whose message ends with it);
 // * `stopWhen` → a stop condition that holds once the run was aborted: the loop ends after the
-//   step that held the aborted call;
+//   step that held the aborted call (the run's later calls are refused here, unasked);
 // * `onEnd` → a `run_end` for the run.
 // A call whose decision the approval function did not see (no `toolApproval` given, or a tool
 // approved in an earlier request) is decided in `execute`: refused there, its result is the
@@ -470,16 +471,20 @@ export class LoopwatchRun {
         let held;
         let has = false;
         try {
-          for await (const output of callingRun.run(run.runId, () => execute.call(this, input, options))) {
+          // each step of the tool runs as the run's (a run it starts is a subagent)
+          const outputs = callingRun.run(run.runId, () => execute.call(this, input, options)[Symbol.asyncIterator]());
+          for (;;) {
+            const step = await callingRun.run(run.runId, () => outputs.next());
+            if (step.done) break;
             if (has) yield held;
-            held = output;
+            held = step.value;
             has = true;
           }
         } catch (error) {
           await run._report(call, { error: errorText(error) });
           throw notedError(error, given);
         }
-        await run._report(call, { result: has ? (held ?? null) : null });
+        await run._report(call, { result: held ?? null });
         yield noted(held, call.toolCallId, given);
       };
     } else {

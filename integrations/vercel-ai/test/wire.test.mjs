@@ -319,6 +319,13 @@ test("tools without execute are left as they are; a guarded tool keeps its other
   assert.deepEqual(decides(), []); // neither is asked about
 });
 
+/** A streaming tool's call as the SDK makes it, its outputs read to the end. */
+async function readStream(run, name, toolCallId) {
+  const outputs = [];
+  for await (const output of run.tools[name].execute({}, { toolCallId, messages: [] })) outputs.push(output);
+  return outputs;
+}
+
 test("a run made while another run's tool executes is its subagent", async () => {
   const lw = guard();
   let inner;
@@ -339,6 +346,22 @@ test("a run made while another run's tool executes is its subagent", async () =>
   assert.equal(inner.parentRunId, "parent");
   assert.equal(decides().find((body) => body.tool === "read").parent_run_id, "parent");
   assert.equal(lw.run({}).parentRunId, undefined); // (made outside any tool)
+  // a streaming tool's runs too, made between two of its outputs
+  let streamed;
+  const streaming = lw.run({
+    runId: "streaming",
+    tools: {
+      delegate: {
+        async *execute() {
+          yield "working";
+          streamed = lw.run({});
+          yield "done";
+        },
+      },
+    },
+  });
+  await readStream(streaming, "delegate", "d2");
+  assert.equal(streamed.parentRunId, "streaming");
 });
 
 test("options of the wrong kind are refused when the guard is made", () => {
