@@ -18,6 +18,7 @@ result, before OpenClaw's rules alone would block one.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import urllib.parse
 import urllib.request
@@ -35,6 +36,7 @@ from tests.integration.fake_model.openai_chat import ChatCompletionsApi
 from tests.integration.runtimes.process import child_env, run_bounded
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
 DRIVER = HERE / "runtimes" / "crewai_driver.py"
 ENVIRONMENT = HERE / "runtimes" / "python-framework.sh"
 RESULT = "the same page"  # what the driver's read tool returns
@@ -59,8 +61,9 @@ def gateway_config(tmp_path: Path) -> Path:
     return path
 
 
-def drive(python: str, folder: Path, model: FakeModel, **settings: Any) -> dict[str, Any]:
-    """The driver's report of one kickoff (``settings`` as the driver takes them)."""
+def crewai_env(folder: Path) -> dict[str, str]:
+    """The environment of a CrewAI process: ``HOME`` (and CrewAI's storage) under ``folder``, no
+    telemetry, tracing or version check, and none of the test's own CrewAI or OpenAI settings."""
     home = folder / "home"
     home.mkdir(parents=True, exist_ok=True)
     own = {
@@ -74,7 +77,12 @@ def drive(python: str, folder: Path, model: FakeModel, **settings: Any) -> dict[
         "CREWAI_TESTING": "true",
         "CREWAI_DISABLE_VERSION_CHECK": "true",
     }
-    env = child_env(own, drop_prefixes=("CREWAI_", "OPENAI_", "OTEL_"), drop=("MODEL", "MODEL_NAME"))
+    return child_env(own, drop_prefixes=("CREWAI_", "OPENAI_", "OTEL_"), drop=("MODEL", "MODEL_NAME"))
+
+
+def drive(python: str, folder: Path, model: FakeModel, **settings: Any) -> dict[str, Any]:
+    """The driver's report of one kickoff (``settings`` as the driver takes them)."""
+    env = crewai_env(folder)
     settings = {"model_url": model.url, "scenario": "loop", "hooks": True, "preset": PRESET, **settings}
     finished = run_bounded([python, str(DRIVER), json.dumps(settings)], env=env, cwd=folder, timeout=300)
     finished.assert_succeeded()
@@ -299,3 +307,34 @@ def test_a_coworker_is_a_subagent_of_its_delegator_and_its_abort_ends_its_own_ru
 def gateway_json(url: str, path: str) -> Any:
     with urllib.request.urlopen(f"{url}{path}", timeout=10) as page:
         return json.loads(page.read())
+
+
+#: runs a script with the driver's guard: a connection beyond localhost is refused and listed
+GUARDED = """import json, runpy, sys
+from tests.integration.runtimes.crewai_driver import CONNECTIONS, _no_network
+sys.addaudithook(_no_network)
+try:
+    runpy.run_path(sys.argv[1], run_name="__main__")
+finally:
+    print("connections:", json.dumps(CONNECTIONS), file=sys.stderr)
+"""
+
+
+def test_the_quick_start_of_the_docs_runs_as_written(crewai_python: str, tmp_path: Path) -> None:
+    """docs/crewai.md's snippet, pasted as it is (no API key, no network), prints what the page
+    says it prints."""
+    page = (ROOT / "docs" / "crewai.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", page, re.S)
+    said = re.search(r"It prints `(.*?)…`", page, re.S)
+    assert snippet is not None
+    assert said is not None
+    (tmp_path / "quick_start.py").write_text(snippet.group(1))
+    env = crewai_env(tmp_path)
+    finished = run_bounded(
+        [crewai_python, "-c", GUARDED, "quick_start.py"], env=env, cwd=tmp_path, timeout=300
+    )
+    finished.assert_succeeded()
+    printed = finished.stdout.strip().splitlines()[-1]
+    assert printed.startswith(" ".join(said.group(1).split()))
+    assert printed == expected_rulings(CALLS)[-1].text  # the core's abort, in loopwatch's words
+    assert finished.stderr.strip().splitlines()[-1] == "connections: []"
