@@ -233,6 +233,31 @@ def test_results_and_failures_are_reported_and_the_kickoff_ends_its_run(
     assert seen == [f"Error executing tool: {error}", RESULT]
 
 
+def test_the_parallel_calls_of_one_turn_are_each_decided_and_reported(
+    crewai_python: str, tmp_path: Path
+) -> None:
+    """CrewAI runs the calls of one model turn on threads of their own: each is asked about and
+    reported once, and each result reaches the model as the tool gave it."""
+    turn = Reply(
+        calls=(
+            ToolCall("read", {"path": "a.md"}),
+            ToolCall("read", {"path": "b.md"}),
+            ToolCall("fetch", {"url": "u"}),
+        )
+    )
+    with FakeModel(Steps(turn, turn, final_text="finished"), ChatCompletionsApi) as model:
+        report = drive(crewai_python, tmp_path, model, preset=None)  # (no rule speaks: OpenClaw's)
+    assert report["outcome"] == "finished", report
+    calls = ["read a.md", "read b.md", "fetch u"] * 2
+    assert sorted(report["executed"]) == sorted(calls)
+    assert sorted(tool for _run, tool, *_ in report["asked"]) == sorted(["read", "read", "fetch"] * 2)
+    assert sorted(tuple(entry[1:]) for entry in report["reported"]) == sorted(
+        [("read", RESULT, None)] * 4 + [("fetch", None, "u refused the connection")] * 2
+    )
+    seen = [outcome.text for outcome in reads_of(model.conversations())[-1].outcomes]
+    assert seen == [RESULT, RESULT, "Error executing tool: u refused the connection"] * 2
+
+
 def test_crewais_own_repeat_limit_ends_the_kickoff_and_its_run(crewai_python: str, tmp_path: Path) -> None:
     """Under OpenClaw's rules alone (no preset) the same call with the same result is stopped by
     CrewAI first, at its fifth repeat: loopwatch saw every call and ends the run with the kickoff."""
