@@ -1,11 +1,14 @@
 """Code that runs inside other agent runtimes, and what the Python ones share.
 
-``loopwatch.integrations.langchain`` (a LangChain / LangGraph agent middleware) and
-``loopwatch.integrations.openai_agents`` (OpenAI Agents SDK tool guardrails) import their
-framework when they are imported; this module imports none, so ``import loopwatch`` works
-without the extras. ``openclaw/`` is the OpenClaw plugin (JavaScript, not a Python package).
+The Python adapters, each importing its framework when it is imported (this module imports
+none, so ``import loopwatch`` works without the extras): ``langchain`` (a LangChain / LangGraph
+agent middleware), ``openai_agents`` (OpenAI Agents SDK tool guardrails), ``pydantic_ai`` (a
+PydanticAI capability), ``claude_agent_sdk`` (Claude Agent SDK hook callbacks), ``google_adk``
+(a Google ADK runner plugin) and ``crewai`` (CrewAI's tool and model call hooks). ``openclaw/``
+(the OpenClaw plugin) and ``vercel-ai/`` (the Vercel AI SDK's) are JavaScript packages.
 
-:class:`LoopGuard` is what both adapters ask: the in-process :class:`LoopDetector` (default)
+:class:`LoopGuard` is what every adapter asks, built from the same options everywhere
+(:class:`GuardOptions`): the in-process :class:`LoopDetector` (default)
 or a gateway (``gateway_url``: ``POST /v1/decide`` before a call, ``POST /v1/events`` after
 it). A gateway that fails (unreachable, slow, an error answer) lets the call go on (fail
 open), and so does a call the detector cannot take (an id that is no id: the host runtime's
@@ -38,7 +41,7 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -54,7 +57,7 @@ from loopwatch.streams.gateway.gateway_post import (
     post_json,
 )
 
-__all__ = ["FAILURES_KEPT", "Call", "GatewayError", "LoopGuard", "Ruling", "event_id"]
+__all__ = ["FAILURES_KEPT", "Call", "GatewayError", "GuardOptions", "LoopGuard", "Ruling", "event_id"]
 
 _log = logging.getLogger("loopwatch.integrations")
 #: the failures a guard keeps (the count goes on)
@@ -158,6 +161,19 @@ def _after_answer(outputs: list[Any]) -> dict[str, Any]:
         if isinstance(output, dict) and output.get("type") == "abort" and output.get("enforced", True):
             return {"decision": "abort", "reason": output.get("reason"), "verdicts": [output]}
     return {"decision": "allow"}
+
+
+class GuardOptions(TypedDict, total=False):
+    """What every adapter takes beside its detector, for its :class:`LoopGuard`: the gateway
+    (``gateway_url``, ``token``; none: the in-process detector), the agent id of its runs
+    (``"default"``), how long a gateway answer may take (``timeout_s``, 2.0) and whether a call
+    goes on when loopwatch cannot check it (``fail_open``, True)."""
+
+    gateway_url: str | None
+    token: str | None
+    agent_id: str
+    timeout_s: float
+    fail_open: bool
 
 
 class LoopGuard:

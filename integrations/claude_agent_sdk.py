@@ -41,7 +41,7 @@ import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, Unpack, cast
 
 import anyio.to_thread
 from claude_agent_sdk import ClaudeAgentOptions, HookContext, HookInput, HookJSONOutput, HookMatcher
@@ -49,7 +49,7 @@ from claude_agent_sdk.types import HookEvent, SyncHookJSONOutput
 
 from loopwatch.detectors.facade import LoopDetector
 from loopwatch.detectors.outcomes import MISSING
-from loopwatch.integrations import Call, LoopGuard, Ruling
+from loopwatch.integrations import Call, GuardOptions, LoopGuard, Ruling
 from loopwatch.streams.gateway.hooks.claude_code import SAME_RUN_SOURCES
 
 __all__ = ["LoopwatchHooks"]
@@ -77,21 +77,10 @@ class LoopwatchHooks:
         self,
         detector: LoopDetector | None = None,
         *,
-        gateway_url: str | None = None,
-        token: str | None = None,
-        agent_id: str = "default",
-        timeout_s: float = 2.0,
-        fail_open: bool = True,
         show_warnings: bool = False,
+        **options: Unpack[GuardOptions],
     ) -> None:
-        self.guard = LoopGuard(
-            detector,
-            gateway_url=gateway_url,
-            token=token,
-            agent_id=agent_id,
-            timeout_s=timeout_s,
-            fail_open=fail_open,
-        )
+        self.guard = LoopGuard(detector, **options)
         #: warnings are also shown to the user (``systemMessage``), not only to the model
         self.show_warnings = show_warnings
         self._aborts: dict[str, Ruling] = {}  # run id -> its abort

@@ -42,7 +42,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 from crewai.agents.agent_executor import AgentExecutor
 from crewai.hooks import (
@@ -61,7 +61,7 @@ from crewai.tools.tool_failure import ToolFailure
 
 from loopwatch.detectors.facade import LoopDetector
 from loopwatch.detectors.outcomes import MISSING
-from loopwatch.integrations import Call, LoopGuard, Ruling
+from loopwatch.integrations import Call, GuardOptions, LoopGuard, Ruling
 
 __all__ = ["LoopAborted", "LoopwatchHooks"]
 
@@ -157,21 +157,9 @@ class LoopwatchHooks:
     def __init__(
         self,
         detector: LoopDetector | None = None,
-        *,
-        gateway_url: str | None = None,
-        token: str | None = None,
-        agent_id: str = "default",
-        timeout_s: float = 2.0,
-        fail_open: bool = True,
+        **options: Unpack[GuardOptions],
     ) -> None:
-        self.guard = LoopGuard(
-            detector,
-            gateway_url=gateway_url,
-            token=token,
-            agent_id=agent_id,
-            timeout_s=timeout_s,
-            fail_open=fail_open,
-        )
+        self.guard = LoopGuard(detector, **options)
         self._kickoffs: dict[str, _Kickoff] = {}  # owner -> its kickoff in progress
         self._pending: dict[int, _Pending] = {}  # id(tool_input) -> the call
         self._lock = threading.Lock()

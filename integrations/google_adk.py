@@ -43,14 +43,14 @@ import asyncio
 import contextvars
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types
 
 from loopwatch.detectors.facade import LoopDetector
 from loopwatch.detectors.outcomes import MISSING
-from loopwatch.integrations import Call, LoopGuard, Ruling
+from loopwatch.integrations import Call, GuardOptions, LoopGuard, Ruling
 
 __all__ = ["LoopwatchPlugin"]
 
@@ -135,22 +135,11 @@ class LoopwatchPlugin(BasePlugin):  # type: ignore[misc, unused-ignore]  # (ADK 
         self,
         detector: LoopDetector | None = None,
         *,
-        gateway_url: str | None = None,
-        token: str | None = None,
-        agent_id: str = "default",
-        timeout_s: float = 2.0,
-        fail_open: bool = True,
         name: str = "loopwatch",
+        **options: Unpack[GuardOptions],
     ) -> None:
         super().__init__(name=name)
-        self.guard = LoopGuard(
-            detector,
-            gateway_url=gateway_url,
-            token=token,
-            agent_id=agent_id,
-            timeout_s=timeout_s,
-            fail_open=fail_open,
-        )
+        self.guard = LoopGuard(detector, **options)
         self._pending: dict[int, _Pending] = {}  # id(tool context) -> its call
         self._aborted: dict[tuple[str, str], str] = {}  # (invocation, call id) -> the abort's text
         self._runs: dict[str, tuple[set[str], str | None]] = {}  # invocation -> (its runs, session)

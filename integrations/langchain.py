@@ -42,7 +42,7 @@ import dataclasses
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, Literal, NotRequired, Unpack
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
 from langchain.agents.middleware.types import PrivateStateAttr
@@ -54,7 +54,7 @@ from langgraph.types import Command
 
 from loopwatch.detectors.facade import LoopDetector
 from loopwatch.detectors.outcomes import MISSING
-from loopwatch.integrations import Call, LoopGuard, Ruling
+from loopwatch.integrations import Call, GuardOptions, LoopGuard, Ruling
 
 __all__ = ["LoopAborted", "LoopwatchMiddleware", "LoopwatchState"]
 
@@ -115,24 +115,13 @@ class LoopwatchMiddleware(AgentMiddleware[LoopwatchState, Any, Any]):
         self,
         detector: LoopDetector | None = None,
         *,
-        gateway_url: str | None = None,
-        token: str | None = None,
-        agent_id: str = "default",
         on_abort: Literal["end", "error"] = "end",
-        timeout_s: float = 2.0,
-        fail_open: bool = True,
+        **options: Unpack[GuardOptions],
     ) -> None:
         super().__init__()
         if on_abort not in ("end", "error"):
             raise ValueError(f"on_abort must be 'end' or 'error', not {on_abort!r}")
-        self.guard = LoopGuard(
-            detector,
-            gateway_url=gateway_url,
-            token=token,
-            agent_id=agent_id,
-            timeout_s=timeout_s,
-            fail_open=fail_open,
-        )
+        self.guard = LoopGuard(detector, **options)
         self.on_abort = on_abort
         self._aborted: dict[str, Ruling] = {}
         self._paused: dict[tuple[str, str | None], Ruling] = {}  # (run, call id) -> its decision

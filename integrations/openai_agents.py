@@ -51,7 +51,7 @@ import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from agents import (
     FunctionTool,
@@ -68,7 +68,7 @@ from agents import (
 from agents.tracing import get_current_trace
 
 from loopwatch.detectors.facade import LoopDetector
-from loopwatch.integrations import Call, LoopGuard, Ruling, _json_value
+from loopwatch.integrations import Call, GuardOptions, LoopGuard, Ruling, _json_value
 
 __all__ = ["LoopwatchGuardrails"]
 
@@ -139,21 +139,9 @@ class LoopwatchGuardrails:
     def __init__(
         self,
         detector: LoopDetector | None = None,
-        *,
-        gateway_url: str | None = None,
-        token: str | None = None,
-        agent_id: str = "default",
-        timeout_s: float = 2.0,
-        fail_open: bool = True,
+        **options: Unpack[GuardOptions],
     ) -> None:
-        self.guard = LoopGuard(
-            detector,
-            gateway_url=gateway_url,
-            token=token,
-            agent_id=agent_id,
-            timeout_s=timeout_s,
-            fail_open=fail_open,
-        )
+        self.guard = LoopGuard(detector, **options)
         self.input = ToolInputGuardrail[Any](guardrail_function=self._before, name="loopwatch")
         self.output = ToolOutputGuardrail[Any](guardrail_function=self._after, name="loopwatch")
         self._notes: dict[str, str] = {}  # tool_call_id -> warning given with the result

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-from typing import Any
+from typing import Any, Unpack
 
 import anyio
 import anyio.to_thread
@@ -53,7 +53,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import RunContext, ToolDefinition
 
 from loopwatch.detectors.facade import LoopDetector
-from loopwatch.integrations import Call, LoopGuard, Ruling
+from loopwatch.integrations import Call, GuardOptions, LoopGuard, Ruling
 
 __all__ = ["LoopAborted", "LoopwatchCapability"]
 
@@ -125,21 +125,9 @@ class LoopwatchCapability(AbstractCapability[Any]):
     def __init__(
         self,
         detector: LoopDetector | None = None,
-        *,
-        gateway_url: str | None = None,
-        token: str | None = None,
-        agent_id: str = "default",
-        timeout_s: float = 2.0,
-        fail_open: bool = True,
+        **options: Unpack[GuardOptions],
     ) -> None:
-        self.guard = LoopGuard(
-            detector,
-            gateway_url=gateway_url,
-            token=token,
-            agent_id=agent_id,
-            timeout_s=timeout_s,
-            fail_open=fail_open,
-        )
+        self.guard = LoopGuard(detector, **options)
 
     # one guard per instance: two instances are two capabilities (not equal field by field)
     __eq__ = object.__eq__
