@@ -116,6 +116,10 @@ bench-gateway: $(DEV)  ## /v1/decide round trips and latency on loopwatch gatewa
 	docker/services.sh up kafka
 	$(BIN)/python -m tests.bench.gateway_bench; status=$$?; docker/services.sh down; exit $$status
 
+.PHONY: bench-facade
+bench-facade: $(DEV)  ## LoopDetector on Python values (the in-process adapters' path), with and without _stable_bytes.c
+	$(BIN)/python -m tests.bench.facade_bench
+
 .PHONY: bench-hooks
 HOOKS_ARGS ?=
 bench-hooks: $(DEV)  ## each hook command's whole process against the bare interpreter, gateway up and down (HOOKS_ARGS=--rounds N --turns N)
