@@ -15,7 +15,9 @@
 // * api.runtime.events.onSessionTranscriptUpdate → each model turn's usage (the assistant
 //   message is written before its tool calls run) → `usage` on the turn's first /v1/decide;
 // * agent_end (a conversation hook: needs plugins.entries.loopwatch.hooks.allowConversationAccess)
-//   → a run_end event.
+//   → a run_end event;
+// * subagent_spawned → the child run's chain (parent_run_id, root_run_id, depth) on its first
+//   /v1/decide (delegation chains, BEYOND-OPENCLAW F6); subagent_ended → the child's run_end.
 
 import { randomUUID } from "node:crypto";
 
@@ -88,8 +90,12 @@ export function hookTimeoutMs(cfg) {
 /** The longest delay setTimeout takes (a 32-bit signed integer of milliseconds). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
-/** Runs remembered (aborted, pending usage, calls); the oldest is forgotten beyond this. */
+/** Runs remembered (aborted, pending usage, calls), and subagents' chains; the oldest is
+ * forgotten beyond this. */
 export const MAX_RUNS = 10_000;
+/** How long a subagent's first call waits for OpenClaw's subagent_spawned, which OpenClaw runs
+ * once the child's run was launched: a child quick to call a tool may ask first. */
+export const CHAIN_WAIT_MS = 2_000;
 /** Calls remembered per run (their scope, params and warning, until their result). */
 export const MAX_CALLS_PER_RUN = 1_000;
 
@@ -258,9 +264,57 @@ class Recent {
   }
 }
 
-/** What the plugin remembers per run: {aborted?: message, abortedAt, usage?, calls: Recent}. */
+/** What the plugin remembers: per run {aborted?: message, abortedAt, usage?, calls: Recent,
+ * chainSent?}; per session key the run last seen in it and that run's chain (a subagent's
+ * spawn names its parent by session key); per child (`run:<runId>`, `session:<key>`) the chain
+ * its subagent_spawned gave; the calls waiting for a child's chain. */
 export function createState(maxRuns = MAX_RUNS) {
-  return { runs: new Recent(maxRuns) };
+  return { runs: new Recent(maxRuns), sessions: new Recent(maxRuns), chains: new Recent(maxRuns), waiting: new Map() };
+}
+
+/** Whether a session key is a subagent's (`agent:<id>:subagent:<uuid>`, as OpenClaw's
+ * isSubagentSessionKey says). */
+export function isSubagentSessionKey(sessionKey) {
+  const key = text(sessionKey)?.toLowerCase();
+  if (!key) return false;
+  if (key.startsWith("subagent:")) return true;
+  const parts = key.split(":");
+  return parts[0] === "agent" && parts.length > 3 && parts[2] === "subagent";
+}
+
+/** The chain of a child run: its parent's run, the parent's root (the parent itself when it is a
+ * root), one level deeper than the parent (F6: a root is at depth 0). */
+export function childChain(parent) {
+  return {
+    parent_run_id: parent.runId,
+    root_run_id: parent.chain?.root_run_id ?? parent.runId,
+    depth: (parent.chain?.depth ?? 0) + 1,
+  };
+}
+
+function chainOf(state, scope, sessionKey) {
+  return (
+    (scope.fields.run_id ? state.chains.get(`run:${scope.fields.run_id}`) : undefined) ??
+    (sessionKey ? state.chains.get(`session:${sessionKey}`)?.chain : undefined)
+  );
+}
+
+/** The chain of a subagent's run, waiting (at most `ms`) for its subagent_spawned. */
+function awaitChain(state, scope, sessionKey, ms) {
+  const found = chainOf(state, scope, sessionKey);
+  if (found || !isSubagentSessionKey(sessionKey)) return Promise.resolve(found);
+  return new Promise((resolve) => {
+    const waiters = state.waiting.get(sessionKey) ?? new Set();
+    state.waiting.set(sessionKey, waiters);
+    const done = () => {
+      clearTimeout(timer);
+      waiters.delete(done);
+      if (!waiters.size) state.waiting.delete(sessionKey);
+      resolve(chainOf(state, scope, sessionKey));
+    };
+    const timer = setTimeout(done, ms);
+    waiters.add(done);
+  });
 }
 
 function runOf(state, key) {
@@ -322,6 +376,10 @@ function abortIn(outputs) {
 
 export function createHooks(config, logger, state = createState()) {
   const cfg = settings(config);
+  // (a state made by an older copy of this module, still on globalThis)
+  state.sessions ??= new Recent(state.runs.limit);
+  state.chains ??= new Recent(state.runs.limit);
+  state.waiting ??= new Map();
   for (const problem of cfg.problems) logger?.warn?.(`loopwatch: ${problem}`);
   const unscoped = { warned: false };
 
@@ -351,10 +409,21 @@ export function createHooks(config, logger, state = createState()) {
         run.aborted = undefined; // kept long enough: the gateway is asked again
       }
       const params = event?.params ?? {};
+      // a subagent's run: its chain goes with its first call that reaches the gateway (the
+      // chain of a run is fixed by its first event; later ones would be ignored)
+      const sessionKey = text(ctx?.sessionKey) ?? text(event?.sessionKey);
+      if (!run.chainSent) {
+        // (waited for once per run: a child whose spawn never comes is a root)
+        run.chain = run.chainWaited ? chainOf(state, scope, sessionKey) : await awaitChain(state, scope, sessionKey, CHAIN_WAIT_MS);
+        run.chainWaited = true;
+      }
+      const chain = run.chain;
+      if (sessionKey) state.sessions.set(sessionKey, { runId: scope.fields.run_id ?? scope.key, fields: scope.fields, chain });
       const usage = run.usage;
       run.usage = undefined; // the turn's first call carries it
       const body = { ...scope.fields, tool: event?.toolName, params, tool_call_id: toolCallId };
       if (usage) body.usage = usage;
+      if (chain && !run.chainSent) Object.assign(body, chain);
       let answer;
       try {
         answer = await post(cfg, "/v1/decide", body);
@@ -362,6 +431,7 @@ export function createHooks(config, logger, state = createState()) {
           const given = answer.decision === undefined ? "none" : JSON.stringify(answer.decision);
           throw new Error(`${cfg.gatewayUrl}/v1/decide answered no decision (${given})`);
         }
+        run.chainSent = true;
       } catch (error) {
         if (usage && run.usage === undefined) run.usage = usage; // not delivered: the next call
         logger?.warn?.(`loopwatch: ${error.message}; ${cfg.failOpen ? "allowing" : "refusing"} the call`);
@@ -453,6 +523,55 @@ export function createHooks(config, logger, state = createState()) {
         logger?.warn?.(`loopwatch: run end not reported: ${error.message}`);
       }
     },
+
+    /** OpenClaw started a subagent (sessions_spawn, inside a call of the parent's run): the
+     * child's run is a link of the parent's chain. The parent is named by its session key
+     * (ctx.requesterSessionKey): its run is the one last seen calling a tool there. */
+    subagentSpawned(event, ctx) {
+      const childRunId = text(event?.runId) ?? text(ctx?.runId);
+      const childSessionKey = text(event?.childSessionKey) ?? text(ctx?.childSessionKey);
+      const parent = state.sessions.get(text(ctx?.requesterSessionKey) ?? "");
+      if (!parent || (!childRunId && !childSessionKey)) {
+        logger?.warn?.(
+          `loopwatch: subagent ${childRunId ?? childSessionKey ?? "?"} of a session with no run seen here: it is a chain's root`,
+        );
+        return;
+      }
+      const chain = childChain(parent);
+      if (childRunId) state.chains.set(`run:${childRunId}`, chain);
+      if (childSessionKey) {
+        state.chains.set(`session:${childSessionKey}`, { chain, runId: childRunId, agentId: text(event?.agentId) });
+        for (const done of [...(state.waiting.get(childSessionKey) ?? [])]) done();
+      }
+    },
+
+    /** A subagent ended: its run ends (a run_end for the run its calls named, else the spawned
+     * run id), and the plugin forgets it. */
+    async subagentEnded(event, ctx) {
+      const sessionKey = text(event?.targetSessionKey) ?? text(ctx?.childSessionKey);
+      const runId = text(event?.runId) ?? text(ctx?.runId);
+      const seen = sessionKey ? state.sessions.get(sessionKey) : undefined;
+      const spawned = sessionKey ? state.chains.get(`session:${sessionKey}`) : undefined;
+      const ended = new Map();
+      if (seen) ended.set(seen.runId, seen.fields);
+      if (runId && !ended.has(runId)) {
+        const agentId = spawned?.agentId ?? seen?.fields.agent_id ?? agentOfSessionKey(sessionKey) ?? "main";
+        ended.set(runId, { agent_id: agentId, run_id: runId });
+      }
+      if (runId) state.chains.delete(`run:${runId}`);
+      if (sessionKey) {
+        state.chains.delete(`session:${sessionKey}`);
+        state.sessions.delete(sessionKey);
+      }
+      for (const [key, fields] of ended) {
+        state.runs.delete(key);
+        try {
+          await post(cfg, "/v1/events", { type: "run_end", event_id: eventId("end"), ...fields });
+        } catch (error) {
+          logger?.warn?.(`loopwatch: subagent run end not reported: ${error.message}`);
+        }
+      }
+    },
   };
 }
 
@@ -473,6 +592,8 @@ export default {
     api.on("before_tool_call", hooks.beforeToolCall, { timeoutMs: hookTimeoutMs(settings(api.pluginConfig)) });
     api.on("after_tool_call", hooks.afterToolCall);
     api.on("agent_end", hooks.agentEnd);
+    api.on("subagent_spawned", hooks.subagentSpawned);
+    api.on("subagent_ended", hooks.subagentEnded);
     api.registerAgentToolResultMiddleware?.(hooks.toolResultMiddleware, { runtimes: ["openclaw"] });
     // the runtime is live only in full loads (cli-metadata and setup-only loads throw on it)
     if (api.registrationMode !== undefined && api.registrationMode !== "full") return;

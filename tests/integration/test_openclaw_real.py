@@ -153,22 +153,24 @@ def test_openclaw_installs_and_loads_the_plugin_with_its_hooks(openclaw: OpenCla
     assert report["plugin"]["activated"] is True
     assert report["plugin"]["explicitlyEnabled"] is True  # tool-result middleware needs it
     assert report["plugin"]["contracts"] == {"agentToolResultMiddleware": ["openclaw"]}
-    assert {hook["name"] for hook in report["typedHooks"]} == {"before_tool_call", "after_tool_call"}
+    tool_and_subagent_hooks = {"before_tool_call", "after_tool_call", "subagent_spawned", "subagent_ended"}
+    assert {hook["name"] for hook in report["typedHooks"]} == tool_and_subagent_hooks
     assert [d["message"] for d in report["diagnostics"]] == [CONVERSATION_HOOK_BLOCKED]
 
     openclaw.install_plugin(hooks={"allowConversationAccess": True})
     report = openclaw.inspect()
     assert report["plugin"]["status"] == "loaded", report["plugin"]
     names = {hook["name"] for hook in report["typedHooks"]}
-    assert names == {"before_tool_call", "after_tool_call", "agent_end"}
+    assert names == tool_and_subagent_hooks | {"agent_end"}
     # no diagnostics: the middleware registration was accepted too (a refusal is an error here)
     assert report["diagnostics"] == []
 
 
 @contextmanager
-def _openclaw_gateway(openclaw: OpenClaw) -> Iterator[str]:
-    """OpenClaw's Gateway on loopback, once a tool answers; its ``/tools/invoke`` URL."""
-    port = _free_port()
+def _openclaw_gateway(openclaw: OpenClaw, port: int | None = None) -> Iterator[str]:
+    """OpenClaw's Gateway on loopback (``port``, else a free one), once a tool answers; its
+    ``/tools/invoke`` URL."""
+    port = port or _free_port()
     log = openclaw.home / "gateway.log"
     with log.open("wb") as out:
         gateway = subprocess.Popen(
@@ -565,3 +567,176 @@ def test_an_agent_turn_through_the_plugin_warns_blocks_aborts_and_ends_the_run(
     imported = transcript_events(_transcript_lines(openclaw.home, session_id), "main", session_id)
     assert imported
     assert {(e.run_id, e.session_id, e.agent_id) for e in imported} == {(run_id, session_id, "main")}
+
+
+# -- subagents: a delegation chain through OpenClaw's sessions_spawn ---------------------------
+
+SUBAGENT_DEPTH = re.compile(r"running as a subagent \(depth (\d+)/(\d+)\)")
+READS = 2  # each subagent reads this many times, then answers
+
+
+class _SpawningModel(_Handler):
+    """The OpenAI chat-completions API, streamed, for a chain of agents. The depth of the agent
+    asking is what OpenClaw's subagent prompt says (``running as a subagent (depth N/M)``, none
+    for the main agent). The main agent and the depth-1 subagent first spawn a subagent
+    (``sessions_spawn``); each subagent then reads ``READS`` times; then each answers. Call ids
+    name the depth (``call_d{depth}_{n}``); ``owner.limits`` keeps each M OpenClaw gave."""
+
+    def do_GET(self) -> None:
+        self._send(200, json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode())
+
+    def do_POST(self) -> None:
+        request = self._body()
+        self.owner.requests.append(request)
+        messages = request.get("messages", [])
+        told = SUBAGENT_DEPTH.search(json.dumps(messages))
+        depth = int(told.group(1)) if told else 0
+        if told:
+            self.owner.limits.add(int(told.group(2)))  # type: ignore[attr-defined]
+        turn = sum(1 for m in messages if m.get("role") == "tool")
+        call: dict[str, Any] | None = None
+        if depth < 2 and turn == 0:
+            call = {
+                "name": "sessions_spawn",
+                "arguments": json.dumps({"task": f"Read MISSING-{depth + 1}.md"}),
+            }
+        elif depth > 0 and turn <= READS and not (depth < 2 and turn == 0):
+            call = {"name": "read", "arguments": json.dumps({"path": f"MISSING-{depth}.md"})}
+        if call is not None:
+            delta: dict[str, Any] = {
+                "role": "assistant",
+                "tool_calls": [
+                    {"index": 0, "id": f"call_d{depth}_{turn}", "type": "function", "function": call}
+                ],
+            }
+            finish = "tool_calls"
+        else:
+            delta, finish = {"role": "assistant", "content": "Done."}, "stop"
+        chunk = {"id": f"r{depth}-{turn}", "object": "chat.completion.chunk", "created": 0, "model": MODEL}
+        events = [
+            {**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+            {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
+            {
+                **chunk,
+                "choices": [],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+            },
+        ]
+        stream = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+        self._send(200, stream, "text/event-stream")
+
+
+def test_subagents_spawned_by_openclaw_reach_loopwatch_as_a_delegation_chain(
+    openclaw: OpenClaw, loopwatch_gateway: tuple[subprocess.Popen[str], str], tmp_path: Path
+) -> None:
+    """A real delegation chain: an agent turn through OpenClaw's Gateway (``openclaw agent``)
+    whose model spawns a subagent (``sessions_spawn``), which spawns its own; each subagent
+    calls tools. OpenClaw runs the plugin's ``subagent_spawned`` hook for each child: the
+    child's first call reaches loopwatch with its parent's run, the chain's root and its depth
+    (the depth OpenClaw's own prompt gives the child), its later calls with none (a run's chain
+    is fixed by its first event). OpenClaw's ``subagent_ended`` ends each child's run: the
+    plugin is installed without conversation access, so ``agent_end`` (which would end them
+    too) never runs, and the main run stays open."""
+    _, lw_url = loopwatch_gateway
+    home = OpenClaw(openclaw.node, openclaw.entry, tmp_path)  # (a Gateway config of its own)
+    port = _free_port()
+    with _Served(_SpawningModel) as model, _Served(_Recorder) as recorder:
+        model.limits = set()  # type: ignore[attr-defined]
+        recorder.upstream = lw_url  # type: ignore[attr-defined]
+        home.install_plugin(config={"gatewayUrl": recorder.url, "timeoutMs": 5000}, hooks=None)
+        config = json.loads(home.config_path.read_text())
+        cost = {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0}
+        entry = {"id": MODEL, "name": "Loop", "reasoning": False, "input": ["text"], "cost": cost}
+        provider: dict[str, Any] = {"baseUrl": f"{model.url}/v1", "apiKey": "offline"}
+        provider["api"] = "openai-completions"
+        provider["models"] = [{**entry, "contextWindow": 128000, "maxTokens": 4096}]
+        config["models"] = {"mode": "merge", "providers": {"scripted": provider}}
+        config.setdefault("agents", {}).setdefault("defaults", {})["model"] = {"primary": f"scripted/{MODEL}"}
+        config.setdefault("tools", {})["toolSearch"] = False  # every tool offered (sessions_spawn too)
+        # the CLI's `agent` goes through this Gateway (sessions_spawn needs one: --local has none)
+        config["gateway"] = {
+            "port": port,
+            "mode": "local",
+            "bind": "loopback",
+            "auth": {"mode": "token", "token": TOKEN},
+        }
+        home.config_path.write_text(json.dumps(config, indent=2))
+
+        with _openclaw_gateway(home, port):
+            done = home.cli(
+                *("agent", "--agent", "main", "--session-key", "agent:main:chain"),
+                *("--message", "Delegate reading MISSING-1.md", "--json"),
+                timeout=600,
+            )
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+            def ended_runs() -> set[str]:
+                return {
+                    r["body"]["run_id"]
+                    for r in list(recorder.requests)
+                    if r["path"] == "/v1/events" and r["body"]["type"] == "run_end"
+                }
+
+            def decided() -> list[dict[str, Any]]:
+                return [r for r in list(recorder.requests) if r["path"] == "/v1/decide"]
+
+            # the subagents run on after the main turn's answer: wait for both to end
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                seen = {
+                    d["body"]["run_id"] for d in decided() if d["body"]["tool_call_id"].startswith("call_d")
+                }
+                if len(seen) == 3 and len(seen & ended_runs()) == 2:
+                    break
+                time.sleep(0.5)
+        sent = list(recorder.requests)
+
+    assert all(r["status"] == 200 for r in sent), sent
+    # (the Gateway's readiness probe, a /tools/invoke call of another session, asked too)
+    decides = [
+        r["body"]
+        for r in sent
+        if r["path"] == "/v1/decide" and r["body"]["tool_call_id"].startswith("call_d")
+    ]
+    by_depth: dict[int, list[dict[str, Any]]] = {}
+    for body in decides:
+        by_depth.setdefault(int(body["tool_call_id"].split("_")[1][1:]), []).append(body)
+    assert sorted(by_depth) == [0, 1, 2], decides
+    runs = {depth: {b["run_id"] for b in bodies} for depth, bodies in by_depth.items()}
+    assert all(len(ids) == 1 for ids in runs.values()), runs
+    main, child, grandchild = (next(iter(runs[d])) for d in (0, 1, 2))
+    assert len({main, child, grandchild}) == 3
+    # each run's calls, in order: the main agent spawns; the child spawns, then reads; the
+    # grandchild reads
+    assert [b["tool"] for b in by_depth[0]] == ["sessions_spawn"]
+    assert [b["tool"] for b in by_depth[1]] == ["sessions_spawn"] + ["read"] * READS
+    assert [b["tool"] for b in by_depth[2]] == ["read"] * (READS + 1)
+    chain_keys = ("parent_run_id", "root_run_id", "depth")
+    assert not any(key in by_depth[0][0] for key in chain_keys)  # the main run is the root
+    # a child's first call carries its chain, its later calls none
+    assert {k: by_depth[1][0][k] for k in chain_keys} == {
+        "parent_run_id": main,
+        "root_run_id": main,
+        "depth": 1,
+    }
+    assert {k: by_depth[2][0][k] for k in chain_keys} == {
+        "parent_run_id": child,
+        "root_run_id": main,
+        "depth": 2,
+    }
+    assert not any(key in body for body in by_depth[1][1:] + by_depth[2][1:] for key in chain_keys)
+    # OpenClaw told each subagent its depth out of its limit, maxSpawnDepth (5 unless configured)
+    assert model.limits == {5}  # type: ignore[attr-defined]
+
+    # loopwatch's view: the chain as the plugin sent it; each subagent's run ended by its
+    # subagent_ended, the main run still open (its agent_end needs conversation access)
+    fleet = {run_id: _get(f"{lw_url}/fleet/run?id={run_id}") for run_id in (main, child, grandchild)}
+    assert {r: (v["parent_run_id"], v["root_run_id"], v["depth"]) for r, v in fleet.items()} == {
+        main: (None, main, 0),
+        child: (main, main, 1),
+        grandchild: (child, main, 2),
+    }
+    assert {r: v["status"] for r, v in fleet.items()} == {main: "active", child: "ended", grandchild: "ended"}
+    ended = [r["body"] for r in sent if r["path"] == "/v1/events" and r["body"]["type"] == "run_end"]
+    assert {e["run_id"] for e in ended} >= {child, grandchild}
+    assert main not in {e["run_id"] for e in ended}

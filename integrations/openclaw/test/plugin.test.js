@@ -5,8 +5,11 @@ import { spawn } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import plugin, {
+  CHAIN_WAIT_MS,
   MAX_RUNS,
+  childChain,
   createHooks,
+  isSubagentSessionKey,
   jsonText,
   createState,
   loopWarningNote,
@@ -136,7 +139,13 @@ async function loop(p, runId, count, ctx, start = 0) {
 
 test("a looping agent is blocked with the verdict's message, unchanged; others are not", async () => {
   const p = live();
-  assert.deepEqual(Object.keys(p.handlers).sort(), ["after_tool_call", "agent_end", "before_tool_call"]);
+  assert.deepEqual(Object.keys(p.handlers).sort(), [
+    "after_tool_call",
+    "agent_end",
+    "before_tool_call",
+    "subagent_ended",
+    "subagent_spawned",
+  ]);
   assert.equal(p.middlewares.length, 1);
   assert.deepEqual(p.middlewares[0].options, { runtimes: ["openclaw"] });
   const ctx = { agentId: "coder", sessionKey: "agent:coder:main", sessionId: "s-7" };
@@ -462,4 +471,157 @@ test("abortStopsRun where this OpenClaw cannot stop a run is said once, and the 
   } finally {
     server.close();
   }
+});
+
+// -- subagents: delegation chains -------------------------------------------------------------
+
+/** A call of `runId` in session `sessionKey`, as OpenClaw's before_tool_call gives it. */
+const callOf = (runId, sessionKey, n, toolName = "read") => [
+  { toolName, params: { path: `${runId}-${n}.md` }, toolCallId: `${runId}-c${n}`, runId },
+  { agentId: "main", sessionKey, sessionId: `s-${runId}`, runId, toolCallId: `${runId}-c${n}` },
+];
+
+/** The plugin with a recording gateway in front of the real one: the bodies it was sent. */
+async function recording() {
+  const { createServer } = await import("node:http");
+  const sent = [];
+  const server = createServer((request, response) => {
+    const chunks = [];
+    request.on("data", (chunk) => chunks.push(chunk));
+    request.on("end", async () => {
+      const body = Buffer.concat(chunks).toString();
+      sent.push({ path: request.url, body: JSON.parse(body) });
+      const answer = await fetch(url + request.url, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}`, "x-loopwatch-texts": "openclaw" },
+        body,
+      });
+      response.writeHead(answer.status, { "content-type": "application/json" });
+      response.end(await answer.text());
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const p = loadPlugin({ gatewayUrl: `http://127.0.0.1:${server.address().port}`, timeoutMs: 5000 });
+  return { p, sent, server };
+}
+
+test("a subagent's session key is told from others as OpenClaw does", () => {
+  assert.equal(isSubagentSessionKey("agent:main:subagent:1f2e"), true);
+  assert.equal(isSubagentSessionKey("agent:ops:subagent:incognito-9"), true);
+  assert.equal(isSubagentSessionKey("subagent:1f2e"), true);
+  assert.equal(isSubagentSessionKey("agent:main:main"), false);
+  assert.equal(isSubagentSessionKey("agent:subagent:main"), false);
+  assert.equal(isSubagentSessionKey(undefined), false);
+  assert.deepEqual(childChain({ runId: "r0" }), { parent_run_id: "r0", root_run_id: "r0", depth: 1 });
+  assert.deepEqual(childChain({ runId: "r1", chain: { parent_run_id: "r0", root_run_id: "r0", depth: 1 } }), {
+    parent_run_id: "r1",
+    root_run_id: "r0",
+    depth: 2,
+  });
+});
+
+test("subagents: each child's first call carries its chain (parent, root, depth), later calls none; subagent_ended ends its run", async () => {
+  const { p, sent, server } = await recording();
+  try {
+    // the main run (a root) calls sessions_spawn; OpenClaw launches the child, then runs
+    // subagent_spawned (ctx.requesterSessionKey: the parent's session)
+    assert.equal(await p.handlers.before_tool_call(...callOf("chain-main", "agent:main:chain", 0, "sessions_spawn")), undefined);
+    const spawned = (child, childKey, parentKey) =>
+      p.handlers.subagent_spawned(
+        { runId: child, childSessionKey: childKey, agentId: "main", mode: "run", threadRequested: false },
+        { runId: child, childSessionKey: childKey, requesterSessionKey: parentKey },
+      );
+    await spawned("chain-child", "agent:main:subagent:c1", "agent:main:chain");
+    for (const n of [0, 1]) await loop(p, "chain-child", 1, { agentId: "main", sessionKey: "agent:main:subagent:c1", runId: "chain-child" }, n);
+    // the child spawns its own: two deep, the same root
+    await p.handlers.before_tool_call(...callOf("chain-child", "agent:main:subagent:c1", 2, "sessions_spawn"));
+    await spawned("chain-grandchild", "agent:main:subagent:c2", "agent:main:subagent:c1");
+    await p.handlers.before_tool_call(...callOf("chain-grandchild", "agent:main:subagent:c2", 0));
+    await p.handlers.before_tool_call(...callOf("chain-grandchild", "agent:main:subagent:c2", 1));
+
+    const decides = sent.filter((r) => r.path === "/v1/decide").map((r) => r.body);
+    const chainOf = (body) => ({ parent_run_id: body.parent_run_id, root_run_id: body.root_run_id, depth: body.depth });
+    const none = { parent_run_id: undefined, root_run_id: undefined, depth: undefined };
+    assert.deepEqual(
+      decides.map((body) => [body.run_id, chainOf(body)]),
+      [
+        ["chain-main", none],
+        ["chain-child", { parent_run_id: "chain-main", root_run_id: "chain-main", depth: 1 }],
+        ["chain-child", none],
+        ["chain-child", none],
+        ["chain-grandchild", { parent_run_id: "chain-child", root_run_id: "chain-main", depth: 2 }],
+        ["chain-grandchild", none],
+      ],
+    );
+    // the gateway keeps the chain the first events gave
+    const grandchild = await fleetRun("chain-grandchild");
+    assert.deepEqual([grandchild.parent_run_id, grandchild.root_run_id, grandchild.depth], ["chain-child", "chain-main", 2]);
+
+    // subagent_ended: a run_end for the child's run (the fields its calls named), forgotten here
+    await p.handlers.subagent_ended(
+      { targetSessionKey: "agent:main:subagent:c2", targetKind: "subagent", reason: "subagent-complete", runId: "chain-grandchild", outcome: "ok" },
+      { runId: "chain-grandchild", childSessionKey: "agent:main:subagent:c2", requesterSessionKey: "agent:main:subagent:c1" },
+    );
+    const ends = sent.filter((r) => r.path === "/v1/events" && r.body.type === "run_end").map((r) => r.body);
+    assert.deepEqual(
+      ends.map(({ event_id, ...fields }) => fields),
+      [{ type: "run_end", agent_id: "main", run_id: "chain-grandchild", session_id: "s-chain-grandchild" }],
+    );
+    assert.equal((await fleetRun("chain-grandchild")).status, "ended");
+    assert.equal((await fleetRun("chain-child")).status, "active");
+  } finally {
+    server.close();
+  }
+});
+
+test("a subagent's first call that comes before its subagent_spawned waits for it (bounded)", async () => {
+  const { p, sent, server } = await recording();
+  try {
+    await p.handlers.before_tool_call(...callOf("early-main", "agent:main:early", 0, "sessions_spawn"));
+    const started = Date.now();
+    const first = p.handlers.before_tool_call(...callOf("early-child", "agent:main:subagent:e1", 0));
+    await sleep(50); // the child asks first; OpenClaw's hook comes later
+    await p.handlers.subagent_spawned(
+      { runId: "early-child", childSessionKey: "agent:main:subagent:e1", agentId: "main", mode: "run", threadRequested: false },
+      { runId: "early-child", childSessionKey: "agent:main:subagent:e1", requesterSessionKey: "agent:main:early" },
+    );
+    assert.equal(await first, undefined);
+    assert.ok(Date.now() - started < CHAIN_WAIT_MS);
+    const child = sent.filter((r) => r.path === "/v1/decide").map((r) => r.body).find((b) => b.run_id === "early-child");
+    assert.deepEqual([child.parent_run_id, child.root_run_id, child.depth], ["early-main", "early-main", 1]);
+
+    // a subagent whose spawn never comes is a root, after one wait (its later calls do not wait)
+    const lone = Date.now();
+    await p.handlers.before_tool_call(...callOf("lone-child", "agent:main:subagent:l1", 0));
+    assert.ok(Date.now() - lone >= CHAIN_WAIT_MS - 10);
+    const again = Date.now();
+    await p.handlers.before_tool_call(...callOf("lone-child", "agent:main:subagent:l1", 1));
+    assert.ok(Date.now() - again < CHAIN_WAIT_MS);
+    const lones = sent.filter((r) => r.path === "/v1/decide" && r.body.run_id === "lone-child").map((r) => r.body);
+    assert.equal(lones.length, 2);
+    assert.ok(lones.every((b) => b.parent_run_id === undefined && b.depth === undefined));
+    // a call of a main session never waits
+    const plain = Date.now();
+    await p.handlers.before_tool_call(...callOf("plain-run", "agent:main:plain", 0));
+    assert.ok(Date.now() - plain < CHAIN_WAIT_MS);
+  } finally {
+    server.close();
+  }
+});
+
+test("a spawn from a session with no run seen here is said, and the child is a root", async () => {
+  const p = live();
+  p.handlers.subagent_spawned(
+    { runId: "orphan", childSessionKey: "agent:main:subagent:o1", agentId: "main", mode: "run", threadRequested: false },
+    { runId: "orphan", childSessionKey: "agent:main:subagent:o1", requesterSessionKey: "agent:main:unknown" },
+  );
+  assert.match(p.warnings[0], /subagent orphan of a session with no run seen here: it is a chain's root/);
+  // subagent_ended of a child whose calls were never seen: its spawned run id is ended
+  await p.handlers.subagent_ended(
+    { targetSessionKey: "agent:main:subagent:o1", targetKind: "subagent", reason: "subagent-error", runId: "orphan" },
+    { runId: "orphan", childSessionKey: "agent:main:subagent:o1" },
+  );
+  const dead = loadPlugin({ gatewayUrl: DEAD, timeoutMs: 500 });
+  await dead.handlers.subagent_ended({ targetSessionKey: "agent:main:subagent:o2", runId: "o2" }, {});
+  assert.match(dead.warnings[0], /subagent run end not reported/);
 });
