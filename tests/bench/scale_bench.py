@@ -18,7 +18,9 @@ cpu       a fixed load (the stream bench's fleet: 50 calls per run, 30 % of runs
           through 1, 2 and 4 workers on 8 partitions: process CPU time (utime + stime of
           ``/proc/<pid>/stat``, every thread) per event, net of each worker's idle CPU,
           with the fleet view on (the default: every worker also reads every event and
-          verdict) and off; the broker's CPU per event beside it when its process is found.
+          verdict), off, and kept by one ``loopwatch view`` process beside workers without it
+          (its CPU counted with theirs); the broker's CPU per event beside it when its process
+          is found.
 
 Synthesised runs cost little to make: one ``tool_call`` and its ``tool_result`` each (so
 every run has a state), keyed by run id, spread over ``--agents`` agent ids, produced in
@@ -35,6 +37,7 @@ import os
 import re
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 import urllib.request
@@ -52,7 +55,7 @@ from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import run_scope
 from loopwatch.streams.partitions import key_partition
 from tests.bench.workloads import Workload, generate, to_wire
-from tests.integration.harness import Names, WorkerProcess
+from tests.integration.harness import LOOPWATCH, Names, WorkerProcess
 
 BOOTSTRAP = "127.0.0.1:19092"
 PARTITIONS = 8
@@ -609,9 +612,13 @@ def measure_cpu(
     env = {} if view == "on" else {"LOOPWATCH_FLEET_VIEW": "false"}
     fleet = Fleet(args.kafka, tmp, args.web_port, {**args.extra, **env})
     broker = broker_pid(args.kafka)
+    viewer: subprocess.Popen[bytes] | None = None
     try:
         fleet.start(count)
         pids = [w.proc.pid for w in fleet.workers]
+        if view == "process":  # the workers keep no view; one `loopwatch view` keeps the fleet's
+            viewer = start_view(fleet, Path(tmp) / f"{fleet.names.app_id}-view.log")
+            pids.append(viewer.pid)
         quiet(pids)
         idle_from = [cpu_s(pid) for pid in pids]
         broker_idle_from = cpu_s(broker) if broker else 0.0
@@ -650,15 +657,33 @@ def measure_cpu(
         }
         results.add("cpu", row)
         print(
-            f"cpu     {count} worker{'s' if count > 1 else ' '} fleet view {view:3}: "
+            f"cpu     {count} worker{'s' if count > 1 else ' '} fleet view {view:7}: "
             f"{row['net_us_per_event']:6.1f} µs CPU per event net of idle ({row['us_per_event']:.1f} gross; "
             f"per worker {', '.join(f'{u:.1f}' for u in used)} s), {row['events_per_s']:,} events/s here; "
             f"broker {row['broker_net_us_per_event']} µs/event net of idle",
             flush=True,
         )
     finally:
+        if viewer is not None:
+            viewer.terminate()
+            viewer.wait(20)
         fleet.stop()
         asyncio.run(delete_topics(args.kafka, fleet.names.app_id))
+
+
+def start_view(fleet: Fleet, log: Path) -> subprocess.Popen[bytes]:
+    """``loopwatch view`` on the fleet's topics, once its dashboard is up."""
+    env = fleet.names.env(fleet.bootstrap, LOOPWATCH_PARTITIONS=str(PARTITIONS), **fleet.extra)
+    with log.open("wb") as err:
+        viewer = subprocess.Popen(
+            [LOOPWATCH, "view", "--listen", "127.0.0.1:0"], env=env, stdout=subprocess.DEVNULL, stderr=err
+        )
+    deadline = time.monotonic() + 60
+    while "dashboard at" not in log.read_text(errors="replace"):
+        if viewer.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"loopwatch view did not start:\n{log.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.1)
+    return viewer
 
 
 def _list(text: str, allowed: tuple[str, ...] | None = None) -> list[str]:
@@ -694,7 +719,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the memory and failover parts")
     parser.add_argument("--cpu-runs", type=int, default=1000, help="runs of 50 calls in the CPU load")
     parser.add_argument("--cpu-workers", default="1,2,4")
-    parser.add_argument("--cpu-fleet-view", default="on,off", help="fleet view on, off, or both")
+    parser.add_argument(
+        "--cpu-fleet-view",
+        default="on,off,process",
+        help="on (each worker keeps the view), off, process (one `loopwatch view` beside workers without it)",
+    )
     parser.add_argument("--web-port", type=int, default=16900, help="first worker web port")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="worker setting")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -702,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(n) for n in _list(args.runs)]
     stores = _list(args.stores, STORES)
     parts = _list(args.parts, PARTS)
-    views = _list(args.cpu_fleet_view, ("on", "off"))
+    views = _list(args.cpu_fleet_view, ("on", "off", "process"))
     args.extra = dict(item.split("=", 1) for item in args.env)
     results = Results(args.out, args)
     print(

@@ -203,6 +203,58 @@ def test_worker_dashboard_shows_the_stream_and_updates_live(
     assert [(r["run"], r["level"], r["calls"]) for r in chain["rows"]] == [("live-loop", 0, 12)]
 
 
+def test_a_view_process_shows_the_fleet_of_workers_that_keep_no_view(
+    kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    """``loopwatch view`` beside two workers run with ``LOOPWATCH_FLEET_VIEW=false`` (each reads
+    its own partitions only): its fleet page shows the stream's numbers, as a worker's own
+    view does in the test above, and the workers' views stay empty."""
+    events = fixture_events() + fleet_events(runs=30, seed=12)
+    outputs = expected_outputs(events)
+    pair = [
+        start_worker(names, kafka_bootstrap, tmp_path, workers, f"w{n}", LOOPWATCH_FLEET_VIEW="false")
+        for n in (1, 2)
+    ]
+    log = tmp_path / "view.log"
+    with log.open("wb") as err:
+        view = subprocess.Popen(
+            [LOOPWATCH, "view", "--listen", "127.0.0.1:0"],
+            env=names.env(kafka_bootstrap),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=ROOT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        found = None
+        while found is None and time.monotonic() < deadline and view.poll() is None:
+            found = re.search(r"dashboard at (http://\S+)", log.read_text(errors="replace"))
+            time.sleep(0.1)
+        assert found, log.read_text(errors="replace")
+        url = found.group(1)
+        run(produce(kafka_bootstrap, names.events, event_records(events)))
+        run(consume(kafka_bootstrap, names.verdicts, until=len(outputs), timeout=120))
+
+        async def scenario() -> None:
+            async with Chromium() as browser:
+                page = await check_fleet_page(browser, url, events, outputs)
+                assert set(page["feed"]) <= {o["verdict_id"] for o in outputs}
+                await browser.screenshot(ARTIFACTS / "dashboard-view-process.png")
+
+        asyncio.run(scenario())
+        with urllib.request.urlopen(url.replace("/dashboard", "/fleet/overview"), timeout=10) as answer:
+            overview = json.loads(answer.read())
+        assert overview["totals"]["events"] == len(events)
+        assert overview["totals"]["verdicts"] == len(outputs)
+        for worker in pair:  # (the workers' own views: off)
+            port = worker.env["LOOPWATCH_WEB_PORT"]
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/fleet/overview", timeout=10) as answer:
+                assert json.loads(answer.read())["totals"]["events"] == 0
+    finally:
+        view.terminate()
+        assert view.wait(20) == 0, log.read_text(errors="replace")
+
+
 class Served:
     """A ``loopwatch`` command that serves the dashboard, its URL read from its stderr."""
 

@@ -13,9 +13,10 @@ from loopwatch.streams.cli.commands import (
     replay,
     run,
     transcripts,
+    view,
     worker,
 )
 
 __all__ = ["COMMANDS"]
 
-COMMANDS = (run, conformance, demo, replay, transcripts, check_config, gateway, hook, mcp, worker)
+COMMANDS = (run, conformance, demo, replay, transcripts, check_config, gateway, hook, mcp, worker, view)
