@@ -6,6 +6,12 @@ Reads OpenClaw config files (JSON5): ``tools.loopDetection`` (global),
 real ``openclaw.json`` can be used as it is. loopwatch's settings live under ``loopwatch``.
 Parsing takes text, not a path: reading the file is the caller's I/O.
 
+The file is declared as the Structs of :mod:`config.document` (and of the sections below
+them) and decoded against them by :func:`config.struct_decoding.decode_struct`, every problem
+with its path. What no declaration says is checked here: an agent entry with a block or a
+``loopwatch`` object needs an id, an agent may not have two blocks, presets or ``detectors``,
+and an agent's rules are ordered once merged over the global ones.
+
 Every agent is resolved once, when the config is built: the default (the global block and
 rules alone) and every agent with a block or rules of its own, into a frozen table that
 :meth:`FleetConfig.for_agent` reads with one lookup; any other agent gets the default.
@@ -22,6 +28,7 @@ from typing import Any
 
 import json5
 
+from loopwatch.config.document import AgentRecord, ConfigFile
 from loopwatch.config.errors import ConfigError, ConfigProblem
 from loopwatch.config.loop_detection import (
     RawBlock,
@@ -32,8 +39,9 @@ from loopwatch.config.loop_detection import (
 )
 from loopwatch.config.near_misses import near_misses
 from loopwatch.config.own_rules import RawRules, merge_rules, resolve_rules, validate_rules
-from loopwatch.config.presets import preset_named, validate_preset
-from loopwatch.config.settings import DetectorSettings, Digest, parse_settings
+from loopwatch.config.presets import preset_named
+from loopwatch.config.settings import DetectorSettings, Digest, LoopwatchSection, parse_settings
+from loopwatch.config.struct_decoding import decode_field, decode_struct
 
 __all__ = ["FleetConfig", "parse_config_text", "parse_config_value"]
 
@@ -144,6 +152,17 @@ def rules_under_preset(preset: str | None, global_rules: RawRules | None) -> Raw
     return merge_rules(preset_named(preset).rules, global_rules) if preset else global_rules
 
 
+@dataclass
+class _Agents:
+    """What the agents of a file set: per agent, its block, its ``detectors`` object (and the
+    path it was found at) and its preset."""
+
+    blocks: dict[str, RawBlock] = field(default_factory=dict)
+    rules: dict[str, RawRules] = field(default_factory=dict)
+    rules_at: dict[str, str] = field(default_factory=dict)
+    presets: dict[str, str] = field(default_factory=dict)
+
+
 def _agent_entry(config: FleetConfig, agent_id: str, entry: dict[str, Any] | None) -> FleetConfig:
     """``config`` with one agent's whole entry replaced: its ``tools.loopDetection`` block, its
     ``loopwatch`` ``detectors`` and ``preset`` (``None``: every override of the agent removed)."""
@@ -153,25 +172,23 @@ def _agent_entry(config: FleetConfig, agent_id: str, entry: dict[str, Any] | Non
     if entry is not None:
         problems: list[ConfigProblem] = []
         path = f"agents.{agent_id}"
-        for key in entry:
-            if key not in ("tools", "loopwatch"):
-                problems.append(ConfigProblem(f"{path}.{key}", "unknown key (known: tools, loopwatch)"))
-        block = _tools_block(entry, path, problems)
-        found: AgentRules = ({}, {}, {})
-        _agent_rules(entry, agent_id, path, found, problems)
-        name = found[2].get(agent_id, config.global_preset)
-        own = found[0].get(agent_id)
+        decode_struct(entry, AgentRecord, path, problems)
+        found = _Agents()
+        _collect_entry(entry, agent_id, path, found, problems)
+        name = found.presets.get(agent_id, config.global_preset)
+        own = found.rules.get(agent_id)
         if own is not None and not problems:
             base = rules_under_preset(name, config.global_rules)
-            problems += validate_rules(merge_rules(base, own), found[1][agent_id])
+            problems += validate_rules(merge_rules(base, own), found.rules_at[agent_id])
         if problems:
             raise ConfigError(problems)
+        block = found.blocks.get(agent_id)
         if block is not None:
             blocks[agent_id] = block
         if own is not None:
             rules[agent_id] = own
-        if agent_id in found[2]:
-            presets[agent_id] = found[2][agent_id]
+        if agent_id in found.presets:
+            presets[agent_id] = found.presets[agent_id]
     return FleetConfig(
         config.global_block,
         blocks,
@@ -183,20 +200,17 @@ def _agent_entry(config: FleetConfig, agent_id: str, entry: dict[str, Any] | Non
     )
 
 
-def _tools_block(owner: object, path: str, problems: list[ConfigProblem]) -> RawBlock | None:
-    if not isinstance(owner, dict) or "tools" not in owner:
-        return None
-    tools = owner["tools"]
-    prefix = f"{path}.tools" if path else "tools"
-    if not isinstance(tools, dict):
-        problems.append(ConfigProblem(prefix, "must be an object"))
-        return None
-    if "loopDetection" not in tools:
-        return None
-    block = tools["loopDetection"]
-    found = validate_block(block, f"{prefix}.loopDetection")
-    problems.extend(found)
+def _block_of(owner: dict[str, Any]) -> RawBlock | None:
+    """The ``tools.loopDetection`` object of the file or of an agent entry, if it is one."""
+    tools = owner.get("tools")
+    block = tools.get("loopDetection") if isinstance(tools, dict) else None
     return block if isinstance(block, dict) else None
+
+
+def _clean(problems: list[ConfigProblem], path: str) -> bool:
+    """Whether no problem was found at ``path`` or below it."""
+    below = path + "."
+    return not any(problem.path == path or problem.path.startswith(below) for problem in problems)
 
 
 def parse_config_value(
@@ -206,37 +220,36 @@ def parse_config_value(
     problems: list[ConfigProblem] = []
     if not isinstance(value, dict):
         raise ConfigError([ConfigProblem("", "the config must be a JSON object")], source)
-    global_block = _tools_block(value, "", problems)
-    agents: dict[str, RawBlock] = {}
-    agent_rules: dict[str, RawRules] = {}
-    rules_at: dict[str, str] = {}  # agent -> the path of its detectors object
-    presets: dict[str, str] = {}
-    _agent_blocks(value.get("agents"), agents, (agent_rules, rules_at, presets), problems)
+    if "tools" in value:
+        decode_field(ConfigFile, "tools", value["tools"], "tools", problems)
+    global_block = _block_of(value)
+    agents = _Agents()
+    if "agents" in value:
+        decode_field(ConfigFile, "agents", value["agents"], "agents", problems)
+        _collect_agents(value["agents"], agents, problems)
     section = value.get("loopwatch")
     global_rules: RawRules | None = None
     global_preset: str | None = None
     global_ok = True
     if isinstance(section, dict) and "preset" in section:
-        section = dict(section)
-        found_preset = section.pop("preset")
-        preset_problems = validate_preset(found_preset, "loopwatch.preset")
-        problems.extend(preset_problems)
-        if not preset_problems:
-            global_preset = found_preset
+        named, preset = decode_field(
+            LoopwatchSection, "preset", section["preset"], "loopwatch.preset", problems
+        )
+        if named:
+            global_preset = preset
     if isinstance(section, dict) and "detectors" in section:
-        section = dict(section)
-        found_rules = section.pop("detectors")
-        found_problems = validate_rules(found_rules, "loopwatch.detectors")
-        problems.extend(found_problems)
-        global_ok = not found_problems
+        found_rules = section["detectors"]
+        global_ok = decode_field(LoopwatchSection, "detectors", found_rules, "loopwatch.detectors", problems)[
+            0
+        ]
         global_rules = found_rules if isinstance(found_rules, dict) else None
     parsed_settings, found = parse_settings(section, base=settings)
     problems.extend(found)
     if global_ok:  # the threshold order of each agent's rules, merged over the global ones
-        for agent_id, own in agent_rules.items():
-            name = presets.get(agent_id, global_preset)
+        for agent_id, own in agents.rules.items():
+            name = agents.presets.get(agent_id, global_preset)
             base = rules_under_preset(name, global_rules)
-            merged_problems = validate_rules(merge_rules(base, own), rules_at[agent_id])
+            merged_problems = validate_rules(merge_rules(base, own), agents.rules_at[agent_id])
             problems.extend(
                 ConfigProblem(p.path, f"{p.message} (this agent's rules merged over loopwatch.detectors)")
                 for p in merged_problems
@@ -245,106 +258,67 @@ def parse_config_value(
         raise ConfigError(problems, source)
     return FleetConfig(
         global_block,
-        agents,
+        agents.blocks,
         parsed_settings,
         global_rules,
-        agent_rules,
+        agents.rules,
         tuple(near_misses(value)),
         global_preset,
-        presets,
+        agents.presets,
     )
 
 
-#: per agent, its ``detectors`` object, the path it was found at, and its preset
-AgentRules = tuple[dict[str, RawRules], dict[str, str], dict[str, str]]
-
-
-def _agent_rules(
-    entry: object, agent_id: str, path: str, out: AgentRules, problems: list[ConfigProblem]
+def _collect_entry(
+    entry: dict[str, Any], agent_id: str, path: str, out: _Agents, problems: list[ConfigProblem]
 ) -> None:
-    """An agent's ``loopwatch`` object: only ``detectors`` and ``preset`` may be set per agent."""
-    if not isinstance(entry, dict) or "loopwatch" not in entry:
-        return
-    section = entry["loopwatch"]
+    """An agent entry's block, ``detectors`` and preset (decoded already: each kept where it
+    had no problem), and the problem of one given twice for the same agent."""
+    block = _block_of(entry)
+    if block is not None:
+        if agent_id in out.blocks:
+            problems.append(ConfigProblem(path, f"agent {agent_id!r} has a loopDetection block twice"))
+        else:
+            out.blocks[agent_id] = block
+    section = entry.get("loopwatch")
     if not isinstance(section, dict):
-        problems.append(ConfigProblem(f"{path}.loopwatch", "must be an object"))
         return
-    for key in section:
-        if key not in ("detectors", "preset"):
-            problems.append(
-                ConfigProblem(f"{path}.loopwatch.{key}", "only detectors and preset can be set per agent")
-            )
     if "preset" in section:
-        found_problems = validate_preset(section["preset"], f"{path}.loopwatch.preset")
-        problems.extend(found_problems)
-        presets = out[2]
-        if agent_id in presets:
-            problems.append(
-                ConfigProblem(f"{path}.loopwatch.preset", f"agent {agent_id!r} has loopwatch.preset twice")
-            )
-        elif not found_problems:
-            presets[agent_id] = section["preset"]
+        where = f"{path}.loopwatch.preset"
+        if agent_id in out.presets:
+            problems.append(ConfigProblem(where, f"agent {agent_id!r} has loopwatch.preset twice"))
+        elif _clean(problems, where):
+            out.presets[agent_id] = section["preset"]
     if "detectors" in section:
         rules = section["detectors"]
         where = f"{path}.loopwatch.detectors"
-        found = validate_rules(rules, where, per_agent=True)
-        problems.extend(found)
-        kept, paths, _ = out
-        if agent_id in paths:
-            twice = f"agent {agent_id!r} has loopwatch.detectors twice (also at {paths[agent_id]})"
+        if agent_id in out.rules_at:
+            twice = f"agent {agent_id!r} has loopwatch.detectors twice (also at {out.rules_at[agent_id]})"
             problems.append(ConfigProblem(where, twice))
-        elif not found and isinstance(rules, dict):
-            kept[agent_id] = rules
-        paths.setdefault(agent_id, where)
+        elif _clean(problems, where) and isinstance(rules, dict):
+            out.rules[agent_id] = rules
+        out.rules_at.setdefault(agent_id, where)
 
 
-def _agent_blocks(
-    agents: object, out: dict[str, RawBlock], rules: AgentRules, problems: list[ConfigProblem]
-) -> None:
-    if agents is None:
-        return
+def _collect_agents(agents: object, out: _Agents, problems: list[ConfigProblem]) -> None:
+    """Every agent entry of ``agents`` (decoded already), by its id: an ``agents.list`` entry
+    with a block or a ``loopwatch`` object needs one."""
     if not isinstance(agents, dict):
-        problems.append(ConfigProblem("agents", "must be an object"))
         return
     listed = agents.get("list")
-    if listed is not None:
-        if not isinstance(listed, list):
-            problems.append(ConfigProblem("agents.list", "must be an array"))
-        else:
-            for index, entry in enumerate(listed):
-                path = f"agents.list[{index}]"
-                if not isinstance(entry, dict):
-                    problems.append(ConfigProblem(path, "must be an object"))
-                    continue
-                agent_id = entry.get("id")
-                block = _tools_block(entry, path, problems)
-                if not isinstance(agent_id, str) or not agent_id.strip():
-                    if block is not None or "loopwatch" in entry:
-                        problems.append(ConfigProblem(f"{path}.id", "must be a non-empty string"))
-                    continue
-                if block is not None:
-                    _put(out, agent_id.strip(), block, path, problems)
-                _agent_rules(entry, agent_id.strip(), path, rules, problems)
+    for index, entry in enumerate(listed if isinstance(listed, list) else []):
+        if not isinstance(entry, dict):
+            continue
+        path = f"agents.list[{index}]"
+        agent_id = entry.get("id")
+        if not isinstance(agent_id, str) or not agent_id.strip():
+            if _block_of(entry) is not None or "loopwatch" in entry:
+                problems.append(ConfigProblem(f"{path}.id", "must be a non-empty string"))
+            continue
+        _collect_entry(entry, agent_id.strip(), path, out, problems)
     entries = agents.get("entries")
-    if entries is not None:
-        if not isinstance(entries, dict):
-            problems.append(ConfigProblem("agents.entries", "must be an object"))
-        else:
-            for agent_id, entry in entries.items():
-                path = f"agents.entries.{agent_id}"
-                block = _tools_block(entry, path, problems)
-                if block is not None:
-                    _put(out, agent_id, block, path, problems)
-                _agent_rules(entry, agent_id, path, rules, problems)
-
-
-def _put(
-    out: dict[str, RawBlock], agent_id: str, block: RawBlock, path: str, problems: list[ConfigProblem]
-) -> None:
-    if agent_id in out:
-        problems.append(ConfigProblem(path, f"agent {agent_id!r} has a loopDetection block twice"))
-    else:
-        out[agent_id] = block
+    for agent_id, entry in entries.items() if isinstance(entries, dict) else ():
+        if isinstance(entry, dict):
+            _collect_entry(entry, agent_id, f"agents.entries.{agent_id}", out, problems)
 
 
 def json5_value(text: str) -> Any:

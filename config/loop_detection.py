@@ -2,11 +2,12 @@
 
 Rules (spec §6):
 
-* A block is a JSON object with the keys ``enabled``, ``historySize``, ``warningThreshold``,
-  ``unknownToolThreshold``, ``criticalThreshold``, ``globalCircuitBreakerThreshold``,
-  ``detectors`` (``genericRepeat``, ``knownPollNoProgress``, ``pingPong``) and
-  ``postCompactionGuard`` (``windowSize``). Unknown keys are rejected (OpenClaw's strict schema).
-* Validation reports every problem of a block with its path, plus the two ordering messages.
+* A block is a JSON object whose keys are declared once, as the Struct
+  :class:`config.loop_detection_block.LoopDetection` (``enabled``, ``historySize``, the four
+  thresholds, ``detectors`` and ``postCompactionGuard``), with the defaults resolution falls
+  back to. Unknown keys are rejected (OpenClaw's strict schema).
+* Validation (:func:`validate_block`) decodes a block against it: every problem with its path,
+  plus OpenClaw's two ordering messages (between thresholds the block sets).
 * Resolution (:func:`resolve`) never fails: a value that is not a positive integer falls back
   to its default, then the critical and global thresholds are raised above the one below.
 * :func:`merge_agent` merges a per-agent block over the global one, ``detectors`` and
@@ -22,8 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopwatch.config.errors import ConfigProblem
+from loopwatch.config.loop_detection_block import LoopDetection, PostCompactionGuard, defaults
 from loopwatch.config.own_rules import DEFAULT_OWN_RULES, OwnRules
 from loopwatch.config.settings import Revision
+from loopwatch.config.struct_decoding import decode_struct
 
 __all__ = [
     "DEFAULTS",
@@ -36,17 +39,9 @@ __all__ = [
 
 RawBlock = dict[str, Any]
 
-DEFAULTS: dict[str, int] = {
-    "historySize": 30,
-    "warningThreshold": 10,
-    "unknownToolThreshold": 10,
-    "criticalThreshold": 20,
-    "globalCircuitBreakerThreshold": 30,
-}
-DEFAULT_GUARD_WINDOW = 3
-DETECTOR_FLAGS = ("genericRepeat", "knownPollNoProgress", "pingPong")
-_NUMERIC_KEYS = tuple(DEFAULTS)
-_TOP_KEYS = ("enabled", *_NUMERIC_KEYS, "detectors", "postCompactionGuard")
+#: the values resolution falls back to (spec §6.3), as the block's declaration documents them
+DEFAULTS: dict[str, int] = defaults(LoopDetection)
+DEFAULT_GUARD_WINDOW: int = defaults(PostCompactionGuard)["windowSize"]
 
 
 def _is_positive_int(value: object) -> bool:
@@ -65,68 +60,10 @@ def as_positive_int(value: object, default: int) -> int:
     return int(value) if _is_positive_int(value) else default  # type: ignore[call-overload]
 
 
-def _check_object(
-    value: object, path: str, allowed: tuple[str, ...], check: str, problems: list[ConfigProblem]
-) -> None:
-    """A nested object whose keys are ``allowed`` and whose values pass ``check``."""
-    if not isinstance(value, dict):
-        problems.append(ConfigProblem(path, "must be an object"))
-        return
-    for key, item in value.items():
-        if key not in allowed:
-            problems.append(ConfigProblem(f"{path}.{key}", f"unknown key (known: {', '.join(allowed)})"))
-        elif check == "bool" and not isinstance(item, bool):
-            problems.append(ConfigProblem(f"{path}.{key}", "must be a boolean"))
-        elif check == "positive" and not _is_positive_int(item):
-            problems.append(ConfigProblem(f"{path}.{key}", "must be a positive integer"))
-
-
-def _check_order(block: dict[str, Any], path: str, problems: list[ConfigProblem]) -> None:
-    """The two cross-field messages of OpenClaw's schema (spec §6.1)."""
-    values = [
-        block.get(key) for key in ("warningThreshold", "criticalThreshold", "globalCircuitBreakerThreshold")
-    ]
-    warning, critical, glob = (value if _is_positive_int(value) else None for value in values)
-    if warning is not None and critical is not None and warning >= critical:
-        problems.append(
-            ConfigProblem(
-                f"{path}.warningThreshold",
-                "tools.loopDetection.warningThreshold must be lower than criticalThreshold.",
-            )
-        )
-    if critical is not None and glob is not None and critical >= glob:
-        problems.append(
-            ConfigProblem(
-                f"{path}.criticalThreshold",
-                "tools.loopDetection.criticalThreshold must be lower than globalCircuitBreakerThreshold.",
-            )
-        )
-
-
 def validate_block(block: object, path: str) -> list[ConfigProblem]:
     """Every problem of one ``loopDetection`` block (strict schema plus the ordering checks)."""
-    if not isinstance(block, dict):
-        return [ConfigProblem(path, "must be an object")]
     problems: list[ConfigProblem] = []
-    for key in block:
-        if key not in _TOP_KEYS:
-            problems.append(ConfigProblem(f"{path}.{key}", f"unknown key (known: {', '.join(_TOP_KEYS)})"))
-    if "enabled" in block and not isinstance(block["enabled"], bool):
-        problems.append(ConfigProblem(f"{path}.enabled", "must be a boolean"))
-    for key in _NUMERIC_KEYS:
-        if key in block and not _is_positive_int(block[key]):
-            problems.append(ConfigProblem(f"{path}.{key}", "must be a positive integer"))
-    if "detectors" in block:
-        _check_object(block["detectors"], f"{path}.detectors", DETECTOR_FLAGS, "bool", problems)
-    if "postCompactionGuard" in block:
-        _check_object(
-            block["postCompactionGuard"],
-            f"{path}.postCompactionGuard",
-            ("windowSize",),
-            "positive",
-            problems,
-        )
-    _check_order(block, path, problems)
+    decode_struct(block, LoopDetection, path, problems)
     return problems
 
 

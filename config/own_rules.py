@@ -25,6 +25,7 @@ import msgspec
 from loopwatch.config.errors import ConfigError, ConfigProblem
 from loopwatch.config.sections import (
     FLEET_RULES,
+    AgentDetectors,
     CallCycle,
     Detectors,
     EditUndo,
@@ -47,7 +48,6 @@ __all__ = [
 
 RawRules = dict[str, Any]
 
-_FLEET_WIDE: Final = dict.fromkeys(FLEET_RULES, "a fleet-wide rule: set it in the global loopwatch.detectors")
 _DEFAULTS: Final = Detectors()
 
 
@@ -56,8 +56,7 @@ def validate_rules(raw: object, path: str, per_agent: bool = False) -> list[Conf
     and the threshold order is not checked: it applies once merged over the global object
     (an agent may set only ``criticalThreshold``, over a global ``warningThreshold``)."""
     problems: list[ConfigProblem] = []
-    refused = _FLEET_WIDE if per_agent else {}
-    decode_struct(raw, Detectors, path, problems, refused=refused, ordered=not per_agent)
+    decode_struct(raw, AgentDetectors if per_agent else Detectors, path, problems)
     return problems
 
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Annotated, Any, Final, Literal, get_args
 
-from loopwatch.config.errors import ConfigProblem
+from msgspec import Meta
 
-__all__ = ["ALIASES", "PRESETS", "Preset", "preset_named", "validate_preset"]
+__all__ = ["ALIASES", "PRESETS", "Preset", "PresetName", "preset_named", "preset_problem"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +67,25 @@ def preset_named(name: str) -> Preset:
     return PRESETS[ALIASES.get(name, name)]
 
 
-def validate_preset(value: object, path: str) -> list[ConfigProblem]:
-    """The problems of one ``preset`` value (a known name)."""
+def preset_problem(value: object) -> str:
+    """What is wrong with a ``preset`` value that is not a known name."""
     known = ", ".join((*ALIASES, *PRESETS))
     if not isinstance(value, str):
-        return [ConfigProblem(path, f"must be a string, one of: {known}")]
-    if value not in PRESETS and value not in ALIASES:
-        return [ConfigProblem(path, f"unknown preset {value!r} (known: {known})")]
-    return []
+        return f"must be a string, one of: {known}"
+    return f"unknown preset {value!r} (known: {known})"
+
+
+#: the value of a ``preset`` key: an alias or a dated name (the names of :data:`ALIASES` and
+#: :data:`PRESETS`, checked below when the module loads)
+PresetName = Annotated[
+    Literal["agents", "agents-2026-12", "openclaw"],
+    Meta(
+        description='A named, dated set of rules laid under the file\'s own keys: "agents" (the '
+        "newest agents preset: OpenClaw's rules plus same-call streaks, call cycles and repeated "
+        'failures), a dated "agents-YYYY-MM" (pinned), or "openclaw" (OpenClaw\'s rules as they are).',
+        extra={"problem": preset_problem},
+    ),
+]
+if set(get_args(get_args(PresetName)[0])) != {*ALIASES, *PRESETS}:
+    raise RuntimeError("config.presets: PresetName does not name every preset and alias")
+

@@ -8,6 +8,9 @@ them from here. Declarations beside the fields:
 * ``ordered`` (ClassVar): (lower, higher) field pairs; the lower must stay below the higher.
 * ``fleet_wide`` (ClassVar): the rule watches the whole fleet and is set globally only.
 * ``member`` (ClassVar): what an unknown key of the object is called in messages.
+* ``refused`` and ``merged_later`` (ClassVars of :class:`AgentDetectors`, an agent's object):
+  keys it may not set, with their message; its pairs are ordered once merged over the global
+  object, not on their own.
 
 Every rule is off by default (the budget unset) except the fleet-wide ones, which only
 publish alerts, so OpenClaw parity stays exact unless an operator opts in (docs/own-rules.md).
@@ -16,6 +19,7 @@ This module defines msgspec Structs, so it stays interpreted (not in setup.py's 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, ClassVar, Final
 
 import msgspec
@@ -24,6 +28,7 @@ from msgspec import Meta
 __all__ = [
     "FLEET_RULES",
     "MAX_WINDOW",
+    "AgentDetectors",
     "CallCycle",
     "Delegation",
     "Detectors",
@@ -108,7 +113,18 @@ class SameFailure(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
 class LoopBudget(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     """``loopBudget``: a run's spend from its first verdict on (unset: off)."""
 
-    usd: Annotated[float, Meta(gt=0, description="USD")] | None = None
+    usd: (
+        Annotated[
+            float,
+            Meta(
+                gt=0,
+                description="The spend (USD) at which a run is stopped, counted from its first verdict "
+                "on; null: no budget.",
+                extra={"unit": "USD"},
+            ),
+        ]
+        | None
+    ) = None
 
 
 class ToolOutageRule(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -183,3 +199,14 @@ class Detectors(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fiel
 FLEET_RULES: Final[tuple[str, ...]] = tuple(
     info.encode_name for info in msgspec.structs.fields(Detectors) if getattr(info.type, "fleet_wide", False)
 )
+
+
+class AgentDetectors(Detectors, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """An agent's ``loopwatch.detectors``: merged over the global object (and its preset's) rule
+    by rule, key by key; the thresholds are ordered once merged; the fleet-wide rules are set in
+    the global ``loopwatch.detectors`` only."""
+
+    refused: ClassVar[Mapping[str, str]] = dict.fromkeys(
+        FLEET_RULES, "a fleet-wide rule: set it in the global loopwatch.detectors"
+    )
+    merged_later: ClassVar[bool] = True
