@@ -1,4 +1,5 @@
-"""``loopwatch check-config``: validate a config, print every agent's effective config."""
+"""``loopwatch check-config``: validate a config, print every agent's effective config; with
+``--schema``, print the JSON Schema of a config file (for editors)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,16 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
     import json
     import os
     import sys
+
+    if args.schema:
+        if args.file is not None:
+            args.usage_error("--schema takes no FILE: it prints the schema of every config file")
+        from loopwatch.config.schema import config_schema
+
+        out.write(json.dumps(config_schema(), indent=2).encode() + b"\n")
+        return 0
+    if args.file is None:
+        args.usage_error("the following arguments are required: FILE (or --schema)")
 
     from loopwatch.config import fleet_rules
     from loopwatch.config.errors import ConfigError, both_or_every_problem
@@ -103,11 +114,18 @@ def register(sub: Any) -> None:
         "its path) and prints the effective config of every agent after the per-agent merge and "
         "the threshold auto-raise, with a note on every value the runtime changed, and each agent's "
         "preset with the rules it turned on (thresholds, exempt tools). Stream settings "
-        "come from LOOPWATCH_* variables; secrets are masked.",
+        "come from LOOPWATCH_* variables; secrets are masked. --schema prints the JSON Schema of "
+        "a config file instead (draft 2020-12, for an editor: docs/configuration.md).",
         epilog="examples:\n  loopwatch check-config ~/.openclaw/openclaw.json\n"
         "  loopwatch check-config --json openclaw.json\n"
-        "  ssh host cat .openclaw/openclaw.json | loopwatch check-config -",
+        "  ssh host cat .openclaw/openclaw.json | loopwatch check-config -\n"
+        "  loopwatch check-config --schema > loopwatch.schema.json",
     )
-    check.add_argument("file", metavar="FILE", help="the config file, or - for stdin")
+    check.add_argument("file", metavar="FILE", nargs="?", help="the config file, or - for stdin")
     check.add_argument("--json", action="store_true", help="machine-readable output")
-    check.set_defaults(func=cmd_check_config)
+    check.add_argument(
+        "--schema",
+        action="store_true",
+        help="print the JSON Schema of a config file (for editors) and exit",
+    )
+    check.set_defaults(func=cmd_check_config, usage_error=check.error)

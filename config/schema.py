@@ -1,0 +1,95 @@
+"""The JSON Schema of a config file (``loopwatch check-config --schema``), for editors.
+
+Written from the declarations the decoder reads (:class:`config.document.ConfigFile` and the
+Structs below it) by ``msgspec.json.schema_components``, JSON Schema draft 2020-12: keys, types,
+``Meta`` constraints, defaults, and the Structs' docstrings and ``Meta`` descriptions as
+descriptions. A Struct's ClassVars add what msgspec does not write:
+
+* ``refused``: keys the object may not set (an agent's fleet-wide rules), each refused with
+  its message as the description;
+* ``json_schema``: the schema of a rule the decoder checks in code (an agent entry's id);
+* ``ordered``: pairs a JSON Schema cannot compare (a warning threshold below the critical
+  one) are named in the object's description; the decoder checks them.
+
+A list of unique strings (a ``frozenset``) is written without ``uniqueItems``: the decoder takes
+a name given twice. Everything else the decoder refuses and a schema cannot say (the ordered
+pairs, one agent given twice, a number that is no JSON number) is listed, with its reason, in
+``tests/unit/test_config_schema.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+import msgspec
+
+from loopwatch.config.document import ConfigFile
+from loopwatch.config.struct_decoding import encode_names
+
+__all__ = ["DRAFT", "config_schema"]
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _structs(tp: Any, found: dict[str, type[msgspec.Struct]]) -> dict[str, type[msgspec.Struct]]:
+    """Every Struct ``tp`` holds, by the name msgspec gives its schema."""
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        if found.setdefault(tp.__name__, tp) is not tp:
+            raise ValueError(f"two config Structs are named {tp.__name__}")
+        for info in msgspec.structs.fields(tp):
+            _structs(info.type, found)
+    for arg in get_args(tp):
+        _structs(arg, found)
+    return found
+
+
+def _plain(text: str) -> str:
+    """A docstring as an editor shows it: paragraphs of one line each, ``code`` as `code`."""
+    paragraphs = (" ".join(line.strip() for line in part.splitlines()) for part in text.split("\n\n"))
+    return "\n\n".join(paragraphs).replace("``", "`")
+
+
+def _for_editors(schema: object) -> None:
+    """Every description made plain; no ``uniqueItems`` (the decoder takes a name twice)."""
+    if isinstance(schema, dict):
+        schema.pop("uniqueItems", None)
+        if isinstance(schema.get("description"), str):
+            schema["description"] = _plain(schema["description"])
+        for value in schema.values():
+            _for_editors(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _for_editors(value)
+
+
+def _completed(cls: type[msgspec.Struct], schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` of ``cls`` with what its ClassVars declare beside its fields."""
+    for key, message in getattr(cls, "refused", {}).items():
+        schema["properties"][key] = {"not": {}, "description": message}
+    names = encode_names(cls)
+    pairs = [f"{names[low]} < {names[high]}" for low, high in getattr(cls, "ordered", ())]
+    if pairs:
+        checked = f"Checked by loopwatch check-config, not by this schema: {'; '.join(pairs)}."
+        schema["description"] = (
+            f"{schema['description']}\n\n{checked}" if "description" in schema else checked
+        )
+    schema.update(getattr(cls, "json_schema", {}))
+    return schema
+
+
+def config_schema() -> dict[str, Any]:
+    """The JSON Schema of a config file (JSON; JSON5 files are the same values)."""
+    (root,), components = msgspec.json.schema_components([ConfigFile], ref_template="#/$defs/{name}")
+    structs = _structs(ConfigFile, {})
+    for name, schema in components.items():
+        _completed(structs[name], schema)
+    _for_editors(components)
+    document = components.pop(ConfigFile.__name__)
+    if root != {"$ref": f"#/$defs/{ConfigFile.__name__}"}:
+        raise ValueError(f"unexpected root schema {root}")
+    return {
+        "$schema": DRAFT,
+        **document,
+        "title": "loopwatch config file",
+        "$defs": dict(sorted(components.items())),
+    }
