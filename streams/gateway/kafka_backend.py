@@ -7,13 +7,22 @@
   when there are none), so an allowed call is answered as soon as it is applied. Without
   an answer within ``--decide-timeout-ms`` the call is allowed (``"timed_out": true``); a
   verdict that comes later still reaches the run's next decision through the worker.
-* An aborted run stays aborted: the worker's answer carries the run's first enforced abort,
-  and the gateway also remembers the runs it saw aborted (the latest ``ABORTED_KEPT``), so
-  their calls answer that abort even when the workers are slow, until the run's ``run_end``.
+* An aborted run stays aborted: the worker's answer carries the run's first enforced abort.
+  The gateway also keeps the aborts the workers' answers carry (the latest ``ABORTED_KEPT``
+  runs), so a run's calls answer that abort even when the workers are slow, until the run's
+  ``run_end``.
 * Invalid input is refused with 400 and also sent to the dead-letter topic, with the reason.
 
-The replies topic is read from its end when the gateway starts, on all partitions: every
-gateway sees every answer and takes those it waits for (by event id).
+**Several gateways, one worker group.** The replies topic is read from its end when the
+gateway starts, on all partitions: every gateway reads every answer, takes those it waits
+for (by event id and run scope), and learns from all of them. The workers send a run's
+answers to one partition, in the order they applied its records, each with its run's scope
+and its abort while it lasts; the ``run_end`` of an aborted run is answered too, whoever
+sent it. So every gateway knows every run's abort and when it ended, as the workers do, not
+only what went through it; and the first answer to a call whose client named its event id
+(the latest ``ANSWERS_KEPT``), so that the call asked again, through any gateway, gets that
+answer without being asked again (the workers would ignore the seen id: "allow"). Which
+gateway a call goes through changes nothing. The decisions themselves are the workers'.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from typing import Any
 
 import msgspec
@@ -39,6 +49,7 @@ from loopwatch.detectors.events import (
 )
 from loopwatch.detectors.facade import BatchDecision, Decision, decision_of
 from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.gateway.backend import ANSWERS_KEPT, is_named
 from loopwatch.streams.kafka.connect import aiokafka_auth
 from loopwatch.streams.kafka.dead_letter import dead_letter
 from loopwatch.streams.kafka.run_processor import REPLY_HEADER
@@ -51,6 +62,7 @@ class _Reply(msgspec.Struct):
     event_id: str
     outputs: list[Verdict | Abort]
     aborted: tuple[str, str] | None = None  # the run's first enforced abort (reason, message)
+    scope: str | None = None  # the run's scope (None: a worker of an earlier release)
 
 
 #: Aborted runs the gateway remembers (beyond them, the workers' answers still say it).
@@ -81,8 +93,12 @@ class KafkaBackend:
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._follower: asyncio.Task[None] | None = None
-        self._waiting: dict[str, asyncio.Future[tuple[list[Output], tuple[str, str] | None]]] = {}
+        #: event id -> the calls waiting for its answer (their run's scope, their future)
+        self._waiting: dict[str, list[tuple[str, asyncio.Future[_Reply]]]] = {}
         self._aborted: dict[str, tuple[str, str]] = {}  # run scope -> its abort, oldest first
+        #: (run scope, event id) of calls whose clients named their ids -> their first answer
+        self._answers: OrderedDict[tuple[str, str], tuple[list[Output], tuple[str, str] | None]]
+        self._answers = OrderedDict()
         self._timed_out_since: float | None = None  # first timeout since the last answer
         self._refused_since: float | None = None  # first events the broker did not take in time
 
@@ -124,14 +140,35 @@ class KafkaBackend:
             batch = await self._consumer.getmany(timeout_ms=1000)
             for messages in batch.values():
                 for message in messages:
-                    waiter = self._waiting.get((message.key or b"").decode("utf-8", "replace"))
-                    if waiter is None or waiter.done():
-                        continue
-                    try:
-                        reply = _REPLY.decode(message.value or b"")
-                    except msgspec.DecodeError:
-                        continue
-                    waiter.set_result((list(reply.outputs), reply.aborted))
+                    self._take(message.value)
+
+    def _take(self, value: bytes | None) -> None:
+        """One answer of the replies topic, whoever asked: to the calls waiting for it, and
+        what it says of its run (from workers that name the run: every gateway learns it)."""
+        try:
+            reply = _REPLY.decode(value or b"")
+        except msgspec.DecodeError:
+            return
+        scope = reply.scope
+        if scope is not None:
+            self._learn(scope, reply)
+        for asked, waiter in self._waiting.get(reply.event_id, ()):
+            if (scope is None or scope == asked) and not waiter.done():
+                waiter.set_result(reply)
+
+    def _learn(self, scope: str, reply: _Reply) -> None:
+        """The run's abort as the workers answered it (None: not aborted, or no longer), and
+        the first answer to a call whose client named its event id."""
+        if reply.aborted is None:
+            self._aborted.pop(scope, None)
+        else:
+            self._remember_abort(scope, reply.aborted)
+        if is_named(reply.event_id):
+            key = (scope, reply.event_id)
+            if key not in self._answers:  # the first: a call asked again is answered nothing new
+                self._answers[key] = (list(reply.outputs), reply.aborted)
+                if len(self._answers) > ANSWERS_KEPT:
+                    self._answers.popitem(last=False)
 
     async def events(self, events: list[Event]) -> list[Output] | None:
         """Produce the events; returns once the broker has all of them."""
@@ -178,9 +215,13 @@ class KafkaBackend:
         run is known to be aborted)."""
         assert self._producer is not None
         scope = run_scope(call)
-        waiter: asyncio.Future[tuple[list[Output], tuple[str, str] | None]]
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiting[call.event_id] = waiter
+        answered = self._answers.get((scope, call.event_id))
+        if answered is not None:  # asked before, through this gateway or another: its answer
+            self._answers.move_to_end((scope, call.event_id))
+            return decision_of(*answered), False
+        waiter: asyncio.Future[_Reply] = asyncio.get_running_loop().create_future()
+        waiting = (scope, waiter)
+        self._waiting.setdefault(call.event_id, []).append(waiting)
         deadline = time.monotonic() + self.decide_timeout_s
         sending = asyncio.ensure_future(
             self._producer.send_and_wait(
@@ -193,7 +234,7 @@ class KafkaBackend:
         try:
             try:  # the deadline holds for the send too: a broker that is down answers nothing
                 await asyncio.wait_for(asyncio.shield(sending), max(0.0, deadline - time.monotonic()))
-                outputs, aborted = await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
+                reply = await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 if not sending.done():  # delivered later, if ever: the call ran (allowed) meanwhile
                     sending.add_done_callback(_ignore_outcome)
@@ -202,13 +243,16 @@ class KafkaBackend:
                 self._observe(call, [])
                 return decision_of([], self._aborted.get(scope)), True
             self._timed_out_since = None
+            if reply.scope is None:  # a worker of an earlier release: only the answers asked here
+                self._learn(scope, reply)
+            outputs = list(reply.outputs)
             self._observe(call, outputs)
-            decision = decision_of(outputs, aborted)
-            if decision.action == "abort" and decision.reason is not None and decision.message is not None:
-                self._remember_abort(scope, (decision.reason, decision.message))
-            return decision, False
+            return decision_of(outputs, reply.aborted), False
         finally:
-            self._waiting.pop(call.event_id, None)
+            waiters = self._waiting[call.event_id]
+            waiters.remove(waiting)
+            if not waiters:
+                del self._waiting[call.event_id]
 
     async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
         """Not here: the workers decide one call at a time (docs/openclaw-rules.md §7.6)."""
@@ -220,10 +264,10 @@ class KafkaBackend:
         )
 
     def _remember_abort(self, scope: str, aborted: tuple[str, str]) -> None:
-        if scope not in self._aborted:
-            self._aborted[scope] = aborted
-            if len(self._aborted) > ABORTED_KEPT:
-                del self._aborted[next(iter(self._aborted))]
+        new = scope not in self._aborted
+        self._aborted[scope] = aborted
+        if new and len(self._aborted) > ABORTED_KEPT:
+            del self._aborted[next(iter(self._aborted))]
 
     def stalled(self) -> bool:
         """Decisions have been timing out, or the broker refusing events, for ``STALL_S``

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -58,7 +57,14 @@ from loopwatch.detectors.facade import BatchDecision, Decision, in_words
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.dashboard import Dashboard
 from loopwatch.streams.fleet_view.view import FleetView
-from loopwatch.streams.gateway.backend import STALL_S, Backend, BackendUnavailable, BatchUnsupported
+from loopwatch.streams.gateway.backend import (
+    ANSWERS_KEPT,
+    STALL_S,
+    Backend,
+    BackendUnavailable,
+    BatchUnsupported,
+    is_named,
+)
 from loopwatch.streams.gateway.hooks.plan import MemoryPrompts, session_problem
 from loopwatch.streams.gateway.hooks.runtimes import RUNTIMES, event_problem
 from loopwatch.streams.gateway.tolerant_json import TOO_DEEP, as_utf8, dumps, loads
@@ -83,15 +89,9 @@ T = TypeVar("T")
 
 #: The longest a client may take to send a body.
 BODY_TIMEOUT_S = 10.0
-#: Answers kept for calls whose clients named their event ids (a retry gets the same answer).
-ANSWERS_KEPT = 16_384
 
 #: The paths that take POST (any other method on them answers 405).
 POST_ROUTES = frozenset({"/v1/events", "/v1/decide", "/v1/traces"})
-
-
-#: The event id the gateway gives a call whose client named none (``gateway-`` and a uuid4).
-_GENERATED_ID = re.compile(r"gateway-[0-9a-f]{32}")
 
 
 def _posts_only(path: str) -> bool:
@@ -446,7 +446,7 @@ class _Routes:
         words = not _openclaw_texts(request)
         if isinstance(proposed, list):
             return _batch_answer(proposed, await self.backend.decide_batch(proposed), words)
-        named = _GENERATED_ID.fullmatch(proposed.event_id) is None  # the client's own id: it may retry
+        named = is_named(proposed.event_id)  # the client's own id: it may retry
         key = (run_scope(proposed), proposed.event_id, words)
         if named and (given := self.answered.get(key)) is not None:
             self.answered.move_to_end(key)

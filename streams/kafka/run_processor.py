@@ -82,8 +82,12 @@ _OUTPUT: Any = msgspec.json.Decoder(Verdict | Abort)
 
 
 #: A record with this header (any value) asks for its outputs on the replies topic, at once:
-#: ``{"event_id": ..., "outputs": [...]}`` keyed by event id, also when there are none (the
-#: HTTP gateway's ``/v1/decide`` on Kafka answers "allow" without waiting out its timeout).
+#: ``{"event_id": ..., "scope": ..., "outputs": [...]}`` keyed by event id, also when there are
+#: none (the HTTP gateway's ``/v1/decide`` on Kafka answers "allow" without waiting out its
+#: timeout), with ``"aborted": [reason, message]`` while the run is aborted. The replies of one
+#: run go to one partition of the replies topic (chosen by its scope), in the order its records
+#: were applied; the ``run_end`` that ends an aborted run is answered too, asked or not, so that
+#: every gateway reading the replies knows the run's abort is over (``streams.gateway.kafka_backend``).
 REPLY_HEADER: Final = "loopwatch-reply"
 
 
@@ -130,6 +134,8 @@ class Record(Protocol):
 
 
 Send = Callable[[str, bytes | None, bytes | None, int | None], Awaitable["asyncio.Future[Any]"]]
+#: How a reply is sent: (topic, key: the event id, value, the run's scope: its partition's key)
+SendReply = Callable[[str, bytes, bytes, bytes], Awaitable[Any]]
 
 
 class _Run(RunSlot):
@@ -183,13 +189,15 @@ class RunProcessor:
         self._changelog = topics["changelog"]
         self.facts = FactSender(topics.get("facts"), send, alerts)  # None: no fleet rules
         self._replies = topics.get("replies")  # decisions asked for (REPLY_HEADER) go there
-        #: how replies are sent (the worker: its own producer without linger; default: ``send``)
-        self.send_reply: Send = send
+        #: how replies are sent (the worker: its own producer without linger, on the partition
+        #: of the run's scope; default: ``send``, partitioned by the event id)
+        self.send_reply: SendReply = lambda topic, key, value, scope: send(topic, key, value, None)
         #: each decoded input record (partition, offset, event, record time), before it is
         #: applied: the worker's fleet view (streams.kafka.view_handoff); None: not shown
         self.show: Callable[[int, int, Event, int], None] | None = None
         self._answer: tuple[str, list[bytes]] | None = None  # the record being applied: its outputs
         self._answer_key: bytes | None = None  # ... and its run's key
+        self._announce = False  # the record ended an aborted run: answered, asked or not
         self.cursors = InputCursors()
         #: Held while a batch is applied, and by whatever must not interleave with one
         #: (revocation, shutdown, expiry).
@@ -361,16 +369,25 @@ class RunProcessor:
         started = time.perf_counter()
         self._answer = None
         self._answer_key = None
+        self._announce = False
         kind = await self._apply(record)
         self.metrics.event(kind, time.perf_counter() - started)
-        if self._replies is not None and self._answer is not None and _wants_reply(record):
+        key = self._answer_key
+        if self._replies is None or self._answer is None or key is None:
+            return
+        if self._announce or _wants_reply(record):
             event_id, encoded = self._answer
-            head = b'{"event_id":' + msgspec.json.encode(event_id)
+            head = (
+                b'{"event_id":'
+                + msgspec.json.encode(event_id)
+                + b',"scope":'
+                + msgspec.json.encode(key.decode())
+            )
             reply = head + b',"outputs":[' + b",".join(encoded) + b"]"
-            run = self._runs.get(self._answer_key) if self._answer_key is not None else None
+            run = self._runs.get(key)
             if run is not None and run.state is not None and run.state.aborted is not None:
                 reply += b',"aborted":' + msgspec.json.encode(run.state.aborted)  # sticky: an aborted run
-            await self.send_reply(self._replies, event_id.encode(), reply + b"}", None)
+            await self.send_reply(self._replies, event_id.encode(), reply + b"}", key)
 
     async def _apply(self, record: Record) -> str:
         """Apply one record; the kind counted for it."""
@@ -436,7 +453,10 @@ class RunProcessor:
             return kind
         if self.fault_hook is not None:
             self.fault_hook(event)
+        aborted = run.state is not None and run.state.aborted is not None
         await self._step(key, run, event, record)
+        if aborted and run.state is None:  # ended (or expired): the gateways forget its abort
+            self._announce = True
         return kind
 
     async def _step(self, key: bytes, run: _Run, event: Event, record: Record) -> None:

@@ -414,11 +414,10 @@ class LoopwatchWorker:
             local.sent(key, value, partition, future)
         return future
 
-    async def _send_reply(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
-    ) -> Any:
+    async def _send_reply(self, topic: str, key: bytes, value: bytes, scope: bytes) -> Any:
         """A decision's reply, at once: its own producer without linger (replies are answers
-        someone waits for, not state; losing one only makes that question time out)."""
+        someone waits for, not state; losing one only makes that question time out), on the
+        partition of the run's scope: a run's replies are read in the order they were sent."""
         producer = self._reply_producer
         if producer is None:
             producer = AIOKafkaProducer(
@@ -429,7 +428,10 @@ class LoopwatchWorker:
             )
             await producer.start()
             self._reply_producer = producer
-        return await producer.send(topic, value, key=key, partition=partition)
+        partitions = sorted(await producer.partitions_for(topic))
+        return await producer.send(
+            topic, value, key=key, partition=partitions[key_partition(scope, len(partitions))]
+        )
 
     async def _flush(self) -> None:
         await self.app.producer.flush()

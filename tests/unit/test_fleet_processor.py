@@ -119,6 +119,7 @@ def test_a_decision_asked_for_is_answered_also_without_verdicts() -> None:
         replies = [
             (key, json.loads(value or b"")) for topic, key, value, _ in broker.sent if topic == "replies"
         ]
-        assert replies == [(b"ask-1", {"event_id": "ask-1", "outputs": []})]  # only the one that asked
+        # only the one that asked
+        assert replies == [(b"ask-1", {"event_id": "ask-1", "scope": "r", "outputs": []})]
 
     asyncio.run(scenario())
