@@ -59,6 +59,9 @@ class StreamSettings:
     #: Runs whose parsed state a worker keeps in memory (the least recently active beyond it
     #: are parsed again from their stored bytes on their next event).
     parsed_runs_max: int = 100_000
+    #: Seconds without an event after which a run keeps only its stored bytes (parsed again on
+    #: its next event).
+    parsed_idle_s: float = 10.0
     ended_run_grace_s: int = 3600  # how long an ended run's tombstone turns away its events again
     expiry_interval_s: float = 60.0
     startup_timeout_s: float = 30.0
@@ -201,7 +204,7 @@ def _check(settings: StreamSettings, flags: Mapping[str, str]) -> list[ConfigPro
             bad(name, "must be a positive integer")
     if not 3 <= settings.kafka_session_timeout_s <= 90:
         bad("kafka_session_timeout_s", "must be between 3 and 90 seconds")
-    for name in ("expiry_interval_s", "startup_timeout_s"):
+    for name in ("expiry_interval_s", "startup_timeout_s", "parsed_idle_s"):
         if not 0 < getattr(settings, name) < math.inf:  # (NaN too)
             bad(name, "must be a positive number")
     if not 0 <= settings.gc_full_interval_s < math.inf:

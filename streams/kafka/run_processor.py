@@ -159,6 +159,7 @@ class _Run(RunSlot):
         self.gone = gone
         #: whether the stored bytes hold verdicts awaiting confirmation (an outbox)
         self.stored_outbox = state is not None and bool(state.outbox)
+        self.touched = 0.0  # the start of the last batch that had an event of it (monotonic)
 
 
 class RunProcessor:
@@ -175,6 +176,8 @@ class RunProcessor:
         fault_hook: Callable[[Event], None] | None = None,
         alerts: AlertBoard | None = None,
         parsed_runs_max: int = 100_000,
+        parsed_idle_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.data = data
         self._send = send
@@ -202,11 +205,15 @@ class RunProcessor:
         #: Held while a batch is applied, and by whatever must not interleave with one
         #: (revocation, shutdown, expiry).
         self.lock = asyncio.Lock()
-        #: Parsed runs, least recently active first; at most ``parsed_runs_max`` after a batch
-        #: (:meth:`_evict`). A parsed state takes ~10x its stored bytes (21 KB for a 30-call
-        #: history), so this, not the table, sets how many runs a worker holds per GiB.
+        #: Parsed runs, least recently active first; after a batch, none idle for
+        #: ``parsed_idle_s`` or more and at most ``parsed_runs_max`` (:meth:`_evictions`). A
+        #: parsed state takes several times its stored bytes (docs/capacity.md), so this, not
+        #: the table, sets how many runs a worker holds per GiB.
         self._runs: OrderedDict[bytes, _Run] = OrderedDict()
         self._parsed_runs_max = parsed_runs_max
+        self._parsed_idle_s = parsed_idle_s
+        self._clock = clock
+        self._batch_at = clock()  # when the batch being applied began
         self._uncache: Callable[[list[bytes]], None] | None = getattr(data, "uncache", None)
         self._writing = writing_notice(data)  # the rocksdb store is told when a batch is written
         self._dirty: dict[bytes, _Run] = {}
@@ -220,12 +227,13 @@ class RunProcessor:
     async def process(self, fetched: dict[Any, list[Any]]) -> None:
         """Apply one fetched batch (topic-partition → records in offset order)."""
         async with self.lock:
+            self._batch_at = self._clock()
             self.facts.begin(self._config())
             advanced = await apply_admitted(
                 self.cursors, fetched, self._record, self._seek_back, self._skipped
             )
             await self.facts.send()
-            evicted = self._evictions() if len(self._runs) > self._parsed_runs_max else ()
+            evicted = self._evictions()
             await self._write_dirty()
             for partition, offset in advanced.items():
                 self.cursors.advance(partition, offset)
@@ -236,26 +244,29 @@ class RunProcessor:
                 self._uncache(evicted)  # the rocksdb store's cached bytes go with the parsed state
 
     def _evictions(self) -> list[bytes]:
-        """The least recently active runs beyond ``parsed_runs_max``, whose parsed states go
-        once the batch is written (the table keeps their bytes; parsed again on their next
-        event). A run whose verdicts await the broker's confirmation stays: confirmations
-        empty the parsed outbox. One whose stored bytes still hold verdicts confirmed since
-        is written again first, so that bytes parsed later hold no confirmed verdict."""
+        """The runs idle for ``parsed_idle_s`` or more and the least recently active beyond
+        ``parsed_runs_max``, whose parsed states go once the batch is written (the table keeps
+        their bytes; parsed again on their next event). A run whose verdicts await the
+        broker's confirmation stays: confirmations empty the parsed outbox. One whose stored
+        bytes still hold verdicts confirmed since is written again first, so that bytes parsed
+        later hold no confirmed verdict."""
         runs = self._runs
         over = len(runs) - self._parsed_runs_max
+        idle_before = self._batch_at - self._parsed_idle_s
         evicted: list[bytes] = []
-        busy: list[bytes] = []
+        busy: list[tuple[bytes, _Run]] = []
         for key, run in runs.items():  # least recently active first
-            if over <= 0:
+            if over <= 0 and run.touched > idle_before:
                 break
             if run.state is not None and run.state.outbox:
-                busy.append(key)
+                busy.append((key, run))
                 continue
             if run.stored_outbox:
                 self._dirty[key] = run
             evicted.append(key)
             over -= 1
-        for key in busy:  # made the most recent: not looked at again in the next batches
+        for key, run in busy:  # made the most recent: not looked at again in the next batches
+            run.touched = self._batch_at
             runs.move_to_end(key)
         return evicted
 
@@ -512,6 +523,7 @@ class RunProcessor:
         blob = self.data.get(key)
         run = self._runs.get(key)
         if run is not None and (run.blob is None or run.blob is blob):
+            run.touched = self._batch_at
             self._runs.move_to_end(key)
             return run
         if blob is None:
@@ -530,6 +542,7 @@ class RunProcessor:
                     "unreadable run state replaced", run_id=key.decode("utf-8", "replace"), error=str(exc)
                 )
                 run = _Run(partition)
+        run.touched = self._batch_at
         self._runs[key] = run
         self._runs.move_to_end(key)
         return run

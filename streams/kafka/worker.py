@@ -259,6 +259,7 @@ class LoopwatchWorker:
             _fault_hook(),
             self.alerts,
             settings.parsed_runs_max,
+            settings.parsed_idle_s,
         )
         self.fleet_processor = FleetProcessor(
             fleet_data,

@@ -404,6 +404,33 @@ def test_runs_parsed_again_after_eviction_give_the_core_verdicts() -> None:
     asyncio.run(go())
 
 
+def test_runs_idle_for_parsed_idle_s_keep_only_their_bytes_and_give_the_core_verdicts() -> None:
+    """Three runs taking turns, a call and its result per batch, 5 s apart: after each batch the
+    run last active 10 s before (idle for ``parsed_idle_s``) is no longer parsed unless its
+    verdicts await the broker, the two others are; each is parsed again at its next turn, and
+    the verdicts are the core's."""
+
+    async def go() -> None:
+        now = [0.0]
+        broker = Broker()
+        proc = processor(broker, parsed_idle_s=10.0, clock=lambda: now[0])
+        proc.cursors.start(0, 0)
+        events = interleaved(3, 12)
+        batch = records(events)
+        for turn, start in enumerate(range(0, len(batch), 2)):
+            now[0] = 5.0 * turn
+            await feed(proc, batch[start : start + 2])
+            kept = {key.decode() for key in proc._runs}
+            recent = {f"run-{(turn - back) % 3}" for back in range(min(turn + 1, 2))}
+            busy = {key.decode() for key, run in proc._runs.items() if run.state and run.state.outbox}
+            assert recent <= kept
+            assert kept - recent <= busy  # (verdicts awaiting the broker's confirmation: kept)
+        assert broker.on("v") == expected(events)
+        assert proc.metrics.parsed_evictions >= 20  # of 34 turns after the first two
+
+    asyncio.run(go())
+
+
 def test_a_run_awaiting_confirmations_stays_parsed_and_is_stored_again_before_it_goes() -> None:
     async def go() -> None:
         broker = Broker(confirm_at_once=False)
