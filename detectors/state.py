@@ -10,7 +10,8 @@ persisted, and :meth:`RunState.from_bytes` rebuilds the indexes from it.
 from __future__ import annotations
 
 from binascii import unhexlify
-from typing import Final
+from sys import intern
+from typing import Any, Final
 
 from loopwatch.detectors.history import History
 from loopwatch.detectors.rule_state import RuleState, load_rule_state
@@ -224,7 +225,9 @@ class RunState:
 
     @classmethod
     def from_snapshot(cls, snap: RunSnapshot, seen_limit: int = 256) -> RunState:
-        state = cls(snap.scope, snap.agent_id, snap.run_id, snap.session_id, seen_limit)
+        scope = snap.scope
+        run_id = scope if snap.run_id == scope else snap.run_id
+        state = cls(scope, intern(snap.agent_id), run_id, snap.session_id, seen_limit)
         records = snap.records or []
         unbounded = len(records)
         marks = {
@@ -237,7 +240,7 @@ class RunState:
             history.append(
                 tool, args_hash, call_id, result_hash, unknown, ts, unbounded, kind, no_progress, failure_id
             )
-        tools = snap.tools
+        tools = [intern(tool) for tool in snap.tools]  # (one string per tool name, as decoded events have)
         unbounded += len(snap.packed)
         for index, entry in enumerate(snap.packed):
             kind, no_progress, failure_id = marks.get(index, _UNMARKED)
@@ -256,10 +259,14 @@ class RunState:
                 no_progress,
                 failure_id,
             )
-        for event_id in snap.seen:  # version 1: the ids themselves
-            state.remember(event_id)
-        for key in snap.seen_keys:
-            state._remember_key(key)
+        keys = snap.seen_keys
+        if not snap.seen and len(keys) <= seen_limit:  # no id forgotten: the keys in their order
+            state.seen = dict.fromkeys(keys)
+        else:
+            for event_id in snap.seen:  # version 1: the ids themselves
+                state.remember(event_id)
+            for key in keys:
+                state._remember_key(key)
         state.buckets = dict(snap.buckets)
         state.criticals = snap.criticals
         state.recovery_aborted = snap.recovery_aborted
@@ -273,10 +280,16 @@ class RunState:
         state.first_ts = snap.first_ts
         state.aborted = (snap.aborted[0], snap.aborted[1]) if snap.aborted is not None else None
         rule_states = state.rule_states
-        for name, raw in _legacy_rule_states(snap):
-            rule_states[name] = load_rule_state(name, raw)
-        for name, raw in snap.rules:
-            rule_states[name] = load_rule_state(name, raw)
+        legacy = _legacy_rule_states(snap)
+        if legacy or snap.rules:
+            # the hashes and tools the rules keep are those of the history: one string each
+            strings = {record.args_hash: record.args_hash for record in history.records}
+            for tool in tools:
+                strings[tool] = tool
+            for name, raw in legacy:
+                rule_states[name] = load_rule_state(name, _shared(raw, strings))
+            for name, raw in snap.rules:
+                rule_states[name] = load_rule_state(name, _shared(raw, strings))
         return state
 
     @classmethod
@@ -306,6 +319,15 @@ def _legacy_rule_states(snap: RunSnapshot) -> list[tuple[str, object]]:
     if snap.edits:
         found.append(("edit_undo", [[p, c, h, n] for p, c, h, n in snap.edits]))
     return found
+
+
+def _shared(raw: Any, strings: dict[str, str]) -> Any:
+    """A rule's stored state with each string found in ``strings`` replaced by the one there."""
+    if isinstance(raw, str):
+        return strings.get(raw, raw)
+    if isinstance(raw, list):
+        return [_shared(item, strings) for item in raw]
+    return raw
 
 
 def _packed_hash(digest: str) -> bytes | str:
