@@ -88,4 +88,3 @@ PresetName = Annotated[
 ]
 if set(get_args(get_args(PresetName)[0])) != {*ALIASES, *PRESETS}:
     raise RuntimeError("config.presets: PresetName does not name every preset and alias")
-
