@@ -8,6 +8,10 @@ STAMP  := $(VENV)/.installed-stamp
 CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py) $(wildcard detectors/*.c)
 BUILT  := $(VENV)/.compiled-stamp
 DEV    := $(BUILT) $(STAMP)
+# editable as a path (.pth) to this checkout, whose loopwatch/ links to the source folders:
+# setuptools' default editable finder costs every Python process of .venv ~10 ms at start-up
+# (a hook command is one, twice per tool call: make bench-hooks)
+EDITABLE := --config-settings editable_mode=compat -e
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo test test-plan lint typecheck conformance check-alerts unit unit-pure dist packaging services-up services-down bench bench-quality bench-gateway bench-stream bench-scale soak chaos clean
@@ -26,7 +30,7 @@ $(BASE): pyproject.toml setup.py
 	@echo "== installing loopwatch into $(VENV): its dependencies, then its core compiled with mypyc (1-4 minutes)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip 'setuptools>=77' wheel
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q $(EDITABLE) .
 	@touch $(BASE) $(BUILT)
 	@echo "== installed: loopwatch $$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("loopwatch"))'), $$(du -sh $(VENV) | cut -f1) in $(VENV)"
 
@@ -40,8 +44,8 @@ $(STAMP): $(BASE) pyproject.toml
 # (with the dev tools' mypy where they are installed, else in pip's isolated build environment)
 $(BUILT): $(BASE) $(CORE)
 	@if [ -f $(BUILT) ] && [ -z "$$(find $(CORE) setup.py -newer $(BUILT) 2>/dev/null)" ]; then :; \
-	elif $(BIN)/python -c 'import mypy' 2>/dev/null; then $(BIN)/pip install -q --no-deps --no-build-isolation -e . ; \
-	else $(BIN)/pip install -q --no-deps -e . ; fi
+	elif $(BIN)/python -c 'import mypy' 2>/dev/null; then $(BIN)/pip install -q --no-deps --no-build-isolation $(EDITABLE) . ; \
+	else $(BIN)/pip install -q --no-deps $(EDITABLE) . ; fi
 	@touch $(BUILT)
 
 setup: $(BUILT) $(STAMP)  ## create .venv and install loopwatch (core compiled) with its dev tools
