@@ -226,6 +226,26 @@ def report(title: str, figures: dict[str, dict[str, float]], up: bool) -> list[s
     return lines
 
 
+#: compiles the timed install's modules, each folder of the package (an editable checkout's
+#: loopwatch/ links to its source folders, which compileall does not follow by itself)
+_COMPILE = """
+import compileall, os, loopwatch
+home = os.path.dirname(loopwatch.__file__)
+for name in sorted(os.listdir(home)):
+    path = os.path.realpath(os.path.join(home, name))
+    if os.path.isdir(path):
+        compileall.compile_dir(path, quiet=1)
+compileall.compile_dir(home, maxlevels=0, quiet=1)
+"""
+
+
+def compile_sources(python: str) -> None:
+    """The timed install's bytecode written first, as pip writes a wheel's at install: a
+    checkout run with PYTHONDONTWRITEBYTECODE (or never imported) would compile every module
+    of every hook process."""
+    subprocess.run([python, "-c", _COMPILE], check=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.hooks_bench", description=__doc__)
     parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
@@ -253,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rounds} rounds × {args.turns} turns, medians",
         flush=True,
     )
+    compile_sources(python)
     with tempfile.TemporaryDirectory(prefix="loopwatch-hooks-bench-") as folder:
         cmds = commands(loopwatch, python)
         for up in (True, False):
