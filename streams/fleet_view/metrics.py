@@ -51,7 +51,7 @@ class WorkerMetrics:
         self.redelivered = 0  # records applied before (crash, rebalance): outbox re-published
         self.ended_run_events = 0  # records of runs that had ended (tombstone)
         self.reseeks = 0  # fetches that started past the last applied record: sought back
-        self.parsed_evictions = 0  # parsed run states forgotten (LOOPWATCH_PARSED_RUNS_MAX)
+        self.parsed_evictions = 0  # parsed run states forgotten (LOOPWATCH_PARSED_IDLE_S, _RUNS_MAX)
         self.stale_expiries = 0  # expiry run_ends applied after the run went on: ignored
         self.gaps = 0  # input offsets the broker no longer had (accepted after a re-seek)
         self.fleet_fact_records = 0  # records of the fleet facts topic applied
@@ -151,7 +151,8 @@ class _Snapshot(Collector):
         )
         yield _counter(
             "loopwatch_parsed_run_evictions",
-            "Parsed run states forgotten past LOOPWATCH_PARSED_RUNS_MAX (parsed again when the run goes on).",
+            "Parsed run states forgotten, idle for LOOPWATCH_PARSED_IDLE_S or past LOOPWATCH_PARSED_RUNS_MAX "
+            "(parsed again when the run goes on).",
             m.parsed_evictions,
         )
         yield _counter(
