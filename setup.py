@@ -1,6 +1,7 @@
 """Build hook: the detector core compiled to C with mypyc (the metadata is in pyproject.toml).
 
-The modules below are plain, type-checked Python; mypyc turns them into extension modules
+The modules of ``COMPILED`` (the core's and every rule module of the registry:
+``detectors/core_build.py``) are plain, type-checked Python; mypyc turns them into extension modules
 that run the step, with the hand-written C modules, about 3x faster than the interpreted
 code without them (``make bench`` times both side by side). Set
 ``LOOPWATCH_PURE_PYTHON=1`` (or build where mypyc or a C compiler is missing) to install the
@@ -11,53 +12,32 @@ are built with them; each has a Python twin that takes its place where it was no
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
+from pathlib import Path
+from types import ModuleType
 
 from setuptools import Extension, setup
 
-COMPILED = [
-    "config/fleet.py",
-    "config/loop_detection.py",
-    "config/own_rules.py",
-    "detectors/decoding.py",
-    "detectors/detection.py",
-    "detectors/engine.py",
-    "detectors/event_fields.py",
-    "detectors/exec_failures.py",
-    "detectors/escalation.py",
-    "detectors/hashing.py",
-    "detectors/history.py",
-    "detectors/input_limits.py",
-    "detectors/outcome_signature.py",
-    "detectors/outcomes.py",
-    "detectors/rule_state.py",
-    "detectors/run_engine.py",
-    "detectors/rules/argument_churn.py",
-    "detectors/rules/argument_churn_stale.py",
-    "detectors/rules/base.py",
-    "detectors/rules/call_cycle.py",
-    "detectors/rules/delegation_depth.py",
-    "detectors/rules/edit_undo.py",
-    "detectors/rules/generic_repeat.py",
-    "detectors/rules/global_circuit_breaker.py",
-    "detectors/rules/known_poll_no_progress.py",
-    "detectors/rules/loop_budget.py",
-    "detectors/rules/ping_pong.py",
-    "detectors/rules/post_compaction_guard.py",
-    "detectors/rules/registry.py",
-    "detectors/rules/run_no_progress.py",
-    "detectors/rules/same_call_streak.py",
-    "detectors/rules/same_failure.py",
-    "detectors/rules/unknown_tool_repeat.py",
-    "detectors/stable_json.py",
-    "detectors/tombstone.py",
-    "detectors/verdicts.py",
-    "detectors/state.py",
-    "detectors/step.py",
-    "detectors/warning_buckets.py",
-]
+HERE = Path(__file__).resolve().parent
+
+
+def _core_build() -> ModuleType:
+    """detectors/core_build.py, loaded from its file (the package cannot be imported yet)."""
+    spec = importlib.util.spec_from_file_location(
+        "_loopwatch_core_build", HERE / "detectors" / "core_build.py"
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError("detectors/core_build.py cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: the core's modules and every rule module the registry imports (detectors/core_build.py)
+COMPILED: list[str] = _core_build().compiled_modules()
 
 #: Hand-written C modules (each has a pure-Python twin that is used where it was not built).
 NATIVE = [

@@ -2,8 +2,9 @@
 
 The Structs below are the file's outline down to its sections (``tools.loopDetection``:
 :mod:`config.loop_detection_block`; ``loopwatch``: :mod:`config.settings`; the rules:
-:mod:`config.sections`). :mod:`config.fleet` decodes the agents against them and
-``check-config --schema`` writes the JSON Schema from them (:mod:`config.schema`).
+:mod:`config.rule_sections`, assembled from the rules' own declarations). :mod:`config.fleet`
+decodes the agents against them and ``check-config --schema`` writes the JSON Schema from them
+(:mod:`config.schema`).
 
 * Objects of OpenClaw's own (the file, ``tools``, ``agents``, an agent's entry) keep every
   other key: they are not ``forbid_unknown_fields``, so a real ``openclaw.json`` is read as it is.
@@ -25,7 +26,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from loopwatch.config.loop_detection_block import LoopDetection
 from loopwatch.config.presets import PresetName
-from loopwatch.config.sections import AgentDetectors
+from loopwatch.config.rule_sections import AgentDetectors
 from loopwatch.config.settings import LoopwatchSection
 
 __all__ = [

@@ -2,9 +2,10 @@
 
 Pure: takes a :class:`FleetConfig`, returns data for ``loopwatch check-config`` to print.
 Each agent's preset (its own, else the global one) is reported as named, with the dated
-version it stands for; the preset's rules (``sameCallStreak``, ``callCycle``, ``sameFailure``)
-get a note each, on or turned off by the file, with their thresholds, their exempt tools and
-which of their keys the file set over the preset's.
+version it stands for. Each of loopwatch's own rules says what it does in words (its section's
+``explain``, :mod:`config.rule_sections`): a rule no preset turns on gets a note while it is
+on; a rule a preset turns on gets one when it is on, or turned off by the file over a preset,
+with which of its keys the file set over the preset's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.loop_detection import DEFAULTS, RawBlock, resolve
 from loopwatch.config.own_rules import OwnRules
-from loopwatch.config.presets import preset_named
+from loopwatch.config.presets import preset_named, preset_rules
+from loopwatch.config.rule_sections import rule_set
 
 __all__ = ["AgentReport", "explain", "preset_report"]
 
@@ -93,78 +95,38 @@ def _notes(agent: str, config: FleetConfig) -> list[str]:
 
 
 def _rules_notes(agent: str, config: FleetConfig) -> list[str]:
-    """What loopwatch's own rules do for this agent, in words."""
+    """What loopwatch's own rules do for this agent, in words: each rule no preset turns on,
+    in files' order, while it is on; then the presets' rules (:func:`_preset_rules_notes`)."""
     rules = config.for_agent(agent).rules
     notes: list[str] = []
-    if rules.run_no_progress:
-        notes.append(
-            f"runNoProgress on: warns after {rules.run_no_progress_warning} repeated results across tools, "
-            f"blocks after {rules.run_no_progress_window}"
-        )
-    if rules.edit_undo:
-        notes.append(
-            f"editUndo on: warns when a file returns to an earlier version {rules.edit_undo_warning} times, "
-            f"blocks at {rules.edit_undo_critical}"
-        )
-    if rules.loop_budget_usd is not None:
-        budget = rules.loop_budget_usd
-        notes.append(
-            f"loopBudget ${budget:.2f}: a run's spend from its first verdict on is blocked at ${budget:.2f} "
-            f"and aborted at ${2 * budget:.2f}"
-        )
+    for section in rule_set().sections:
+        explained = section.explain(rules.get(section))
+        if not section.presets and explained is not None:
+            how, words = explained
+            notes.append(f"{section.key} {how}: {words}")
     if agent in config.agent_rules:
         notes.append("loopwatch.detectors: this agent's own settings merged over the global ones")
     return notes + _preset_rules_notes(agent, config, rules)
 
 
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
-def _exempt(tools: frozenset[str]) -> str:
-    return f"exemptTools: {', '.join(sorted(tools))}" if tools else "no tool exempt (exemptTools: [])"
-
-
-#: the agents preset's rules, in the order the notes give them
-_PRESET_RULES = ("sameCallStreak", "callCycle", "sameFailure")
-
-
-def _preset_rule(rule: str, r: OwnRules) -> tuple[bool, str]:
-    """Whether one of the preset's rules is on, and what its resolved values make it do."""
-    if rule == "sameCallStreak":
-        return r.same_call_streak, (
-            f"warns at the {_ordinal(r.same_call_streak_warning)} same call (tool and arguments) in a "
-            f"row, blocks the {_ordinal(r.same_call_streak_critical)}; {_exempt(r.same_call_streak_exempt)}"
-        )
-    if rule == "callCycle":
-        return r.call_cycle, (
-            f"the same 2 to {r.call_cycle_max_period} calls going round in the same order: warns at the "
-            f"{_ordinal(r.call_cycle_warning)} round, blocks at the {_ordinal(r.call_cycle_critical)}; "
-            f"{_exempt(r.call_cycle_exempt)}"
-        )
-    return r.same_failure, (
-        f"after the {_ordinal(r.same_failure_warning)} outcome in a row failing the same way the next "
-        f"call is warned, after the {_ordinal(r.same_failure_critical)} blocked; after a sweep's "
-        f"{_ordinal(r.same_failure_sweep_warning)} (nothing found, argument after argument) warned, "
-        f"after its {_ordinal(r.same_failure_sweep_critical)} blocked; {_exempt(r.same_failure_exempt)}"
-    )
-
-
 def _preset_rules_notes(agent: str, config: FleetConfig, rules: OwnRules) -> list[str]:
-    """One note per rule of the agents preset that is on, or that the file turned off over a
+    """One note per rule a preset turns on that is on, or that the file turned off over a
     preset turning it on: its values, and the keys the file set over the preset's."""
     name = config.preset_of(agent)
     preset = preset_named(name) if name is not None else None
-    fleet = preset_named(config.global_preset) if config.global_preset is not None else None
+    from_agent = preset_rules(name) if name is not None else {}
+    from_global = preset_rules(config.global_preset) if config.global_preset is not None else {}
     own = config.agent_rules.get(agent) or {}
     shared = config.global_rules or {}
     notes: list[str] = []
-    for rule in _PRESET_RULES:
-        on, words = _preset_rule(rule, rules)
-        from_preset = preset is not None and preset.rules.get(rule, {}).get("enabled") is True
-        from_fleet = fleet is not None and fleet.rules.get(rule, {}).get("enabled") is True
-        if not on and not from_preset:
+    for section in rule_set().sections:
+        if not section.presets:
+            continue
+        rule = section.key
+        explained = section.explain(rules.get(section))
+        from_preset = from_agent.get(rule, {}).get("enabled") is True
+        from_fleet = from_global.get(rule, {}).get("enabled") is True
+        if explained is None and not from_preset:
             if from_fleet and name != config.global_preset:
                 why = f"this agent's preset {name}" if name is not None else "this agent"
                 notes.append(
@@ -176,7 +138,7 @@ def _preset_rules_notes(agent: str, config: FleetConfig, rules: OwnRules) -> lis
             for key in sorted({*own.get(rule, {}), *shared.get(rule, {})})
         ]
         source = f"preset {preset.name}" if preset is not None and from_preset else "loopwatch.detectors"
-        if not on:
+        if explained is None:
             where = (
                 "this agent's loopwatch.detectors"
                 if "enabled" in own.get(rule, {})
@@ -184,8 +146,9 @@ def _preset_rules_notes(agent: str, config: FleetConfig, rules: OwnRules) -> lis
             )
             notes.append(f"{rule} off: {where} turns off what preset {name} turns on")
             continue
+        how, words = explained
         tail = f"; set by the file: {', '.join(set_here)}" if set_here and from_preset else ""
-        notes.append(f"{rule} on ({source}): {words}{tail}")
+        notes.append(f"{rule} {how} ({source}): {words}{tail}")
     return notes
 
 

@@ -39,7 +39,7 @@ from loopwatch.config.loop_detection import (
 )
 from loopwatch.config.near_misses import near_misses
 from loopwatch.config.own_rules import RawRules, merge_rules, resolve_rules, validate_rules
-from loopwatch.config.presets import preset_named
+from loopwatch.config.presets import preset_named, preset_rules
 from loopwatch.config.settings import DetectorSettings, Digest, LoopwatchSection, parse_settings
 from loopwatch.config.struct_decoding import decode_field, decode_struct
 
@@ -149,7 +149,7 @@ class FleetConfig:
 
 def rules_under_preset(preset: str | None, global_rules: RawRules | None) -> RawRules | None:
     """The global ``detectors`` object laid over a preset's (``None``: no preset)."""
-    return merge_rules(preset_named(preset).rules, global_rules) if preset else global_rules
+    return merge_rules(preset_rules(preset), global_rules) if preset else global_rules
 
 
 @dataclass

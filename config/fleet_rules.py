@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from loopwatch.config.own_rules import RawRules, decode_rules
-from loopwatch.config.sections import Delegation, SystemicLoopRule, ToolOutageRule
+from loopwatch.config.sections import FLEET_SECTIONS, Delegation, SystemicLoopRule, ToolOutageRule
 
 __all__ = [
     "Delegation",
@@ -92,4 +92,4 @@ def as_dict(rules: FleetRules) -> dict[str, Any]:
 def fleet_rules(global_rules: RawRules | None) -> FleetRules:
     """The resolved fleet-wide rules of a validated global ``loopwatch.detectors`` object."""
     section = decode_rules(global_rules)
-    return FleetRules(section.tool_outage, section.systemic_loop, section.delegation)
+    return FleetRules(*(getattr(section, fleet.name) for fleet in FLEET_SECTIONS))

@@ -5,35 +5,25 @@ Rules:
 * Globally under ``loopwatch.detectors``; per agent under ``agents.list[].loopwatch.detectors``
   or ``agents.entries.<id>.loopwatch.detectors``, merged over the global one rule by rule,
   key by key (like ``loopDetection`` blocks).
-* One object per rule, every key optional, declared once as the Structs of
-  :mod:`config.sections` (keys, types, constraints, defaults): ``runNoProgress``,
-  ``editUndo``, ``loopBudget``; and the fleet-wide ``toolOutage`` and ``systemicLoop``,
-  global only (resolved by :mod:`config.fleet_rules`).
+* One object per rule, every key optional: the in-run rules' sections, declared in their
+  modules and handed in by the registry (:mod:`config.rule_sections`), then the fleet-wide
+  ``toolOutage``, ``systemicLoop`` and ``delegation`` (:mod:`config.sections`), global only
+  (resolved by :mod:`config.fleet_rules`).
 * Validation reports every problem with its path: unknown rules and keys, wrong types, and
-  a warning threshold not below the critical one (``windowSize`` for ``runNoProgress``).
+  a warning threshold not below the critical one (each section's ordered pairs).
+* An agent's rules resolve to :class:`OwnRules`: each section's settings, as its rule reads
+  them (:meth:`OwnRules.get`).
 
 Off by default (the budget unset), so OpenClaw parity stays exact unless an operator opts in.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Final
-
-import msgspec
+from typing import Any, Final, TypeVar
 
 from loopwatch.config.errors import ConfigError, ConfigProblem
-from loopwatch.config.sections import (
-    FLEET_RULES,
-    AgentDetectors,
-    CallCycle,
-    Detectors,
-    EditUndo,
-    LoopBudget,
-    RunNoProgress,
-    SameCallStreak,
-    SameFailure,
-)
+from loopwatch.config.rule_sections import AgentDetectors, Detectors, rule_set
+from loopwatch.config.sections import FLEET_RULES, FLEET_SECTIONS, Section
 from loopwatch.config.struct_decoding import decode_struct
 
 __all__ = [
@@ -46,9 +36,9 @@ __all__ = [
     "validate_rules",
 ]
 
-RawRules = dict[str, Any]
+T = TypeVar("T")
 
-_DEFAULTS: Final = Detectors()
+RawRules = dict[str, Any]
 
 
 def validate_rules(raw: object, path: str, per_agent: bool = False) -> list[ConfigProblem]:
@@ -66,7 +56,7 @@ def decode_rules(rules: RawRules | None, path: str = "loopwatch.detectors") -> D
     Raises :class:`ConfigError` for an object that was not validated and is invalid.
     """
     if not rules:
-        return _DEFAULTS
+        return rule_set().detectors()
     problems: list[ConfigProblem] = []
     decoded = decode_struct(rules, Detectors, path, problems)
     if decoded is None:
@@ -87,126 +77,53 @@ def merge_rules(global_rules: RawRules | None, agent_rules: RawRules | None) -> 
     return merged
 
 
-@dataclass(frozen=True, slots=True)
 class OwnRules:
-    """The in-run rules of one agent, resolved (the fleet-wide ones are read elsewhere).
+    """The settings of one agent's rules, resolved: each section's (the in-run rules' and the
+    fleet-wide ones') as its rule reads it, :meth:`get`. Only the sections whose settings
+    differ from their defaults are kept (two agents alike compare equal)."""
 
-    Flat, for the step's sake; the values and their defaults come from
-    :class:`config.sections.Detectors` (:meth:`of`).
-    """
+    __slots__ = ("values",)
 
-    run_no_progress: bool = _DEFAULTS.run_no_progress.enabled
-    run_no_progress_warning: int = _DEFAULTS.run_no_progress.warning_threshold
-    run_no_progress_window: int = _DEFAULTS.run_no_progress.window_size
-    edit_undo: bool = _DEFAULTS.edit_undo.enabled
-    edit_undo_warning: int = _DEFAULTS.edit_undo.warning_threshold
-    edit_undo_critical: int = _DEFAULTS.edit_undo.critical_threshold
-    loop_budget_usd: float | None = _DEFAULTS.loop_budget.usd
-    # F6a, from the global (fleet-wide) delegation rule: how deep in a chain a run may act
-    delegation: bool = _DEFAULTS.delegation.enabled
-    delegation_max_depth: int = _DEFAULTS.delegation.max_depth
-    # the agents preset's rules (docs/real-loops.md)
-    same_call_streak: bool = _DEFAULTS.same_call_streak.enabled
-    same_call_streak_warning: int = _DEFAULTS.same_call_streak.warning_threshold
-    same_call_streak_critical: int = _DEFAULTS.same_call_streak.critical_threshold
-    same_call_streak_exempt: frozenset[str] = _DEFAULTS.same_call_streak.exempt_tools
-    call_cycle: bool = _DEFAULTS.call_cycle.enabled
-    call_cycle_max_period: int = _DEFAULTS.call_cycle.max_period
-    call_cycle_warning: int = _DEFAULTS.call_cycle.warning_threshold
-    call_cycle_critical: int = _DEFAULTS.call_cycle.critical_threshold
-    call_cycle_exempt: frozenset[str] = _DEFAULTS.call_cycle.exempt_tools
-    same_failure: bool = _DEFAULTS.same_failure.enabled
-    same_failure_warning: int = _DEFAULTS.same_failure.warning_threshold
-    same_failure_critical: int = _DEFAULTS.same_failure.critical_threshold
-    same_failure_sweep_warning: int = _DEFAULTS.same_failure.sweep_warning_threshold
-    same_failure_sweep_critical: int = _DEFAULTS.same_failure.sweep_critical_threshold
-    same_failure_exempt: frozenset[str] = _DEFAULTS.same_failure.exempt_tools
+    def __init__(self, values: dict[str, Any] | None = None) -> None:
+        self.values: dict[str, Any] = values if values is not None else {}
 
     @staticmethod
     def of(section: Detectors) -> OwnRules:
-        """The in-run rules of a decoded ``detectors`` object."""
-        run, edit = section.run_no_progress, section.edit_undo
-        streak, cycle, failure = section.same_call_streak, section.call_cycle, section.same_failure
-        return OwnRules(
-            run_no_progress=run.enabled,
-            run_no_progress_warning=run.warning_threshold,
-            run_no_progress_window=run.window_size,
-            edit_undo=edit.enabled,
-            edit_undo_warning=edit.warning_threshold,
-            edit_undo_critical=edit.critical_threshold,
-            loop_budget_usd=section.loop_budget.usd,
-            delegation=section.delegation.enabled,
-            delegation_max_depth=section.delegation.max_depth,
-            same_call_streak=streak.enabled,
-            same_call_streak_warning=streak.warning_threshold,
-            same_call_streak_critical=streak.critical_threshold,
-            same_call_streak_exempt=streak.exempt_tools,
-            call_cycle=cycle.enabled,
-            call_cycle_max_period=cycle.max_period,
-            call_cycle_warning=cycle.warning_threshold,
-            call_cycle_critical=cycle.critical_threshold,
-            call_cycle_exempt=cycle.exempt_tools,
-            same_failure=failure.enabled,
-            same_failure_warning=failure.warning_threshold,
-            same_failure_critical=failure.critical_threshold,
-            same_failure_sweep_warning=failure.sweep_warning_threshold,
-            same_failure_sweep_critical=failure.sweep_critical_threshold,
-            same_failure_exempt=failure.exempt_tools,
-        )
+        """The rules of a decoded ``detectors`` object."""
+        values: dict[str, Any] = {}
+        for rule in rule_set().sections:
+            settings = rule.view(getattr(section, rule.name))
+            if settings != rule.defaults:
+                values[rule.name] = settings
+        for fleet in FLEET_SECTIONS:
+            value = getattr(section, fleet.name)
+            if value != fleet.defaults:
+                values[fleet.name] = value
+        return OwnRules(values)
 
-    @property
-    def any(self) -> bool:
-        """Whether any in-run rule of loopwatch's own is on."""
-        return (
-            self.run_no_progress
-            or self.edit_undo
-            or self.loop_budget_usd is not None
-            or self.delegation
-            or self.same_call_streak
-            or self.call_cycle
-            or self.same_failure
-        )
-
-    def section(self) -> Detectors:
-        """The rules as a ``detectors`` object (the fleet-wide ones at their defaults)."""
-        return Detectors(
-            run_no_progress=RunNoProgress(
-                self.run_no_progress, self.run_no_progress_warning, self.run_no_progress_window
-            ),
-            edit_undo=EditUndo(self.edit_undo, self.edit_undo_warning, self.edit_undo_critical),
-            loop_budget=LoopBudget(self.loop_budget_usd),
-            same_call_streak=SameCallStreak(
-                self.same_call_streak,
-                self.same_call_streak_warning,
-                self.same_call_streak_critical,
-                self.same_call_streak_exempt,
-            ),
-            call_cycle=CallCycle(
-                self.call_cycle,
-                self.call_cycle_max_period,
-                self.call_cycle_warning,
-                self.call_cycle_critical,
-                self.call_cycle_exempt,
-            ),
-            same_failure=SameFailure(
-                self.same_failure,
-                self.same_failure_warning,
-                self.same_failure_critical,
-                self.same_failure_sweep_warning,
-                self.same_failure_sweep_critical,
-                self.same_failure_exempt,
-            ),
-        )
+    def get(self, section: Section[T]) -> T:
+        """The settings of one section (its defaults where the config does not set it, or where
+        it was resolved before its rule was registered)."""
+        found: T | None = self.values.get(section.name)
+        return section.defaults if found is None else found
 
     def as_dict(self) -> dict[str, Any]:
-        """The resolved in-run rules under their file names."""
-        encoded: dict[str, Any] = msgspec.to_builtins(self.section(), order="deterministic")
-        return {rule: value for rule, value in encoded.items() if rule not in FLEET_RULES}
+        """The in-run rules' settings under their file names, in files' order."""
+        return {rule.key: rule.encoded(self.get(rule)) for rule in rule_set().sections}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OwnRules) and self.values == other.values
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.values.items())))
+
+    def __repr__(self) -> str:
+        return f"OwnRules({self.values!r})"
 
 
-DEFAULT_OWN_RULES: Final = OwnRules.of(_DEFAULTS)
+DEFAULT_OWN_RULES: Final = OwnRules()
 
 
 def resolve_rules(rules: RawRules | None) -> OwnRules:
-    """The resolved in-run rules of a validated (possibly merged, possibly absent) object."""
+    """The resolved rules of a validated (possibly merged, possibly absent) object."""
     return DEFAULT_OWN_RULES if not rules else OwnRules.of(decode_rules(rules))

@@ -12,6 +12,10 @@ Rules (docs/real-loops.md has the measurements behind the agents preset):
   the agent's block over that (spec §6.4 merging, key by key); the same for the rules. So
   every key a file sets wins, and a file that names no preset gets exactly what it got before.
 * ``"openclaw"`` is the preset of no preset: OpenClaw's rules as they are.
+* A preset's ``tools.loopDetection`` block is declared here; the keys it sets in each rule's
+  section are declared by the rule (its section's ``presets``, :mod:`config.rule_sections`)
+  and gathered by :func:`preset_rules`. A dated preset is pinned: a rule added later joins a
+  new dated version, never one released.
 """
 
 from __future__ import annotations
@@ -22,39 +26,31 @@ from typing import Annotated, Any, Final, Literal, get_args
 
 from msgspec import Meta
 
-__all__ = ["ALIASES", "PRESETS", "Preset", "PresetName", "preset_named", "preset_problem"]
+from loopwatch.config.rule_sections import rule_set
+
+__all__ = ["ALIASES", "PRESETS", "Preset", "PresetName", "preset_named", "preset_problem", "preset_rules"]
 
 
 @dataclass(frozen=True, slots=True)
 class Preset:
-    """A dated preset: its name, the block and the rules it lays under a config file's."""
+    """A dated preset: its name, the block it lays under a config file's (its rules' keys are
+    their sections', :func:`preset_rules`) and what it turns on, in words."""
 
     name: str
     block: dict[str, Any]
-    rules: dict[str, Any]
     summary: str
 
 
 _AGENTS_2026_12: Final = Preset(
     name="agents-2026-12",
-    # OpenClaw's detectors on, at its own thresholds: the rules below stop what real agents
-    # repeat well before OpenClaw's 10/20, and its rules stay the backstop they are
+    # OpenClaw's detectors on, at its own thresholds: the rules it turns on (sameCallStreak,
+    # callCycle, sameFailure: their sections say how) stop what real agents repeat well
+    # before OpenClaw's 10/20, and its rules stay the backstop they are
     block={"enabled": True},
-    rules={
-        "sameCallStreak": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5},
-        "callCycle": {"enabled": True, "maxPeriod": 5, "warningThreshold": 2, "criticalThreshold": 3},
-        "sameFailure": {
-            "enabled": True,
-            "warningThreshold": 3,
-            "criticalThreshold": 5,
-            "sweepWarningThreshold": 5,
-            "sweepCriticalThreshold": 8,
-        },
-    },
     summary="OpenClaw's rules plus same-call streaks, call cycles and repeated failures (real agents' loops)",
 )
 
-_OPENCLAW: Final = Preset(name="openclaw", block={}, rules={}, summary="OpenClaw's rules as they are")
+_OPENCLAW: Final = Preset(name="openclaw", block={}, summary="OpenClaw's rules as they are")
 
 #: every preset by its dated (or only) name
 PRESETS: Final = MappingProxyType({preset.name: preset for preset in (_AGENTS_2026_12, _OPENCLAW)})
@@ -65,6 +61,17 @@ ALIASES: Final = MappingProxyType({"agents": _AGENTS_2026_12.name})
 def preset_named(name: str) -> Preset:
     """The preset a (validated) name stands for."""
     return PRESETS[ALIASES.get(name, name)]
+
+
+def preset_rules(name: str) -> dict[str, Any]:
+    """The ``loopwatch.detectors`` object a (validated) preset lays under a config file's: the
+    keys each rule's section declares for its dated version, in files' order."""
+    dated = preset_named(name).name
+    return {
+        section.key: dict(section.presets[dated])
+        for section in rule_set().sections
+        if dated in section.presets
+    }
 
 
 def preset_problem(value: object) -> str:

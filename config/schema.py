@@ -1,9 +1,10 @@
 """The JSON Schema of a config file (``loopwatch check-config --schema``), for editors.
 
 Written from the declarations the decoder reads (:class:`config.document.ConfigFile` and the
-Structs below it) by ``msgspec.json.schema_components``, JSON Schema draft 2020-12: keys, types,
-``Meta`` constraints, defaults, and the Structs' docstrings and ``Meta`` descriptions as
-descriptions. A Struct's ClassVars add what msgspec does not write:
+Structs below it; ``loopwatch.detectors`` as the rules handed in make it,
+:mod:`config.rule_sections`) by ``msgspec.json.schema_components``, JSON Schema draft 2020-12:
+keys, types, ``Meta`` constraints, defaults, and the Structs' docstrings and ``Meta``
+descriptions as descriptions. A Struct's ClassVars add what msgspec does not write:
 
 * ``refused``: keys the object may not set (an agent's fleet-wide rules), each refused with
   its message as the description;
@@ -32,8 +33,11 @@ DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def _structs(tp: Any, found: dict[str, type[msgspec.Struct]]) -> dict[str, type[msgspec.Struct]]:
-    """Every Struct ``tp`` holds, by the name msgspec gives its schema."""
+    """Every Struct ``tp`` holds, by the name msgspec gives its schema (a Struct that stands for
+    an assembled one, the ``detectors`` object, as the Struct it stands for)."""
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        assembled = getattr(tp, "assembled", None)
+        tp = assembled() if assembled is not None else tp
         if found.setdefault(tp.__name__, tp) is not tp:
             raise ValueError(f"two config Structs are named {tp.__name__}")
         for info in msgspec.structs.fields(tp):
@@ -81,6 +85,10 @@ def config_schema() -> dict[str, Any]:
     """The JSON Schema of a config file (JSON; JSON5 files are the same values)."""
     (root,), components = msgspec.json.schema_components([ConfigFile], ref_template="#/$defs/{name}")
     structs = _structs(ConfigFile, {})
+    # the detectors objects as the handed-in rules make them, in place of the Structs the file's
+    # Structs name for them (of the same names)
+    assembled = [cls for cls in structs.values() if getattr(cls, "assembled", None) is not None]
+    components.update(msgspec.json.schema_components(assembled, ref_template="#/$defs/{name}")[1])
     for name, schema in components.items():
         _completed(structs[name], schema)
     _for_editors(components)

@@ -1,4 +1,10 @@
-"""loopwatch's own rules, declared once: the ``detectors`` object of a ``loopwatch`` section.
+"""The sections of ``loopwatch.detectors`` declared here: the fleet-wide rules' (``toolOutage``,
+``systemicLoop``, ``delegation``), and the types every rule's section shares.
+
+The in-run rules declare their sections in their own modules (``detectors/rules/``, as a
+:class:`config.rule_sections.RuleSection`); the registry hands those in, and
+:mod:`config.rule_sections` assembles the whole ``detectors`` object from them and the
+fleet-wide sections below (:data:`FLEET_SECTIONS`, listed after the in-run rules').
 
 Each Struct is the single declaration of one rule's keys: their file names (camelCase),
 types, ``Meta`` constraints and defaults. Validation (:mod:`config.struct_decoding`),
@@ -7,39 +13,36 @@ them from here. Declarations beside the fields:
 
 * ``ordered`` (ClassVar): (lower, higher) field pairs; the lower must stay below the higher.
 * ``fleet_wide`` (ClassVar): the rule watches the whole fleet and is set globally only.
-* ``member`` (ClassVar): what an unknown key of the object is called in messages.
-* ``refused`` and ``merged_later`` (ClassVars of :class:`AgentDetectors`, an agent's object):
-  keys it may not set, with their message; its pairs are ordered once merged over the global
-  object, not on their own.
 
-Every rule is off by default (the budget unset) except the fleet-wide ones, which only
-publish alerts, so OpenClaw parity stays exact unless an operator opts in (docs/own-rules.md).
-This module defines msgspec Structs, so it stays interpreted (not in setup.py's list).
+The fleet-wide rules are on by default (they only publish alerts) but for delegation chains,
+which are off (docs/fleet-rules.md). This module defines msgspec Structs, so it stays
+interpreted (not in setup.py's list).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, ClassVar, Final
+from typing import Annotated, ClassVar, Final, Generic, TypeVar
 
 import msgspec
 from msgspec import Meta
 
 __all__ = [
+    "DELEGATION",
     "FLEET_RULES",
+    "FLEET_SECTIONS",
     "MAX_WINDOW",
-    "AgentDetectors",
-    "CallCycle",
+    "SYSTEMIC_LOOP",
+    "TOOL_OUTAGE",
     "Delegation",
-    "Detectors",
-    "EditUndo",
-    "LoopBudget",
-    "RunNoProgress",
-    "SameCallStreak",
-    "SameFailure",
+    "ExemptTools",
+    "Positive",
+    "Section",
     "SystemicLoopRule",
     "ToolOutageRule",
+    "camel",
 ]
+
+T = TypeVar("T")
 
 MAX_WINDOW: Final = 1000
 
@@ -48,83 +51,27 @@ Positive = Annotated[int, Meta(gt=0)]
 ExemptTools = frozenset[Annotated[str, Meta(min_length=1)]]
 
 
-class RunNoProgress(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    """``runNoProgress``: results repeating across tools without progress."""
-
-    enabled: bool = False
-    warning_threshold: Positive = 20
-    window_size: Annotated[int, Meta(gt=0, le=MAX_WINDOW)] = 30
-
-    ordered: ClassVar[tuple[tuple[str, str], ...]] = (("warning_threshold", "window_size"),)
+def camel(name: str) -> str:
+    """A section's name in files (``same_call_streak`` -> ``sameCallStreak``), as ``rename="camel"``
+    writes a field's."""
+    first, *rest = name.split("_")
+    return first + "".join(word[:1].upper() + word[1:] for word in rest)
 
 
-class EditUndo(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    """``editUndo``: a file changed back to an earlier version."""
+class Section(Generic[T]):
+    """One object of ``loopwatch.detectors``: its attribute name, its name in files (``key``) and
+    its settings at their defaults (what :meth:`config.own_rules.OwnRules.get` gives of it where
+    a config does not set it)."""
 
-    enabled: bool = False
-    warning_threshold: Positive = 3
-    critical_threshold: Positive = 5
+    __slots__ = ("defaults", "key", "name")
 
-    ordered: ClassVar[tuple[tuple[str, str], ...]] = (("warning_threshold", "critical_threshold"),)
+    def __init__(self, name: str, defaults: T) -> None:
+        self.name = name
+        self.key = camel(name)
+        self.defaults = defaults
 
-
-class SameCallStreak(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    """``sameCallStreak``: the same call (tool and arguments) made again and again in a row."""
-
-    enabled: bool = False
-    warning_threshold: Positive = 3
-    critical_threshold: Positive = 5
-    exempt_tools: ExemptTools = frozenset()
-
-    ordered: ClassVar[tuple[tuple[str, str], ...]] = (("warning_threshold", "critical_threshold"),)
-
-
-class CallCycle(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    """``callCycle``: the same 2 to ``maxPeriod`` calls made in the same order, round after
-    round; the thresholds count rounds."""
-
-    enabled: bool = False
-    max_period: Annotated[int, Meta(ge=2, le=8)] = 5
-    warning_threshold: Positive = 2
-    critical_threshold: Annotated[int, Meta(gt=0, le=16)] = 3
-    exempt_tools: ExemptTools = frozenset()
-
-    ordered: ClassVar[tuple[tuple[str, str], ...]] = (("warning_threshold", "critical_threshold"),)
-
-
-class SameFailure(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    """``sameFailure``: tool calls that keep failing the same way (at most two ways), however
-    the calls vary; a *sweep* (failures that differ only by the arguments they echo, as
-    "no matches for X" over many X) has thresholds of its own."""
-
-    enabled: bool = False
-    warning_threshold: Positive = 3
-    critical_threshold: Positive = 5
-    sweep_warning_threshold: Positive = 5
-    sweep_critical_threshold: Positive = 8
-    exempt_tools: ExemptTools = frozenset()
-
-    ordered: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("warning_threshold", "critical_threshold"),
-        ("sweep_warning_threshold", "sweep_critical_threshold"),
-    )
-
-
-class LoopBudget(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    """``loopBudget``: a run's spend from its first verdict on (unset: off)."""
-
-    usd: (
-        Annotated[
-            float,
-            Meta(
-                gt=0,
-                description="The spend (USD) at which a run is stopped, counted from its first verdict "
-                "on; null: no budget.",
-                extra={"unit": "USD"},
-            ),
-        ]
-        | None
-    ) = None
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.key!r})"
 
 
 class ToolOutageRule(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -179,34 +126,18 @@ class Delegation(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fie
     fleet_wide: ClassVar[bool] = True
 
 
-class Detectors(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    """``loopwatch.detectors`` (globally) or ``agents…loopwatch.detectors`` (per agent)."""
+TOOL_OUTAGE: Final = Section("tool_outage", ToolOutageRule())
+SYSTEMIC_LOOP: Final = Section("systemic_loop", SystemicLoopRule())
+#: also the in-run rule ``delegation_depth``'s (F6a: ``enabled``, ``maxDepth``)
+DELEGATION: Final = Section("delegation", Delegation())
 
-    run_no_progress: RunNoProgress = msgspec.field(default_factory=RunNoProgress)
-    edit_undo: EditUndo = msgspec.field(default_factory=EditUndo)
-    loop_budget: LoopBudget = msgspec.field(default_factory=LoopBudget)
-    same_call_streak: SameCallStreak = msgspec.field(default_factory=SameCallStreak)
-    call_cycle: CallCycle = msgspec.field(default_factory=CallCycle)
-    same_failure: SameFailure = msgspec.field(default_factory=SameFailure)
-    tool_outage: ToolOutageRule = msgspec.field(default_factory=ToolOutageRule)
-    systemic_loop: SystemicLoopRule = msgspec.field(default_factory=SystemicLoopRule)
-    delegation: Delegation = msgspec.field(default_factory=Delegation)
-
-    member: ClassVar[str] = "rule"
-
-
-#: the rules that watch the whole fleet (file names): set globally only
-FLEET_RULES: Final[tuple[str, ...]] = tuple(
-    info.encode_name for info in msgspec.structs.fields(Detectors) if getattr(info.type, "fleet_wide", False)
+#: the fleet-wide rules' sections, in files' order (after the in-run rules')
+FLEET_SECTIONS: Final[
+    tuple[Section[ToolOutageRule] | Section[SystemicLoopRule] | Section[Delegation], ...]
+] = (
+    TOOL_OUTAGE,
+    SYSTEMIC_LOOP,
+    DELEGATION,
 )
-
-
-class AgentDetectors(Detectors, frozen=True, rename="camel", forbid_unknown_fields=True):
-    """An agent's ``loopwatch.detectors``: merged over the global object (and its preset's) rule
-    by rule, key by key; the thresholds are ordered once merged; the fleet-wide rules are set in
-    the global ``loopwatch.detectors`` only."""
-
-    refused: ClassVar[Mapping[str, str]] = dict.fromkeys(
-        FLEET_RULES, "a fleet-wide rule: set it in the global loopwatch.detectors"
-    )
-    merged_later: ClassVar[bool] = True
+#: the rules that watch the whole fleet (file names): set globally only
+FLEET_RULES: Final[tuple[str, ...]] = tuple(section.key for section in FLEET_SECTIONS)

@@ -15,7 +15,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from loopwatch.config.errors import ConfigProblem
 from loopwatch.config.presets import PresetName
-from loopwatch.config.sections import Detectors
+from loopwatch.config.rule_sections import Detectors
 from loopwatch.config.struct_decoding import decode_struct
 
 __all__ = ["REVISIONS", "DetectorSettings", "Digest", "LoopwatchSection", "Revision", "parse_settings"]

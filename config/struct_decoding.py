@@ -27,6 +27,8 @@ Rules:
   below it) leaves the pairs to the caller, e.g. a per-agent object checked once merged over
   the global one.
 * Keys not given keep ``base``'s values (or the Struct's defaults).
+* A Struct with an ``assembled`` classmethod stands for the Struct it returns, which is decoded
+  in its place (``loopwatch.detectors``: the rules' sections, handed in by the registry).
 """
 
 from __future__ import annotations
@@ -347,6 +349,9 @@ def decode_struct(
     if not isinstance(raw, dict):
         problems.append(ConfigProblem(path, "must be an object"))
         return None
+    assembled: Callable[[], type[S]] | None = getattr(cls, "assembled", None)
+    if assembled is not None:
+        cls = assembled()
     declared = _declared(cls)
     fields = declared.fields
     if declared.refused:

@@ -4,6 +4,12 @@ OpenClaw's exact sentences ("Session execution blocked…", "OpenClaw stopped th
 stay in the OpenClaw path (the plugin, conformance, the verdict topic). Claude Code, Codex
 and Gemini CLI users read what happened in their own runtime's terms, built from the
 verdict's fields; the reason code is given unchanged in brackets.
+
+OpenClaw's detectors' words are below; each of loopwatch's own rules declares its own
+(``Rule.runtime_loop``, ``Rule.runtime_stops``) and the registry hands them in
+(:func:`use_rule_texts`). A command hook's process loads none of the core, so it knows only
+the words below: for a detector or an abort reason it does not know, it takes the gateway's
+answer's ``message``, which the gateway wrote with every rule's words.
 """
 
 from __future__ import annotations
@@ -15,9 +21,9 @@ if TYPE_CHECKING:
 
     _Phrase = Callable[[str, int], str]
 
-__all__ = ["abort_text", "block_text", "decision_text", "decision_words", "warning_text"]
+__all__ = ["abort_text", "block_text", "decision_text", "decision_words", "use_rule_texts", "warning_text"]
 
-#: Per detector: what the loop looks like (tool, count).
+#: Per detector of OpenClaw's (and the fleet's tool outage): what the loop looks like (tool, count).
 _LOOPS: Final[Mapping[str, _Phrase]] = {
     "generic_repeat": lambda tool, n: f"{tool} was called {n} times with identical arguments",
     "known_poll_no_progress": lambda tool, n: f"{tool} polled {n} times without any progress",
@@ -27,30 +33,46 @@ _LOOPS: Final[Mapping[str, _Phrase]] = {
         f"{tool} was called {n} times with identical arguments and identical results"
     ),
     "argument_churn": lambda tool, n: f"{tool} was called {n} times with new arguments and the same failure",
-    "run_no_progress": lambda tool, n: f"the last {n} tool results brought nothing new",
-    "edit_undo": lambda tool, n: f"the same edit was made and undone {n} times",
-    "same_call_streak": lambda tool, n: f"{tool} was called {n} times in a row with the same arguments",
-    "call_cycle": lambda tool, n: f"the same few calls went round {n} times in the same order",
-    "same_failure": lambda tool, n: f"the last {n} tool calls all failed the same way",
-    "loop_budget": lambda tool, n: f"looping has cost {n / 100:.2f} USD so far",
     "tool_outage": lambda tool, n: f"{tool} is failing for many agents right now (an outage)",
 }
 
-#: Per abort reason: why the turn was stopped.
+#: Per abort reason of the step and OpenClaw's rules: why the turn was stopped.
 _STOPS: Final[Mapping[str, str]] = {
     "tool_loop_recovery_exhausted": "another loop came right after a blocked call",
     "compaction_loop_persisted": "the same loop went on after the context was compacted",
     "argument_churn_stale": "the calls kept changing their arguments without progress for too long",
-    "loop_budget_exhausted": "looping has cost twice the loop budget",
 }
+
+#: loopwatch's own rules' words, as the registry hands them in (:func:`use_rule_texts`)
+_RULE_LOOPS: dict[str, _Phrase] = {}
+_RULE_STOPS: dict[str, str] = {}
+
+
+def use_rule_texts(loops: Mapping[str, _Phrase], stops: Mapping[str, str]) -> None:
+    """The words of the registered rules (per detector, per abort reason), in place of those
+    handed in before."""
+    _RULE_LOOPS.clear()
+    _RULE_LOOPS.update(loops)
+    _RULE_STOPS.clear()
+    _RULE_STOPS.update(stops)
 
 
 #: a verdict that names no tool (an answer loopwatch did not write whole)
 _UNNAMED: Final = "this tool"
 
 
-def _loop(detector: str, tool: str, count: int | None) -> str:
+def _phrase(detector: str) -> _Phrase | None:
     phrase = _LOOPS.get(detector)
+    return _RULE_LOOPS.get(detector) if phrase is None else phrase
+
+
+def _stop(reason: str) -> str | None:
+    why = _STOPS.get(reason)
+    return _RULE_STOPS.get(reason) if why is None else why
+
+
+def _loop(detector: str, tool: str, count: int | None) -> str:
+    phrase = _phrase(detector)
     if phrase is None:
         return f"a loop was detected ({count or 0} repeated calls)"
     return phrase(tool, count or 0)
@@ -76,21 +98,28 @@ def block_text(detector: str, tool: str, count: int | None) -> str:
 
 
 def abort_text(reason: str) -> str:
-    why = _STOPS.get(reason, "the run kept looping")
+    why = _stop(reason) or "the run kept looping"
     return f"loopwatch stopped this turn: {why} [{reason}]. No blocked tool action was executed."
 
 
 def decision_text(answer: Mapping[str, Any]) -> str:
-    """The text for a ``/v1/decide`` answer (``warn``, ``block`` or ``abort``)."""
+    """The text for a ``/v1/decide`` answer (``warn``, ``block`` or ``abort``); for a detector
+    or an abort reason this process has no words for, the answer's ``message`` (the gateway's,
+    in loopwatch's words), if it has one."""
     action = answer.get("decision")
     given = answer.get("verdicts")
     verdicts = [v for v in given if isinstance(v, dict)] if isinstance(given, list) else []
+    told = answer.get("message")
     if action == "abort":
         abort = next((v for v in verdicts if v.get("type") == "abort"), None)
         reason = (abort or {}).get("reason") or answer.get("reason") or "tool_loop_recovery_exhausted"
+        if _stop(str(reason)) is None and isinstance(told, str) and told:
+            return told
         return abort_text(str(reason))
     verdict = next((v for v in verdicts if v.get("action") == action), None) or {}
     detector = str(verdict.get("detector") or answer.get("reason") or "loop")
+    if _phrase(detector) is None and isinstance(told, str) and told:
+        return told
     tool = str(verdict.get("tool") or _UNNAMED)
     count = verdict.get("count")
     if action == "block":

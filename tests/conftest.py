@@ -20,6 +20,9 @@ if os.environ.get("LOOPWATCH_PURE_PYTHON"):  # the interpreted core, as installe
 
     use_sources()
 
+# the rules' config sections are handed to config by their registry, as every shell has it
+import loopwatch.detectors.rules.registry  # noqa: E402, F401
+
 
 def stale_compiled_modules() -> list[str]:
     """Sources edited after their compiled module was built (Python would import the old one)."""

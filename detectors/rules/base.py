@@ -16,17 +16,24 @@ registry (:mod:`detectors.rules.registry`) lists the rules. The step
 
 Hooks append the aborts they give to ``outputs``. A rule that keeps state stores it in
 ``state.rule_states`` under its :attr:`Rule.name` and reads it back with
-:meth:`Rule.load_state`; it survives the run's snapshot. A rule module that defines only
+:meth:`Rule.load_state`; it survives the run's snapshot. A rule that is configured declares
+its section of ``loopwatch.detectors`` (:attr:`Rule.section`, a
+:class:`~config.rule_sections.RuleSection`) and reads its settings with
+``ctx.resolved.rules.get(section)``; what a runtime other than OpenClaw tells its model of the
+rule's verdicts and aborts is the rule's too (:attr:`Rule.runtime_loop`,
+:attr:`Rule.runtime_stops`). The registry hands both on. A rule module that defines only
 :meth:`Rule.on_call` and texts is a complete rule.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
 from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.config.rule_sections import RuleSection
 from loopwatch.config.settings import DetectorSettings
 from loopwatch.detectors.events import Level, Output, ToolCall, ToolResult
 from loopwatch.detectors.rule_state import RuleState
@@ -218,13 +225,28 @@ class Rule:
     asks it only while OpenClaw's rules are on and the run has a history, and only until a
     rule has matched (first match wins); any other rule is always asked and decides itself
     how its verdict combines with the earlier ones (usually :func:`stronger`).
+
+    ``section``: the rule's section of ``loopwatch.detectors``, if it is configured there.
+    ``runtime_loop``: what the loop its verdicts report looks like, in loopwatch's words (given
+    the tool and the count), for runtimes other than OpenClaw (:mod:`detectors.runtime_texts`);
+    ``runtime_stops``: why a run was stopped, per abort reason the rule gives.
     """
 
-    __slots__ = ("name", "openclaw")
+    __slots__ = ("name", "openclaw", "runtime_loop", "runtime_stops", "section")
 
-    def __init__(self, name: str, openclaw: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        openclaw: bool = False,
+        section: RuleSection[Any] | None = None,
+        runtime_loop: Callable[[str, int], str] | None = None,
+        runtime_stops: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.openclaw = openclaw
+        self.section = section
+        self.runtime_loop = runtime_loop
+        self.runtime_stops: Mapping[str, str] = runtime_stops if runtime_stops is not None else {}
 
     def active(self, resolved: ResolvedLoopDetection) -> bool:
         """Whether the rule can do anything under ``resolved`` (the step skips it otherwise):

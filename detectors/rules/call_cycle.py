@@ -15,10 +15,13 @@ open → search_file → search_dir is never seen by it. Trace (2/3, period 3): 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Final
+from typing import Annotated, Any, Final, NamedTuple
+
+from msgspec import Meta
 
 from loopwatch.config.loop_detection import ResolvedLoopDetection
-from loopwatch.config.own_rules import OwnRules
+from loopwatch.config.rule_sections import RuleSection, exempt_words, ordinal
+from loopwatch.config.sections import ExemptTools, Positive
 from loopwatch.detectors.events import Output
 from loopwatch.detectors.rule_state import RuleState
 from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detection, Rule, stronger
@@ -26,7 +29,9 @@ from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detec
 __all__ = [
     "DETECTOR",
     "RULE",
+    "SECTION",
     "RecentCalls",
+    "Settings",
     "critical_message",
     "rounds_of",
     "warning_key",
@@ -34,6 +39,43 @@ __all__ = [
 ]
 
 DETECTOR: Final = "call_cycle"
+
+#: ``loopwatch.detectors.callCycle``
+Settings = NamedTuple(  # noqa: UP014 (a class body's types are lost to mypyc; these are kept)
+    "Settings",
+    [
+        ("enabled", bool),
+        ("max_period", Annotated[int, Meta(ge=2, le=8)]),
+        ("warning_threshold", Positive),
+        ("critical_threshold", Annotated[int, Meta(gt=0, le=16)]),
+        ("exempt_tools", ExemptTools),
+    ],
+)
+
+
+def explain(settings: Settings) -> tuple[str, str] | None:
+    if not settings.enabled:
+        return None
+    return "on", (
+        f"the same 2 to {settings.max_period} calls going round in the same order: warns at the "
+        f"{ordinal(settings.warning_threshold)} round, blocks at the "
+        f"{ordinal(settings.critical_threshold)}; {exempt_words(settings.exempt_tools)}"
+    )
+
+
+SECTION: Final = RuleSection(
+    DETECTOR,
+    "the same 2 to ``maxPeriod`` calls made in the same order, round after round; the "
+    "thresholds count rounds.",
+    Settings(
+        enabled=False, max_period=5, warning_threshold=2, critical_threshold=3, exempt_tools=frozenset()
+    ),
+    ordered=(("warning_threshold", "critical_threshold"),),
+    explain=explain,
+    presets={
+        "agents-2026-12": {"enabled": True, "maxPeriod": 5, "warningThreshold": 2, "criticalThreshold": 3}
+    },
+)
 
 
 class RecentCalls(RuleState):
@@ -49,8 +91,8 @@ class RecentCalls(RuleState):
         return [list(self.hashes), list(self.tools)]
 
 
-def _kept(rules: OwnRules) -> int:
-    return rules.call_cycle_max_period * (rules.call_cycle_critical + 1)
+def _kept(settings: Settings) -> int:
+    return settings.max_period * (settings.critical_threshold + 1)
 
 
 def rounds_of(hashes: list[str], max_period: int) -> tuple[int, int]:
@@ -77,35 +119,35 @@ class CallCycle(Rule):
     """Keeps the latest calls (when on); speaks when they end in a cycle of enough rounds."""
 
     def __init__(self) -> None:
-        super().__init__(DETECTOR)
+        super().__init__(DETECTOR, section=SECTION, runtime_loop=runtime_loop)
 
     def active(self, resolved: ResolvedLoopDetection) -> bool:
-        return resolved.rules.call_cycle
+        return resolved.rules.get(SECTION).enabled
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
-        rules = ctx.resolved.rules
-        if not rules.call_cycle or ctx.tool in rules.call_cycle_exempt:
+        settings = ctx.resolved.rules.get(SECTION)
+        if not settings.enabled or ctx.tool in settings.exempt_tools:
             return found
         recent = ctx.state.rule_states.get(DETECTOR)
         if not isinstance(recent, RecentCalls):
             return found
         hashes = list(recent.hashes)
         hashes.append(ctx.args_hash)
-        rounds, period = rounds_of(hashes, rules.call_cycle_max_period)
-        warning = rules.call_cycle_warning
+        rounds, period = rounds_of(hashes, settings.max_period)
+        warning = settings.warning_threshold
         if rounds < warning:
             return found
         tools = list(recent.tools)[len(hashes) - 1 - period + 1 :]
         tools.append(ctx.tool)
-        critical = rounds >= rules.call_cycle_critical
+        critical = rounds >= settings.critical_threshold
         message = (critical_message if critical else warning_message)(tools, rounds)
         level = CRITICAL if critical else WARNING
         key = warning_key(min(hashes[len(hashes) - period :]))
         return stronger(found, Detection(level, DETECTOR, rounds, message, key, None, None, warning))
 
     def after_call(self, ctx: CallContext, blocked: bool, outputs: list[Output]) -> None:
-        rules = ctx.resolved.rules
-        if not rules.call_cycle or ctx.tool in rules.call_cycle_exempt:
+        settings = ctx.resolved.rules.get(SECTION)
+        if not settings.enabled or ctx.tool in settings.exempt_tools:
             return
         states = ctx.state.rule_states
         recent = states.get(DETECTOR)
@@ -113,7 +155,7 @@ class CallCycle(Rule):
             recent = states[DETECTOR] = RecentCalls()
         recent.hashes.append(ctx.args_hash)
         recent.tools.append(ctx.tool)
-        kept = _kept(rules)
+        kept = _kept(settings)
         while len(recent.hashes) > kept:
             recent.hashes.popleft()
             recent.tools.popleft()
@@ -144,6 +186,10 @@ def warning_message(tools: list[str], rounds: int) -> str:
 
 def warning_key(cycle_hash: str) -> str:
     return f"call-cycle:{cycle_hash}"
+
+
+def runtime_loop(tool: str, count: int) -> str:
+    return f"the same few calls went round {count} times in the same order"
 
 
 RULE: Final[CallCycle] = CallCycle()

@@ -9,6 +9,9 @@ looking healthy. A run's depth comes from its first event (``depth``, or 1 for a
 toward the run's escalation like every critical (the second one aborts the run). Trace
 (maxDepth 3): a run at depth 3 acts freely; a run at depth 4 is blocked at its first call and
 aborted at its second.
+
+Its settings are those of the fleet-wide ``delegation`` section (:data:`config.sections.DELEGATION`,
+which the chain rules of ``detectors/fleet`` read too), so it declares no section of its own.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 from typing import Final
 
 from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.config.sections import DELEGATION
 from loopwatch.detectors.rules.base import CRITICAL, CallContext, Detection, Rule, stronger
 
 __all__ = ["DETECTOR", "RULE", "DelegationDepth", "message", "warning_key"]
@@ -41,11 +45,11 @@ class DelegationDepth(Rule):
         super().__init__(DETECTOR)
 
     def active(self, resolved: ResolvedLoopDetection) -> bool:
-        return resolved.rules.delegation
+        return resolved.rules.get(DELEGATION).enabled
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
         depth = ctx.state.depth
-        limit = ctx.resolved.rules.delegation_max_depth
+        limit = ctx.resolved.rules.get(DELEGATION).max_depth
         if depth <= limit:
             return found
         return stronger(found, Detection(CRITICAL, DETECTOR, depth, message(depth, limit), warning_key()))

@@ -19,12 +19,14 @@ digest-only mode carry no contents and are not seen.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import xxhash
 from msgspec import UNSET
 
 from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.config.rule_sections import RuleSection
+from loopwatch.config.sections import Positive
 from loopwatch.detectors.rule_state import RuleState
 from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detection, Rule, stronger
 from loopwatch.detectors.stable_json import _sanitize_surrogates, plain
@@ -32,8 +34,10 @@ from loopwatch.detectors.stable_json import _sanitize_surrogates, plain
 __all__ = [
     "DETECTOR",
     "RULE",
+    "SECTION",
     "FileVersions",
     "PathEdits",
+    "Settings",
     "critical_message",
     "warning_key",
     "warning_message",
@@ -42,6 +46,29 @@ __all__ = [
 DETECTOR: Final = "edit_undo"
 KEPT: Final = 32
 PATHS: Final = 256
+
+#: ``loopwatch.detectors.editUndo``
+Settings = NamedTuple(  # noqa: UP014 (a class body's types are lost to mypyc; these are kept)
+    "Settings", [("enabled", bool), ("warning_threshold", Positive), ("critical_threshold", Positive)]
+)
+
+
+def explain(settings: Settings) -> tuple[str, str] | None:
+    if not settings.enabled:
+        return None
+    return "on", (
+        f"warns when a file returns to an earlier version {settings.warning_threshold} times, "
+        f"blocks at {settings.critical_threshold}"
+    )
+
+
+SECTION: Final = RuleSection(
+    DETECTOR,
+    "a file changed back to an earlier version.",
+    Settings(enabled=False, warning_threshold=3, critical_threshold=5),
+    ordered=(("warning_threshold", "critical_threshold"),),
+    explain=explain,
+)
 
 
 class PathEdits:
@@ -83,15 +110,15 @@ class EditUndo(Rule):
     """Observes every write and edit (when on); a revert or undo count at a threshold speaks."""
 
     def __init__(self) -> None:
-        super().__init__(DETECTOR)
+        super().__init__(DETECTOR, section=SECTION, runtime_loop=runtime_loop)
 
     def active(self, resolved: ResolvedLoopDetection) -> bool:
-        return resolved.rules.edit_undo
+        return resolved.rules.get(SECTION).enabled
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
-        rules = ctx.resolved.rules
+        settings = ctx.resolved.rules.get(SECTION)
         params = ctx.event.params
-        if not rules.edit_undo or params is UNSET:
+        if not settings.enabled or params is UNSET:
             return found
         state = ctx.state
         versions = state.rule_states.get(DETECTOR)
@@ -100,14 +127,14 @@ class EditUndo(Rule):
         change = observe_call(versions, ctx.tool, params)
         if versions.paths and DETECTOR not in state.rule_states:
             state.rule_states[DETECTOR] = versions
-        if change is None or change[1] < rules.edit_undo_warning:
+        if change is None or change[1] < settings.warning_threshold:
             return found
         path, count = change
-        critical = count >= rules.edit_undo_critical
+        critical = count >= settings.critical_threshold
         message = (critical_message if critical else warning_message)(path, count)
         level = CRITICAL if critical else WARNING
         own = Detection(
-            level, DETECTOR, count, message, warning_key(path), None, None, rules.edit_undo_warning
+            level, DETECTOR, count, message, warning_key(path), None, None, settings.warning_threshold
         )
         return stronger(found, own)
 
@@ -183,6 +210,10 @@ def warning_message(path: str, count: int) -> str:
 
 def warning_key(path: str) -> str:
     return f"edit-undo:{path}"
+
+
+def runtime_loop(tool: str, count: int) -> str:
+    return f"the same edit was made and undone {count} times"
 
 
 RULE: Final[EditUndo] = EditUndo()

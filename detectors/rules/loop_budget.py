@@ -11,8 +11,11 @@ turn): first warning at call 11 → loop spend 0.30, 0.60, 0.90, 1.20 at call 14
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Annotated, Any, Final, NamedTuple
 
+from msgspec import Meta
+
+from loopwatch.config.rule_sections import RuleSection
 from loopwatch.detectors.events import Output
 from loopwatch.detectors.rule_state import RuleState
 from loopwatch.detectors.rules.base import CRITICAL, CallContext, Detection, Rule
@@ -22,7 +25,9 @@ __all__ = [
     "ABORT_REASON",
     "DETECTOR",
     "RULE",
+    "SECTION",
     "BudgetSpent",
+    "Settings",
     "abort_message",
     "critical_message",
     "reached",
@@ -32,6 +37,45 @@ __all__ = [
 DETECTOR: Final = "loop_budget"
 ABORT_REASON: Final = "loop_budget_exhausted"
 _INT64_MAX: Final = 2**63 - 1
+
+#: ``loopwatch.detectors.loopBudget``
+Settings = NamedTuple(  # noqa: UP014 (a class body's types are lost to mypyc; these are kept)
+    "Settings",
+    [
+        (
+            "usd",
+            Annotated[
+                float,
+                Meta(
+                    gt=0,
+                    description="The spend (USD) at which a run is stopped, counted from its first verdict "
+                    "on; null: no budget.",
+                    extra={"unit": "USD"},
+                ),
+            ]
+            | None,
+        )
+    ],
+)
+
+
+def explain(settings: Settings) -> tuple[str, str] | None:
+    budget = settings.usd
+    if budget is None:
+        return None
+    return f"${budget:.2f}", (
+        f"a run's spend from its first verdict on is blocked at ${budget:.2f} "
+        f"and aborted at ${2 * budget:.2f}"
+    )
+
+
+SECTION: Final = RuleSection(
+    DETECTOR,
+    "a run's spend from its first verdict on (unset: off).",
+    Settings(usd=None),
+    explain=explain,
+    listed_before="sameCallStreak",  # beside the other rules no preset turns on, as first documented
+)
 
 
 def reached(spend: float, limit: float) -> bool:
@@ -66,7 +110,12 @@ class LoopBudget(Rule):
     Registered last: the verdicts of every rule before it start the loop spend."""
 
     def __init__(self) -> None:
-        super().__init__(DETECTOR)
+        super().__init__(
+            DETECTOR,
+            section=SECTION,
+            runtime_loop=runtime_loop,
+            runtime_stops={ABORT_REASON: "looping has cost twice the loop budget"},
+        )
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
         state = ctx.state
@@ -82,7 +131,7 @@ class LoopBudget(Rule):
             state.output_tokens = min(state.output_tokens + usage.output_tokens, _INT64_MAX)
             if in_loop:
                 state.loop_spend_usd += cost
-        budget = ctx.resolved.rules.loop_budget_usd
+        budget = ctx.resolved.rules.get(SECTION).usd
         if budget is None or not in_loop or not reached(state.loop_spend_usd, budget):
             return found
         if found is not None and found.critical:
@@ -97,7 +146,7 @@ class LoopBudget(Rule):
 
     def after_call(self, ctx: CallContext, blocked: bool, outputs: list[Output]) -> None:
         state = ctx.state
-        budget = ctx.resolved.rules.loop_budget_usd
+        budget = ctx.resolved.rules.get(SECTION).usd
         if budget is None or state.first_detector is None or not reached(state.loop_spend_usd, 2 * budget):
             return
         spent = _budget_of(state.rule_states)
@@ -133,6 +182,10 @@ def abort_message(loop_spend: float, budget: float) -> str:
 
 def warning_key() -> str:
     return "loop-budget"
+
+
+def runtime_loop(tool: str, count: int) -> str:
+    return f"looping has cost {count / 100:.2f} USD so far"
 
 
 RULE: Final[LoopBudget] = LoopBudget()

@@ -8,7 +8,12 @@ which lets a critical win over the verdict so far; the loop budget last (its loo
 at the verdicts of the rules before it).
 
 Adding a rule: one module under ``detectors/rules/`` and one line here (or
-:func:`register` for a rule of one's own, e.g. in a test).
+:func:`register` for a rule of one's own, e.g. in a test). Whenever its rules are set, the
+registry hands on what they declare beside their hooks: their config sections to the config
+(:func:`config.rule_sections.hand_in`: ``loopwatch.detectors``, ``check-config``, the presets,
+the JSON Schema), their runtime words to :mod:`detectors.runtime_texts`, their state loaders
+to :mod:`detectors.rule_state`. setup.py compiles the modules imported below
+(:func:`detectors.core_build.compiled_modules`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from contextlib import contextmanager
 from typing import Final
 
 from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.config.rule_sections import hand_in
 from loopwatch.detectors.rule_state import LOADERS
 from loopwatch.detectors.rules import (
     argument_churn,
@@ -37,6 +43,7 @@ from loopwatch.detectors.rules import (
     unknown_tool_repeat,
 )
 from loopwatch.detectors.rules.base import Rule
+from loopwatch.detectors.runtime_texts import use_rule_texts
 
 __all__ = ["REGISTRY", "Hooks", "Registry", "register", "registered", "unregister"]
 
@@ -118,6 +125,12 @@ class Registry:
         for rule in rules:
             if _overrides(rule, "load_state"):
                 LOADERS[rule.name] = rule.load_state
+        hand_in([rule.section for rule in rules if rule.section is not None])
+        stops: dict[str, str] = {}
+        for rule in rules:
+            stops.update(rule.runtime_stops)
+        loops = {rule.name: rule.runtime_loop for rule in rules if rule.runtime_loop is not None}
+        use_rule_texts(loops, stops)
 
     def for_config(self, resolved: ResolvedLoopDetection) -> Hooks:
         """The hooks of the rules :meth:`Rule.active` under ``resolved``."""

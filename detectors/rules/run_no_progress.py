@@ -11,9 +11,13 @@ third outcome is the first repeat; 20 repeats later the next call gets the warni
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Final
+from typing import Annotated, Any, Final, NamedTuple
+
+from msgspec import Meta
 
 from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.config.rule_sections import RuleSection
+from loopwatch.config.sections import MAX_WINDOW, Positive
 from loopwatch.detectors.events import Output
 from loopwatch.detectors.rule_state import RuleState
 from loopwatch.detectors.rules.base import (
@@ -26,10 +30,47 @@ from loopwatch.detectors.rules.base import (
     stronger,
 )
 
-__all__ = ["DETECTOR", "RULE", "OutcomeRepeats", "critical_message", "warning_key", "warning_message"]
+__all__ = [
+    "DETECTOR",
+    "RULE",
+    "SECTION",
+    "OutcomeRepeats",
+    "Settings",
+    "critical_message",
+    "warning_key",
+    "warning_message",
+]
 
 DETECTOR: Final = "run_no_progress"
 SEEN_PAIRS: Final = 256
+
+#: ``loopwatch.detectors.runNoProgress``
+Settings = NamedTuple(  # noqa: UP014 (a class body's types are lost to mypyc; these are kept)
+    "Settings",
+    [
+        ("enabled", bool),
+        ("warning_threshold", Positive),
+        ("window_size", Annotated[int, Meta(gt=0, le=MAX_WINDOW)]),
+    ],
+)
+
+
+def explain(settings: Settings) -> tuple[str, str] | None:
+    if not settings.enabled:
+        return None
+    return "on", (
+        f"warns after {settings.warning_threshold} repeated results across tools, "
+        f"blocks after {settings.window_size}"
+    )
+
+
+SECTION: Final = RuleSection(
+    DETECTOR,
+    "results repeating across tools without progress.",
+    Settings(enabled=False, warning_threshold=20, window_size=30),
+    ordered=(("warning_threshold", "window_size"),),
+    explain=explain,
+)
 
 
 class OutcomeRepeats(RuleState):
@@ -79,36 +120,36 @@ class RunNoProgress(Rule):
     """Counts at every hashed outcome, judges at every call (when on)."""
 
     def __init__(self) -> None:
-        super().__init__(DETECTOR)
+        super().__init__(DETECTOR, section=SECTION, runtime_loop=runtime_loop)
 
     def active(self, resolved: ResolvedLoopDetection) -> bool:
-        return resolved.rules.run_no_progress
+        return resolved.rules.get(SECTION).enabled
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
-        rules = ctx.resolved.rules
-        if not rules.run_no_progress:
+        settings = ctx.resolved.rules.get(SECTION)
+        if not settings.enabled:
             return found
         repeats = ctx.state.rule_states.get(DETECTOR)
         count = repeats.count() if isinstance(repeats, OutcomeRepeats) else 0
-        warning = rules.run_no_progress_warning
+        warning = settings.warning_threshold
         if count < warning:
             return found
         tools = repeats.tools_in(count) if isinstance(repeats, OutcomeRepeats) else 0
-        critical = count >= rules.run_no_progress_window
+        critical = count >= settings.window_size
         message = (critical_message if critical else warning_message)(count, tools)
         level = CRITICAL if critical else WARNING
         return stronger(found, Detection(level, DETECTOR, count, message, warning_key(), None, None, warning))
 
     def on_result(self, ctx: ResultContext, outputs: list[Output]) -> None:
-        rules = ctx.resolved.rules
+        settings = ctx.resolved.rules.get(SECTION)
         result_hash = ctx.result_hash
-        if not rules.run_no_progress or result_hash is None:
+        if not settings.enabled or result_hash is None:
             return
         state = ctx.state
         repeats = state.rule_states.get(DETECTOR)
         if not isinstance(repeats, OutcomeRepeats):
             repeats = state.rule_states[DETECTOR] = OutcomeRepeats()
-        repeats.observe(ctx.tool, result_hash, rules.run_no_progress_window)
+        repeats.observe(ctx.tool, result_hash, settings.window_size)
 
     def load_state(self, raw: Any) -> OutcomeRepeats:
         tools, since_new, seen_pairs = raw
@@ -131,6 +172,10 @@ def warning_message(count: int, tools: int) -> str:
 
 def warning_key() -> str:
     return "run-no-progress"
+
+
+def runtime_loop(tool: str, count: int) -> str:
+    return f"the last {count} tool results brought nothing new"
 
 
 RULE: Final[RunNoProgress] = RunNoProgress()

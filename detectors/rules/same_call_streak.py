@@ -13,16 +13,57 @@ blocked); read a, read a, list, read a (1).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from loopwatch.config.loop_detection import ResolvedLoopDetection
+from loopwatch.config.rule_sections import RuleSection, exempt_words, ordinal
+from loopwatch.config.sections import ExemptTools, Positive
 from loopwatch.detectors.events import Output
 from loopwatch.detectors.rule_state import RuleState
 from loopwatch.detectors.rules.base import CRITICAL, WARNING, CallContext, Detection, Rule, stronger
 
-__all__ = ["DETECTOR", "RULE", "Streak", "critical_message", "warning_key", "warning_message"]
+__all__ = [
+    "DETECTOR",
+    "RULE",
+    "SECTION",
+    "Settings",
+    "Streak",
+    "critical_message",
+    "warning_key",
+    "warning_message",
+]
 
 DETECTOR: Final = "same_call_streak"
+
+#: ``loopwatch.detectors.sameCallStreak``
+Settings = NamedTuple(  # noqa: UP014 (a class body's types are lost to mypyc; these are kept)
+    "Settings",
+    [
+        ("enabled", bool),
+        ("warning_threshold", Positive),
+        ("critical_threshold", Positive),
+        ("exempt_tools", ExemptTools),
+    ],
+)
+
+
+def explain(settings: Settings) -> tuple[str, str] | None:
+    if not settings.enabled:
+        return None
+    return "on", (
+        f"warns at the {ordinal(settings.warning_threshold)} same call (tool and arguments) in a row, "
+        f"blocks the {ordinal(settings.critical_threshold)}; {exempt_words(settings.exempt_tools)}"
+    )
+
+
+SECTION: Final = RuleSection(
+    DETECTOR,
+    "the same call (tool and arguments) made again and again in a row.",
+    Settings(enabled=False, warning_threshold=3, critical_threshold=5, exempt_tools=frozenset()),
+    ordered=(("warning_threshold", "critical_threshold"),),
+    explain=explain,
+    presets={"agents-2026-12": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}},
+)
 
 
 class Streak(RuleState):
@@ -46,28 +87,28 @@ class SameCallStreak(Rule):
     """Counts every proposed call (when on); speaks at the thresholds."""
 
     def __init__(self) -> None:
-        super().__init__(DETECTOR)
+        super().__init__(DETECTOR, section=SECTION, runtime_loop=runtime_loop)
 
     def active(self, resolved: ResolvedLoopDetection) -> bool:
-        return resolved.rules.same_call_streak
+        return resolved.rules.get(SECTION).enabled
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
-        rules = ctx.resolved.rules
-        if not rules.same_call_streak or ctx.tool in rules.same_call_streak_exempt:
+        settings = ctx.resolved.rules.get(SECTION)
+        if not settings.enabled or ctx.tool in settings.exempt_tools:
             return found
         count = _next_count(ctx.state.rule_states.get(DETECTOR), ctx.args_hash)
-        warning = rules.same_call_streak_warning
+        warning = settings.warning_threshold
         if count < warning:
             return found
-        critical = count >= rules.same_call_streak_critical
+        critical = count >= settings.critical_threshold
         message = (critical_message if critical else warning_message)(ctx.tool, count)
         level = CRITICAL if critical else WARNING
         own = Detection(level, DETECTOR, count, message, warning_key(ctx.args_hash), None, None, warning)
         return stronger(found, own)
 
     def after_call(self, ctx: CallContext, blocked: bool, outputs: list[Output]) -> None:
-        rules = ctx.resolved.rules
-        if not rules.same_call_streak or ctx.tool in rules.same_call_streak_exempt:
+        settings = ctx.resolved.rules.get(SECTION)
+        if not settings.enabled or ctx.tool in settings.exempt_tools:
             return
         states = ctx.state.rule_states
         streak = states.get(DETECTOR)
@@ -99,6 +140,10 @@ def warning_message(tool: str, count: int) -> str:
 
 def warning_key(args_hash: str) -> str:
     return f"same-call-streak:{args_hash}"
+
+
+def runtime_loop(tool: str, count: int) -> str:
+    return f"{tool} was called {count} times in a row with the same arguments"
 
 
 RULE: Final[SameCallStreak] = SameCallStreak()

@@ -23,13 +23,14 @@ found" (4), v → "unexpected EOF" (5): the next call is blocked; any success re
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import xxhash
 from msgspec import UNSET
 
 from loopwatch.config.loop_detection import ResolvedLoopDetection
-from loopwatch.config.own_rules import OwnRules
+from loopwatch.config.rule_sections import RuleSection, exempt_words, ordinal
+from loopwatch.config.sections import ExemptTools, Positive
 from loopwatch.detectors.events import Level, Output
 from loopwatch.detectors.outcome_signature import outcome_text, preview, signature, unproductive
 from loopwatch.detectors.rule_state import RuleState
@@ -47,8 +48,10 @@ from loopwatch.detectors.stable_json import plain
 __all__ = [
     "DETECTOR",
     "RULE",
+    "SECTION",
     "FailureStreak",
     "FailureStreaks",
+    "Settings",
     "critical_message",
     "sweep_critical_message",
     "sweep_warning_message",
@@ -58,6 +61,61 @@ __all__ = [
 
 DETECTOR: Final = "same_failure"
 CLASSES: Final = 2
+
+#: ``loopwatch.detectors.sameFailure``
+Settings = NamedTuple(  # noqa: UP014 (a class body's types are lost to mypyc; these are kept)
+    "Settings",
+    [
+        ("enabled", bool),
+        ("warning_threshold", Positive),
+        ("critical_threshold", Positive),
+        ("sweep_warning_threshold", Positive),
+        ("sweep_critical_threshold", Positive),
+        ("exempt_tools", ExemptTools),
+    ],
+)
+
+
+def explain(settings: Settings) -> tuple[str, str] | None:
+    if not settings.enabled:
+        return None
+    return "on", (
+        f"after the {ordinal(settings.warning_threshold)} outcome in a row failing the same way the next "
+        f"call is warned, after the {ordinal(settings.critical_threshold)} blocked; after a sweep's "
+        f"{ordinal(settings.sweep_warning_threshold)} (nothing found, argument after argument) warned, "
+        f"after its {ordinal(settings.sweep_critical_threshold)} blocked; "
+        f"{exempt_words(settings.exempt_tools)}"
+    )
+
+
+SECTION: Final = RuleSection(
+    DETECTOR,
+    "tool calls that keep failing the same way (at most two ways), however the calls vary; a "
+    '*sweep* (failures that differ only by the arguments they echo, as "no matches for X" over '
+    "many X) has thresholds of its own.",
+    Settings(
+        enabled=False,
+        warning_threshold=3,
+        critical_threshold=5,
+        sweep_warning_threshold=5,
+        sweep_critical_threshold=8,
+        exempt_tools=frozenset(),
+    ),
+    ordered=(
+        ("warning_threshold", "critical_threshold"),
+        ("sweep_warning_threshold", "sweep_critical_threshold"),
+    ),
+    explain=explain,
+    presets={
+        "agents-2026-12": {
+            "enabled": True,
+            "warningThreshold": 3,
+            "criticalThreshold": 5,
+            "sweepWarningThreshold": 5,
+            "sweepCriticalThreshold": 8,
+        }
+    },
+)
 
 
 class FailureStreak:
@@ -127,24 +185,24 @@ class SameFailure(Rule):
     """Follows every outcome (when on); speaks at the calls after enough of them failed alike."""
 
     def __init__(self) -> None:
-        super().__init__(DETECTOR)
+        super().__init__(DETECTOR, section=SECTION, runtime_loop=runtime_loop)
 
     def active(self, resolved: ResolvedLoopDetection) -> bool:
-        return resolved.rules.same_failure
+        return resolved.rules.get(SECTION).enabled
 
     def on_call(self, ctx: CallContext, found: Detection | None) -> Detection | None:
-        rules = ctx.resolved.rules
-        if not rules.same_failure or ctx.tool in rules.same_failure_exempt:
+        settings = ctx.resolved.rules.get(SECTION)
+        if not settings.enabled or ctx.tool in settings.exempt_tools:
             return found
         streaks = ctx.state.rule_states.get(DETECTOR)
         if not isinstance(streaks, FailureStreaks):
             return found
-        own = _judge(streaks, rules)
+        own = _judge(streaks, settings)
         return found if own is None else stronger(found, own)
 
     def on_result(self, ctx: ResultContext, outputs: list[Output]) -> None:
-        rules = ctx.resolved.rules
-        if not rules.same_failure or ctx.tool in rules.same_failure_exempt:
+        settings = ctx.resolved.rules.get(SECTION)
+        if not settings.enabled or ctx.tool in settings.exempt_tools:
             return
         event = ctx.event
         states = ctx.state.rule_states
@@ -169,14 +227,14 @@ class SameFailure(Rule):
         return FailureStreaks(FailureStreak(*same), FailureStreak(*sweep), latest)
 
 
-def _judge(streaks: FailureStreaks, rules: OwnRules) -> Detection | None:
+def _judge(streaks: FailureStreaks, settings: Settings) -> Detection | None:
     """The strongest verdict the streaks call for: a critical before a warning, the same
     failure before the sweep (each streak's warnings bucketed by its own warning threshold)."""
     same, sweep = streaks.same, streaks.sweep
-    warn_same, warn_sweep = rules.same_failure_warning, rules.same_failure_sweep_warning
+    warn_same, warn_sweep = settings.warning_threshold, settings.sweep_warning_threshold
     checks: tuple[tuple[Level, FailureStreak, int, int, Callable[[int, str], str]], ...] = (
-        (CRITICAL, same, rules.same_failure_critical, warn_same, critical_message),
-        (CRITICAL, sweep, rules.same_failure_sweep_critical, warn_sweep, sweep_critical_message),
+        (CRITICAL, same, settings.critical_threshold, warn_same, critical_message),
+        (CRITICAL, sweep, settings.sweep_critical_threshold, warn_sweep, sweep_critical_message),
         (WARNING, same, warn_same, warn_same, warning_message),
         (WARNING, sweep, warn_sweep, warn_sweep, sweep_warning_message),
     )
@@ -219,6 +277,10 @@ def sweep_warning_message(count: int, latest: str) -> str:
 
 def warning_key(signature_digest: str) -> str:
     return f"same-failure:{signature_digest}"
+
+
+def runtime_loop(tool: str, count: int) -> str:
+    return f"the last {count} tool calls all failed the same way"
 
 
 RULE: Final[SameFailure] = SameFailure()

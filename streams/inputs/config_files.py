@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import loopwatch.detectors.rules.registry  # noqa: F401 (hands the rules' config sections to config)
 from loopwatch.config.errors import ConfigError, ConfigProblem
 from loopwatch.config.fleet import FleetConfig, parse_config_text
 from loopwatch.config.settings import DetectorSettings

@@ -18,6 +18,17 @@ from loopwatch.config import (
     parse_config_value,
 )
 from loopwatch.config.own_rules import DEFAULT_OWN_RULES, OwnRules
+from loopwatch.config.presets import PRESETS
+from loopwatch.config.rule_sections import rule_set
+from loopwatch.config.sections import DELEGATION
+from loopwatch.detectors.rules import (
+    call_cycle,
+    edit_undo,
+    loop_budget,
+    run_no_progress,
+    same_call_streak,
+    same_failure,
+)
 
 # -- what the docs say the preset is ---------------------------------------------------------
 
@@ -70,13 +81,21 @@ def assert_openclaw_thresholds(resolved: ResolvedLoopDetection, enabled: bool | 
 
 def assert_everything_else_at_its_default(rules: OwnRules) -> None:
     """The preset turns on its three rules and nothing else of loopwatch's own."""
-    assert not rules.run_no_progress
-    assert not rules.edit_undo
-    assert rules.loop_budget_usd is None
-    assert not rules.delegation
+    assert not rules.get(run_no_progress.SECTION).enabled
+    assert not rules.get(edit_undo.SECTION).enabled
+    assert rules.get(loop_budget.SECTION).usd is None
+    assert not rules.get(DELEGATION).enabled
 
 
 # -- the preset itself -----------------------------------------------------------------------
+
+
+def test_each_rule_sets_keys_of_dated_presets_only() -> None:
+    """A rule's section names the dated presets that turn it on (an alias would move with the
+    next release, and a preset is pinned)."""
+    named = {section.key: set(section.presets) for section in rule_set().sections if section.presets}
+    assert named == {key: {"agents-2026-12"} for key in OWN_RULES}
+    assert set().union(*named.values()) <= set(PRESETS)
 
 
 @pytest.mark.parametrize("name", ["agents", "agents-2026-12"])
@@ -86,28 +105,32 @@ def test_the_agents_preset_resolves_to_the_documented_rules_and_thresholds(name:
     rules = resolved.rules
     assert own_rules(rules) == DOCUMENTED_RULES
     # the same, field by field, on the flat resolved rules the step reads
-    assert (rules.same_call_streak, rules.same_call_streak_warning, rules.same_call_streak_critical) == (
+    assert (
+        rules.get(same_call_streak.SECTION).enabled,
+        rules.get(same_call_streak.SECTION).warning_threshold,
+        rules.get(same_call_streak.SECTION).critical_threshold,
+    ) == (
         True,
         3,
         5,
     )
-    assert rules.same_call_streak_exempt == frozenset()
+    assert rules.get(same_call_streak.SECTION).exempt_tools == frozenset()
     assert (
-        rules.call_cycle,
-        rules.call_cycle_max_period,
-        rules.call_cycle_warning,
-        rules.call_cycle_critical,
+        rules.get(call_cycle.SECTION).enabled,
+        rules.get(call_cycle.SECTION).max_period,
+        rules.get(call_cycle.SECTION).warning_threshold,
+        rules.get(call_cycle.SECTION).critical_threshold,
     ) == (True, 5, 2, 3)
-    assert rules.call_cycle_exempt == frozenset()
+    assert rules.get(call_cycle.SECTION).exempt_tools == frozenset()
     assert (
-        rules.same_failure,
-        rules.same_failure_warning,
-        rules.same_failure_critical,
-        rules.same_failure_sweep_warning,
-        rules.same_failure_sweep_critical,
+        rules.get(same_failure.SECTION).enabled,
+        rules.get(same_failure.SECTION).warning_threshold,
+        rules.get(same_failure.SECTION).critical_threshold,
+        rules.get(same_failure.SECTION).sweep_warning_threshold,
+        rules.get(same_failure.SECTION).sweep_critical_threshold,
     ) == (True, 3, 5, 5, 8)
-    assert rules.same_failure_exempt == frozenset()
-    assert rules.any
+    assert rules.get(same_failure.SECTION).exempt_tools == frozenset()
+    assert rules != DEFAULT_OWN_RULES
     assert_everything_else_at_its_default(rules)
     # OpenClaw's detectors on, at OpenClaw's own thresholds
     assert_openclaw_thresholds(resolved, True)
@@ -135,8 +158,8 @@ def test_agents_is_the_same_as_agents_2026_12_globally_and_per_agent() -> None:
     for agent in ("coder", "ops", "anyone"):
         assert alias.for_agent(agent) == pinned.for_agent(agent)
     assert alias.default == pinned.default
-    assert alias.for_agent("coder").rules.call_cycle_max_period == 3  # the file's key, both ways
-    assert alias.for_agent("ops").rules.same_failure_critical == 6
+    assert alias.for_agent("coder").rules.get(call_cycle.SECTION).max_period == 3  # the file's key, both ways
+    assert alias.for_agent("ops").rules.get(same_failure.SECTION).critical_threshold == 6
     # and the alias is not simply no preset at all
     assert alias.default.rules != DEFAULT_OWN_RULES
 
@@ -188,25 +211,33 @@ def test_a_global_file_key_wins_over_the_preset_key_by_key() -> None:
     assert (resolved.warning_threshold, resolved.critical_threshold) == (12, 20)
     rules = resolved.rules
     # sameCallStreak: the preset's enabled and warning, the file's critical
-    assert (rules.same_call_streak, rules.same_call_streak_warning, rules.same_call_streak_critical) == (
+    assert (
+        rules.get(same_call_streak.SECTION).enabled,
+        rules.get(same_call_streak.SECTION).warning_threshold,
+        rules.get(same_call_streak.SECTION).critical_threshold,
+    ) == (
         True,
         3,
         7,
     )
     # callCycle: the file turned it off, the preset's other keys stay
-    assert (rules.call_cycle, rules.call_cycle_max_period, rules.call_cycle_warning) == (False, 5, 2)
+    assert (
+        rules.get(call_cycle.SECTION).enabled,
+        rules.get(call_cycle.SECTION).max_period,
+        rules.get(call_cycle.SECTION).warning_threshold,
+    ) == (False, 5, 2)
     # sameFailure: the preset's, with the file's exempt tool and sweep critical
     assert (
-        rules.same_failure,
-        rules.same_failure_warning,
-        rules.same_failure_critical,
-        rules.same_failure_sweep_warning,
-        rules.same_failure_sweep_critical,
+        rules.get(same_failure.SECTION).enabled,
+        rules.get(same_failure.SECTION).warning_threshold,
+        rules.get(same_failure.SECTION).critical_threshold,
+        rules.get(same_failure.SECTION).sweep_warning_threshold,
+        rules.get(same_failure.SECTION).sweep_critical_threshold,
     ) == (True, 3, 5, 5, 9)
-    assert rules.same_failure_exempt == frozenset({"poll"})
+    assert rules.get(same_failure.SECTION).exempt_tools == frozenset({"poll"})
     # a rule the preset does not name is the file's alone
-    assert rules.edit_undo
-    assert not rules.run_no_progress
+    assert rules.get(edit_undo.SECTION).enabled
+    assert not rules.get(run_no_progress.SECTION).enabled
 
 
 def test_an_agent_s_file_key_wins_over_the_preset_for_that_agent_only() -> None:
@@ -228,15 +259,18 @@ def test_an_agent_s_file_key_wins_over_the_preset_for_that_agent_only() -> None:
         }
     )
     coder = fleet.for_agent("coder")
-    assert not coder.rules.same_failure
-    assert (coder.rules.same_failure_warning, coder.rules.same_failure_critical) == (3, 5)
-    assert coder.rules.same_call_streak
-    assert coder.rules.call_cycle
+    assert not coder.rules.get(same_failure.SECTION).enabled
+    assert (
+        coder.rules.get(same_failure.SECTION).warning_threshold,
+        coder.rules.get(same_failure.SECTION).critical_threshold,
+    ) == (3, 5)
+    assert coder.rules.get(same_call_streak.SECTION).enabled
+    assert coder.rules.get(call_cycle.SECTION).enabled
     assert coder.enabled  # the preset's enabled, under the agent's block
     assert (coder.warning_threshold, coder.critical_threshold) == (10, 25)
     ops = fleet.for_agent("ops")
-    assert ops.rules.same_call_streak
-    assert ops.rules.same_call_streak_exempt == frozenset({"poll"})
+    assert ops.rules.get(same_call_streak.SECTION).enabled
+    assert ops.rules.get(same_call_streak.SECTION).exempt_tools == frozenset({"poll"})
     assert own_rules(ops.rules)["callCycle"] == DOCUMENTED_RULES["callCycle"]
     assert own_rules(ops.rules)["sameFailure"] == DOCUMENTED_RULES["sameFailure"]
     # everyone else: the preset as it is
@@ -260,15 +294,24 @@ def test_an_agent_s_file_keys_also_win_over_the_agent_s_own_preset_and_the_globa
         }
     )
     coder = fleet.for_agent("coder")
-    assert (coder.rules.same_call_streak, coder.rules.same_call_streak_critical) == (True, 7)
-    assert (coder.rules.call_cycle, coder.rules.call_cycle_max_period) == (True, 2)
-    assert coder.rules.same_failure
+    assert (
+        coder.rules.get(same_call_streak.SECTION).enabled,
+        coder.rules.get(same_call_streak.SECTION).critical_threshold,
+    ) == (True, 7)
+    assert (coder.rules.get(call_cycle.SECTION).enabled, coder.rules.get(call_cycle.SECTION).max_period) == (
+        True,
+        2,
+    )
+    assert coder.rules.get(same_failure.SECTION).enabled
     assert (coder.enabled_raw, coder.warning_threshold) == (True, 8)
     # the others have no preset: the global file keys alone (the streak's critical, rule off)
     other = fleet.for_agent("other")
-    assert (other.rules.same_call_streak, other.rules.same_call_streak_critical) == (False, 7)
-    assert not other.rules.call_cycle
-    assert not other.rules.same_failure
+    assert (
+        other.rules.get(same_call_streak.SECTION).enabled,
+        other.rules.get(same_call_streak.SECTION).critical_threshold,
+    ) == (False, 7)
+    assert not other.rules.get(call_cycle.SECTION).enabled
+    assert not other.rules.get(same_failure.SECTION).enabled
     assert (other.enabled_raw, other.warning_threshold) == (None, 8)
 
 
@@ -381,7 +424,6 @@ def test_no_preset_leaves_the_enabled_default_exactly_as_it_was() -> None:
     plain = parsed({"tools": {"loopDetection": {"enabled": True}}})
     assert plain.default == FleetConfig.enabled_default().default
     assert plain.default.rules == DEFAULT_OWN_RULES
-    assert not plain.default.rules.any
     assert own_rules(DEFAULT_OWN_RULES) == off_rules()
 
 

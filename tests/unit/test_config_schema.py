@@ -27,6 +27,7 @@ from jsonschema import Draft202012Validator, ValidationError  # type: ignore[imp
 
 from loopwatch.config import ConfigError, parse_config_value
 from loopwatch.config.document import AgentListEntry, ConfigFile
+from loopwatch.config.rule_sections import rule_set
 from loopwatch.config.schema import config_schema
 from loopwatch.config.struct_decoding import settable
 
@@ -491,13 +492,19 @@ def bounds(tp: Any) -> list[object]:
 NEEDS: dict[type[msgspec.Struct], dict[str, object]] = {AgentListEntry: {"id": "agent"}}
 
 
+def declared(cls: type[msgspec.Struct]) -> type[msgspec.Struct]:
+    """A Struct as the decoder reads it (``loopwatch.detectors``: as the rules handed in make it)."""
+    assembled = getattr(cls, "assembled", None)
+    return cls if assembled is None else assembled()
+
+
 def places(
     cls: type[msgspec.Struct], wrap: Callable[[object], object], seen: tuple[type, ...] = ()
 ) -> Iterator[tuple[type[msgspec.Struct], Callable[[object], object]]]:
     """Every place an object of each Struct may stand in a file, as a function that puts it there."""
     yield cls, wrap
     needs = NEEDS.get(cls, {})
-    for info in msgspec.structs.fields(cls):
+    for info in msgspec.structs.fields(declared(cls)):
         for option in get_args(settable(info.type)) or (settable(info.type),):
             holder, inner = None, option
             if get_origin(option) is list:
@@ -525,7 +532,7 @@ def tries() -> Iterator[tuple[str, object]]:
     for cls, put in places(ConfigFile, lambda value: value):
         where = json.dumps(put("HERE"))
         yield f"{where} unknown key", put({**NEEDS.get(cls, {}), "notAKeyOfLoopwatch": 1})
-        for info in msgspec.structs.fields(cls):
+        for info in msgspec.structs.fields(declared(cls)):
             for value in [*VALUES, *bounds(info.type)]:
                 yield (
                     f"{where} {info.encode_name}={value!r}",
@@ -546,6 +553,11 @@ def test_every_declared_key_gets_one_verdict_from_the_decoder_and_the_schema() -
             differ.append(f"{name}: only the decoder rejects it: {problems}")
     assert differ == [], "\n".join(differ[:20])
     assert tried > 2000  # every Struct at every place (the walk found them)
+    # the rules' sections too (each made from its rule's declaration): in loopwatch.detectors,
+    # agents.list[].loopwatch.detectors and agents.entries.<id>.loopwatch.detectors
+    walked = [declared(cls).__name__ for cls, _ in places(ConfigFile, lambda value: value)]
+    for section in rule_set().sections:
+        assert walked.count(section.struct.__name__) == 3, section.key
 
 
 def test_a_number_json_cannot_hold_is_the_decoder_s_alone() -> None:

@@ -9,8 +9,10 @@ import pytest
 from loopwatch.config import ConfigError, DetectorSettings, FleetConfig, parse_config_text, parse_config_value
 from loopwatch.config.fleet_rules import FleetRules, SystemicLoopRule, ToolOutageRule, fleet_rules
 from loopwatch.config.own_rules import DEFAULT_OWN_RULES, OwnRules, resolve_rules
-from loopwatch.config.sections import FLEET_RULES, Detectors
+from loopwatch.config.rule_sections import Detectors
+from loopwatch.config.sections import FLEET_RULES
 from loopwatch.config.settings import parse_settings
+from loopwatch.detectors.rules import edit_undo, loop_budget, run_no_progress
 
 # -- every agent resolved once, at load ---------------------------------------------------------
 
@@ -28,9 +30,9 @@ def test_every_agent_with_a_block_or_rules_is_resolved_when_the_config_is_built(
     config = parse_config_text(FLEET)
     assert sorted(config.agents) == ["coder", "ops"]
     assert config.agents["coder"].critical_threshold == 12
-    assert config.agents["ops"].rules.edit_undo
+    assert config.agents["ops"].rules.get(edit_undo.SECTION).enabled
     assert config.default.warning_threshold == 8
-    assert config.default.rules.loop_budget_usd == 3.0
+    assert config.default.rules.get(loop_budget.SECTION).usd == 3.0
 
 
 def test_for_agent_returns_the_table_s_entry_or_the_default_always_the_same_object() -> None:
@@ -56,8 +58,8 @@ def test_a_replaced_config_and_an_agent_override_are_resolved_again() -> None:
     assert config.for_agent("coder").warning_threshold == 8  # the original is unchanged
     assert override.with_agent_block("coder", None).for_agent("coder").critical_threshold == 20
     budget_off = replace(config, global_rules={"loopBudget": {"usd": None}})
-    assert budget_off.for_agent("anyone").rules.loop_budget_usd is None
-    assert config.for_agent("anyone").rules.loop_budget_usd == 3.0
+    assert budget_off.for_agent("anyone").rules.get(loop_budget.SECTION).usd is None
+    assert config.for_agent("anyone").rules.get(loop_budget.SECTION).usd == 3.0
 
 
 # -- the revision ------------------------------------------------------------------------------
@@ -173,14 +175,14 @@ def test_integers_are_json_numbers_and_booleans_are_not_numbers() -> None:
     )
     assert config.settings.seen_event_ids == 512
     assert type(config.settings.seen_event_ids) is int
-    assert config.for_agent("x").rules.run_no_progress_warning == 25
-    assert type(config.for_agent("x").rules.run_no_progress_warning) is int
+    assert config.for_agent("x").rules.get(run_no_progress.SECTION).warning_threshold == 25
+    assert type(config.for_agent("x").rules.get(run_no_progress.SECTION).warning_threshold) is int
     with pytest.raises(ConfigError, match=r"loopwatch\.seenEventIds: must be an integer of at least 256"):
         parse_config_value({"loopwatch": {"seenEventIds": 300.5}})
     with pytest.raises(ConfigError, match=r"loopwatch\.maxEventBytes: must be a positive integer"):
         parse_config_value({"loopwatch": {"maxEventBytes": True}})
     budget = parse_config_value({"loopwatch": {"detectors": {"loopBudget": {"usd": 2}}}})
-    assert budget.for_agent("x").rules.loop_budget_usd == 2.0
+    assert budget.for_agent("x").rules.get(loop_budget.SECTION).usd == 2.0
 
 
 def test_settings_given_over_a_base_keep_the_base_s_other_values() -> None:
@@ -254,7 +256,7 @@ def test_the_defaults_come_from_the_structs() -> None:
             "chainTtlS": 3600,
         },
     }
-    assert msgspec.to_builtins(Detectors()) == documented
+    assert msgspec.to_builtins(Detectors.assembled()()) == documented
     assert FLEET_RULES == ("toolOutage", "systemicLoop", "delegation")
     assert OwnRules() == DEFAULT_OWN_RULES == resolve_rules(None) == resolve_rules({})
     assert DEFAULT_OWN_RULES.as_dict() == {

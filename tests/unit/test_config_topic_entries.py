@@ -9,6 +9,7 @@ import pytest
 from loopwatch.config.errors import ConfigError
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.own_rules import DEFAULT_OWN_RULES
+from loopwatch.detectors.rules import call_cycle, same_call_streak, same_failure
 from loopwatch.streams.kafka.config_topic import apply_config_record
 
 
@@ -21,8 +22,15 @@ def test_a_preset_record_puts_one_agent_on_the_preset() -> None:
     base = FleetConfig.enabled_default()
     tuned = _record(base, "coder", {"loopwatch": {"preset": "agents"}})
     rules = tuned.for_agent("coder").rules
-    assert (rules.same_call_streak, rules.call_cycle, rules.same_failure) == (True, True, True)
-    assert (rules.same_call_streak_warning, rules.same_call_streak_critical) == (3, 5)
+    assert (
+        rules.get(same_call_streak.SECTION).enabled,
+        rules.get(call_cycle.SECTION).enabled,
+        rules.get(same_failure.SECTION).enabled,
+    ) == (True, True, True)
+    assert (
+        rules.get(same_call_streak.SECTION).warning_threshold,
+        rules.get(same_call_streak.SECTION).critical_threshold,
+    ) == (3, 5)
     assert tuned.for_agent("coder").enabled  # the file's block still applies under the preset
     assert tuned.for_agent("other").rules == DEFAULT_OWN_RULES
     assert base.for_agent("coder").rules == DEFAULT_OWN_RULES  # the original is unchanged
@@ -37,8 +45,8 @@ def test_an_entry_sets_block_rules_and_preset_together_and_null_removes_them() -
     tuned = _record(base, "coder", entry)
     resolved = tuned.for_agent("coder")
     assert (resolved.warning_threshold, resolved.critical_threshold) == (4, 9)
-    assert resolved.rules.same_call_streak_critical == 7
-    assert resolved.rules.same_failure_critical == 5  # the preset's, not overridden
+    assert resolved.rules.get(same_call_streak.SECTION).critical_threshold == 7
+    assert resolved.rules.get(same_failure.SECTION).critical_threshold == 5  # the preset's, not overridden
     cleared = _record(tuned, "coder", None)
     assert cleared.for_agent("coder") == base.for_agent("coder")
 

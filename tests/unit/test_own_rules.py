@@ -6,8 +6,11 @@ import msgspec
 import pytest
 
 from loopwatch.config import ConfigError, FleetConfig, parse_config_text
+from loopwatch.config.own_rules import DEFAULT_OWN_RULES
+from loopwatch.config.rule_sections import rule_set
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Abort, Output, ToolCall, Usage, Verdict
+from loopwatch.detectors.rules import edit_undo, loop_budget, run_no_progress
 from loopwatch.detectors.rules.edit_undo import FileVersions
 from loopwatch.detectors.rules.run_no_progress import OutcomeRepeats
 from loopwatch.detectors.state import RunState
@@ -50,21 +53,29 @@ def test_rules_merge_per_agent_key_by_key() -> None:
         }"""
     )
     coder = fleet.for_agent("coder").rules
-    assert (coder.run_no_progress, coder.run_no_progress_warning, coder.run_no_progress_window) == (
+    assert (
+        coder.get(run_no_progress.SECTION).enabled,
+        coder.get(run_no_progress.SECTION).warning_threshold,
+        coder.get(run_no_progress.SECTION).window_size,
+    ) == (
         True,
         25,
         40,
     )
-    assert coder.edit_undo
-    assert coder.loop_budget_usd == 2.0
-    assert fleet.for_agent("ops").rules.loop_budget_usd == 0.5
+    assert coder.get(edit_undo.SECTION).enabled
+    assert coder.get(loop_budget.SECTION).usd == 2.0
+    assert fleet.for_agent("ops").rules.get(loop_budget.SECTION).usd == 0.5
     default = fleet.for_agent("default").rules
-    assert (default.run_no_progress_warning, default.edit_undo) == (20, False)
+    assert (
+        default.get(run_no_progress.SECTION).warning_threshold,
+        default.get(edit_undo.SECTION).enabled,
+    ) == (20, False)
 
 
 def test_defaults_leave_every_rule_off() -> None:
     rules = FleetConfig.enabled_default().for_agent("x").rules
-    assert not rules.any
+    assert rules == DEFAULT_OWN_RULES
+    assert [section.explain(rules.get(section)) for section in rule_set().sections] == [None] * 6
 
 
 def test_every_problem_of_the_section_is_listed_with_its_path() -> None:

@@ -15,6 +15,8 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
     import os
     import sys
 
+    import loopwatch.detectors.rules.registry  # noqa: F401 (hands the rules' config sections to config)
+
     if args.schema:
         if args.file is not None:
             args.usage_error("--schema takes no FILE: it prints the schema of every config file")
