@@ -80,6 +80,11 @@ def _ignore_outcome(send: asyncio.Future[Any]) -> None:
 _REPLY: Any = msgspec.json.Decoder(_Reply)
 
 
+def _resolve(waiter: asyncio.Future[Any], value: Any) -> None:
+    if not waiter.done():
+        waiter.set_result(value)
+
+
 class KafkaBackend:
     """Produces events and asks the workers for decisions (see the module's docstring)."""
 
@@ -94,7 +99,8 @@ class KafkaBackend:
         self._consumer: AIOKafkaConsumer | None = None
         self._follower: asyncio.Task[None] | None = None
         #: event id -> the calls waiting for its answer (their run's scope, their future)
-        self._waiting: dict[str, list[tuple[str, asyncio.Future[_Reply]]]] = {}
+        self._waiting: dict[str, list[tuple[str, asyncio.Future[_Reply | None]]]] = {}
+        self._sending: set[asyncio.Task[None]] = set()  # calls being produced
         self._aborted: dict[str, tuple[str, str]] = {}  # run scope -> its abort, oldest first
         #: (run scope, event id) of calls whose clients named their ids -> their first answer
         self._answers: OrderedDict[tuple[str, str], tuple[list[Output], tuple[str, str] | None]]
@@ -173,17 +179,10 @@ class KafkaBackend:
     async def events(self, events: list[Event]) -> list[Output] | None:
         """Produce the events; returns once the broker has all of them."""
         assert self._producer is not None
-        producer = self._producer
-
-        async def send_all() -> None:
-            topic = self.settings.topic_events
-            sent = [await producer.send(topic, encode_event(e), key=run_scope(e).encode()) for e in events]
-            await asyncio.gather(*sent)
-
-        sending = asyncio.ensure_future(send_all())
-        try:
-            await asyncio.wait_for(asyncio.shield(sending), EVENTS_TIMEOUT_S)
-        except TimeoutError:
+        sending = asyncio.ensure_future(self._send_all(self._producer, events))
+        # (asyncio.wait leaves the send running at the timeout, as a shielded wait_for did)
+        await asyncio.wait((sending,), timeout=EVENTS_TIMEOUT_S)
+        if not sending.done():
             sending.add_done_callback(_ignore_outcome)
             if self._refused_since is None:
                 self._refused_since = time.monotonic()
@@ -191,13 +190,20 @@ class KafkaBackend:
 
             raise BackendUnavailable(
                 f"the broker did not take the events within {EVENTS_TIMEOUT_S:g} s: try again"
-            ) from None
+            )
+        sending.result()  # (the broker's refusal, if any, as the caller's error)
         self._refused_since = None
         for event in events:
             if type(event) is RunEnd:
                 self._aborted.pop(run_scope(event), None)
             self._observe(event, [])
         return None
+
+    async def _send_all(self, producer: AIOKafkaProducer, events: list[Event]) -> None:
+        topic = self.settings.topic_events
+        sent = [await producer.send(topic, encode_event(e), key=run_scope(e).encode()) for e in events]
+        for delivery in sent:  # (each was appended in order: the last confirmed, all are)
+            await delivery
 
     def _observe(self, event: Event, outputs: list[Output]) -> None:
         view = self.view
@@ -212,47 +218,62 @@ class KafkaBackend:
 
     async def decide(self, call: ToolCall) -> tuple[Decision, bool]:
         """The call's decision, and whether the answer timed out (then: allowed, unless the
-        run is known to be aborted)."""
+        run is known to be aborted).
+
+        One future per call, resolved by whichever comes first: the workers' answer (read by
+        :meth:`_take`), the deadline (None), or the broker's refusal of the call (its error).
+        The answer is taken as soon as it comes, without waiting for the broker's ack of the
+        call (a worker answered it: the broker had it). A call not yet sent at the deadline is
+        still sent: the run's next decision sees it (the call ran, allowed, meanwhile)."""
         assert self._producer is not None
         scope = run_scope(call)
         answered = self._answers.get((scope, call.event_id))
         if answered is not None:  # asked before, through this gateway or another: its answer
             self._answers.move_to_end((scope, call.event_id))
             return decision_of(*answered), False
-        waiter: asyncio.Future[_Reply] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[_Reply | None] = loop.create_future()
         waiting = (scope, waiter)
         self._waiting.setdefault(call.event_id, []).append(waiting)
-        deadline = time.monotonic() + self.decide_timeout_s
-        sending = asyncio.ensure_future(
-            self._producer.send_and_wait(
+        # the deadline holds for the send too: a broker that is down answers nothing
+        deadline = loop.call_later(self.decide_timeout_s, _resolve, waiter, None)
+        sending = loop.create_task(self._send_call(call, scope, waiter))
+        self._sending.add(sending)  # (held until done: the loop keeps only weak references)
+        sending.add_done_callback(self._sending.discard)
+        try:
+            reply = await waiter
+        finally:
+            deadline.cancel()
+            waiters = self._waiting[call.event_id]
+            waiters.remove(waiting)
+            if not waiters:
+                del self._waiting[call.event_id]
+        if reply is None:
+            if self._timed_out_since is None:
+                self._timed_out_since = time.monotonic()
+            self._observe(call, [])
+            return decision_of([], self._aborted.get(scope)), True
+        self._timed_out_since = None
+        if reply.scope is None:  # a worker of an earlier release: only the answers asked here
+            self._learn(scope, reply)
+        outputs = list(reply.outputs)
+        self._observe(call, outputs)
+        return decision_of(outputs, reply.aborted), False
+
+    async def _send_call(self, call: ToolCall, scope: str, waiter: asyncio.Future[_Reply | None]) -> None:
+        """Produce a proposed call (asking for its answer); the broker's refusal ends the wait."""
+        assert self._producer is not None
+        try:
+            delivery = await self._producer.send(
                 self.settings.topic_events,
                 encode_event(call),
                 key=scope.encode(),
                 headers=[(REPLY_HEADER, b"1")],
             )
-        )
-        try:
-            try:  # the deadline holds for the send too: a broker that is down answers nothing
-                await asyncio.wait_for(asyncio.shield(sending), max(0.0, deadline - time.monotonic()))
-                reply = await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                if not sending.done():  # delivered later, if ever: the call ran (allowed) meanwhile
-                    sending.add_done_callback(_ignore_outcome)
-                if self._timed_out_since is None:
-                    self._timed_out_since = time.monotonic()
-                self._observe(call, [])
-                return decision_of([], self._aborted.get(scope)), True
-            self._timed_out_since = None
-            if reply.scope is None:  # a worker of an earlier release: only the answers asked here
-                self._learn(scope, reply)
-            outputs = list(reply.outputs)
-            self._observe(call, outputs)
-            return decision_of(outputs, reply.aborted), False
-        finally:
-            waiters = self._waiting[call.event_id]
-            waiters.remove(waiting)
-            if not waiters:
-                del self._waiting[call.event_id]
+            await delivery
+        except Exception as exc:  # noqa: BLE001 - the asker's error (after its deadline: nobody's)
+            if not waiter.done():
+                waiter.set_exception(exc)
 
     async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
         """Not here: the workers decide one call at a time (docs/openclaw-rules.md §7.6)."""

@@ -421,7 +421,8 @@ class _Routes:
         from aiohttp.web_protocol import RequestPayloadError
 
         try:
-            body = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
+            async with asyncio.timeout(BODY_TIMEOUT_S):  # (no task per request, as wait_for made)
+                body = await request.read()
         except TimeoutError as exc:
             raise _BodyTimeout from exc
         except RequestPayloadError as exc:  # a Content-Encoding (gzip, deflate) that does not decode

@@ -48,10 +48,15 @@ class _Producer:
         self.answer = answer
         self.calls = 0
 
-    async def send_and_wait(self, topic: str, value: bytes, key: bytes, headers: Any) -> None:
+    async def send(self, topic: str, value: bytes, key: bytes, headers: Any) -> asyncio.Future[None]:
+        """Appended: the broker's ack (at once), and the workers' answer soon after."""
         self.calls += 1
+        loop = asyncio.get_running_loop()
         if self.answer is not None:
-            asyncio.get_running_loop().call_soon(self.answer, json.loads(value)["event_id"])
+            loop.call_soon(self.answer, json.loads(value)["event_id"])
+        delivered: asyncio.Future[None] = loop.create_future()
+        delivered.set_result(None)
+        return delivered
 
 
 def _gateways(timeout_s: float = 1.0) -> tuple[KafkaBackend, KafkaBackend]:
