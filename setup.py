@@ -25,9 +25,10 @@ HERE = Path(__file__).resolve().parent
 
 
 def _core_build() -> ModuleType:
-    """detectors/core_build.py, loaded from its file (the package cannot be imported yet)."""
+    """detectors/core_build.py, loaded from its file (the package cannot be imported yet; a
+    source distribution has it under loopwatch/ only)."""
     spec = importlib.util.spec_from_file_location(
-        "_loopwatch_core_build", HERE / "detectors" / "core_build.py"
+        "_loopwatch_core_build", HERE / "loopwatch" / "detectors" / "core_build.py"
     )
     if spec is None or spec.loader is None:
         raise ImportError("detectors/core_build.py cannot be loaded")
