@@ -72,6 +72,21 @@ def test_workers_keeping_few_parsed_runs_change_no_verdict(
     assert result.passed, "\n".join([result.line(), *result.details])
 
 
+@pytest.mark.parametrize(
+    ("scenario", "store"),
+    [("kill-9", "memory"), ("redelivery-after-run-end", "memory"), ("kill-9", "rocksdb")],
+)
+def test_workers_forgetting_idle_runs_change_no_verdict(
+    scenario: str, store: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The same fleet with runs forgotten once idle for 50 ms (LOOPWATCH_PARSED_IDLE_S): most
+    events find their run idle since an earlier batch and parse it again from the table."""
+    env = {"LOOPWATCH_PARSED_IDLE_S": "0.05"}
+    result = asyncio.run(run_scenario(scenario, 24, kafka_bootstrap, tmp_path, store=store, worker_env=env))
+    assert result.matched == 150
+    assert result.passed, "\n".join([result.line(), *result.details])
+
+
 def _chain_runs(scenario: str) -> int:
     if scenario != "chain-across-workers":
         return 0

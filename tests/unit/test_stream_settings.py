@@ -22,8 +22,16 @@ def test_seconds_that_are_no_finite_number_are_refused(value: str) -> None:
         "LOOPWATCH_EXPIRY_INTERVAL_S": value,
         "LOOPWATCH_STARTUP_TIMEOUT_S": value,
         "LOOPWATCH_KAFKA_SESSION_TIMEOUT_S": value,
+        "LOOPWATCH_PARSED_IDLE_S": value,
     }
     assert sorted(path.split(":")[0] for path in problems(env)) == sorted(env)
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_runs_are_forgotten_after_a_positive_idle_time(value: str) -> None:
+    assert problems({"LOOPWATCH_PARSED_IDLE_S": value}) == [
+        "LOOPWATCH_PARSED_IDLE_S: must be a positive number"
+    ]
 
 
 def test_a_flag_s_problem_names_the_flag_and_a_variable_s_the_variable() -> None:
@@ -35,9 +43,18 @@ def test_a_flag_s_problem_names_the_flag_and_a_variable_s_the_variable() -> None
 
 
 def test_finite_seconds_are_taken() -> None:
-    env = {"LOOPWATCH_GC_FULL_INTERVAL_S": "0", "LOOPWATCH_EXPIRY_INTERVAL_S": "0.5"}
+    env = {
+        "LOOPWATCH_GC_FULL_INTERVAL_S": "0",
+        "LOOPWATCH_EXPIRY_INTERVAL_S": "0.5",
+        "LOOPWATCH_PARSED_IDLE_S": "2.5",
+    }
     settings = parse_stream_settings(env)
-    assert (settings.gc_full_interval_s, settings.expiry_interval_s) == (0.0, 0.5)
+    assert (settings.gc_full_interval_s, settings.expiry_interval_s, settings.parsed_idle_s) == (
+        0.0,
+        0.5,
+        2.5,
+    )
+    assert parse_stream_settings({}).parsed_idle_s == 10.0
 
 
 def test_a_flag_named_otherwise_than_its_setting_is_named_as_the_command_has_it() -> None:
