@@ -108,6 +108,10 @@ def expiry_position(event_id: str) -> int | None:
     return int(offset)
 
 
+async def _nothing() -> None:
+    return None
+
+
 def _wants_reply(record: Any) -> bool:
     headers = getattr(record, "headers", None) or ()
     return any(name == REPLY_HEADER for name, _ in headers)
@@ -195,6 +199,10 @@ class RunProcessor:
         #: how replies are sent (the worker: its own producer without linger, on the partition
         #: of the run's scope; default: ``send``, partitioned by the event id)
         self.send_reply: SendReply = lambda topic, key, value, scope: send(topic, key, value, None)
+        #: called once the records of a batch that replied are applied, before its facts and
+        #: table writes (the worker: lets its reply producer send them; default: nothing)
+        self.replies_out: Callable[[], Awaitable[None]] = _nothing
+        self._replied = False  # replies were handed over in the batch being applied
         #: each decoded input record (partition, offset, event, record time), before it is
         #: applied: the worker's fleet view (streams.kafka.view_handoff); None: not shown
         self.show: Callable[[int, int, Event, int], None] | None = None
@@ -232,6 +240,9 @@ class RunProcessor:
             advanced = await apply_admitted(
                 self.cursors, fetched, self._record, self._seek_back, self._skipped
             )
+            if self._replied:  # answers someone waits for: on their way before the batch's writes
+                self._replied = False
+                await self.replies_out()
             await self.facts.send()
             evicted = self._evictions()
             await self._write_dirty()
@@ -399,6 +410,7 @@ class RunProcessor:
             if run is not None and run.state is not None and run.state.aborted is not None:
                 reply += b',"aborted":' + msgspec.json.encode(run.state.aborted)  # sticky: an aborted run
             await self.send_reply(self._replies, event_id.encode(), reply + b"}", key)
+            self._replied = True
 
     async def _apply(self, record: Record) -> str:
         """Apply one record; the kind counted for it."""

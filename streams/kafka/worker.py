@@ -81,6 +81,8 @@ MAX_POLL_RECORDS: Final = 1000
 #: A linger (5 ms before) only delayed every verdict, more where partitions' batches lingered
 #: out of step: at half load it was 2-3 ms of the median event-to-verdict latency.
 PRODUCER_LINGER_S: Final = 0.0
+#: Turns of the event loop a batch that replied gives the reply producer (``_replies_out``).
+REPLY_TURNS: Final = 3
 #: The runs table's inventory gives the event loop a turn after this many values.
 INVENTORY_SLICE: Final = 10_000
 #: A testing aid: processing an event whose id is listed here (comma-separated) raises.
@@ -270,6 +272,7 @@ class LoopwatchWorker:
             self._on_alert,
         )
         self.processor.send_reply = self._send_reply
+        self.processor.replies_out = self._replies_out
         #: the input records this worker shows its fleet view as it applies them (its own
         #: partitions), the others its follower reads; None: no fleet view
         self.view_handoff = (
@@ -433,6 +436,15 @@ class LoopwatchWorker:
         return await producer.send(
             topic, value, key=key, partition=partitions[key_partition(scope, len(partitions))]
         )
+
+    async def _replies_out(self) -> None:
+        """Give the reply producer the turns of the event loop it takes to send what a batch
+        replied (its waiter's callback, its sender's wake-up, the request's task), before the
+        batch's facts, table writes and fleet facts: otherwise the replies leave only when the
+        whole fetch is applied. Nothing waits for the broker here."""
+        if self._reply_producer is not None:
+            for _ in range(REPLY_TURNS):
+                await asyncio.sleep(0)
 
     async def _flush(self) -> None:
         await self.app.producer.flush()
