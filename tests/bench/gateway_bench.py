@@ -4,12 +4,23 @@ A real gateway process and a concurrent aiohttp client on this machine: the roun
 second at full speed (16 requests in flight), then the latency at a fixed 500 decisions per
 second (p50 / p99, medians of three rounds of 10 s). Then the same with ``--kafka`` in front
 of one real worker on the local broker (every decision goes through the input topic, the
-worker and its reply). Each decision is a proposed call of one of 500 runs, half of them
-looping (the same failing call again and again: warnings, blocks, aborts), the rest healthy;
-results are reported in between, as an agent runtime does. Last, on the embedded gateway: the
-same paced phase with 100,000 live runs held and four clients scraping ``/metrics`` as fast as
-they can (target: p99 <= 10 ms); then ``/v1/decide`` at 200/s while four clients send the
-largest body each route accepts (:mod:`tests.bench.big_bodies`; target: p99 <= 50 ms).
+worker and its reply): full speed in three rounds (issue 43: >= 2,500 decisions/s per gateway
+process), then 500/s and 2,000/s, three rounds of 10 s each (p99 <= 30 ms). Each phase prints
+the CPU per decision of every process of the path (user + system, every thread, from
+``/proc``): the gateway, the worker, the broker when it is this machine's JVM, and this
+process, the load generator; with what that makes per core of each (the decisions one core of
+it would do at that CPU per decision). Last come the stages of each Kafka phase, split at the
+broker's append times (:func:`kafka_stages`). Each decision is a proposed call of one of 500
+runs, half of them looping (the same failing call again and again: warnings, blocks, aborts),
+the rest healthy; results are reported in between, as an agent runtime does. Last, on the
+embedded gateway: the same paced phase with 100,000 live runs held and four clients scraping
+``/metrics`` as fast as they can (target: p99 <= 10 ms); then ``/v1/decide`` at 200/s while
+four clients send the largest body each route accepts (:mod:`tests.bench.big_bodies`; target:
+p99 <= 50 ms).
+
+``--only kafka --tree DIR`` measures the gateway and the worker of another checkout (a
+worktree of an earlier commit with its core compiled in place) with this bench: run it in
+turns with and without ``--tree`` for a before/after in one session.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -80,9 +92,9 @@ async def _one(session: aiohttp.ClientSession, url: str, n: int) -> float:
     return spent
 
 
-async def full_speed(url: str, total: int, in_flight: int = 16) -> tuple[float, list[float]]:
+async def full_speed(url: str, total: int, in_flight: int = 16, offset: int = 0) -> tuple[float, list[float]]:
     latencies: list[float] = []
-    counter = iter(range(total))
+    counter = iter(range(offset, offset + total))
     async with aiohttp.ClientSession() as session:
 
         async def worker() -> None:
@@ -112,6 +124,17 @@ def _ms(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] * 1000
 
 
+#: ``--tree``: the checkout whose gateway and worker are measured (None: this one).
+TREE: str | None = None
+
+
+def _tree_env(env: dict[str, str] | None) -> dict[str, str] | None:
+    """``env`` (None: this process's) with ``--tree``'s code first on the path."""
+    if TREE is None:
+        return env
+    return {**(os.environ if env is None else env), "PYTHONPATH": TREE}
+
+
 def _gateway(
     args: list[str], env: dict[str, str] | None = None, trace_to: str | None = None
 ) -> tuple[subprocess.Popen[str], str]:
@@ -121,7 +144,8 @@ def _gateway(
         [sys.executable, "-m", *probe, "gateway", "--listen", "127.0.0.1:0", *args],
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=_tree_env(env),
+        cwd=TREE,  # (``-m`` puts the working directory first on sys.path)
     )
     assert proc.stderr is not None
     found = re.search(r"gateway at (http://\S+)", proc.stderr.readline())
@@ -129,14 +153,18 @@ def _gateway(
     return proc, found.group(1)
 
 
-def measure(label: str, url: str, total: int, target: str) -> None:
+def measure(label: str, url: str, total: int, target: str, meter: CpuMeter | None = None) -> None:
     TIMED_OUT[0] = 0
+    if meter is not None:
+        meter.start()
     rps, latencies = asyncio.run(full_speed(url, total))
     print(
         f"gateway ({label}), /v1/decide at full speed, 16 in flight: {rps:,.0f} decisions/s, "
         f"p50 {_ms(latencies, 50):.2f} ms, p99 {_ms(latencies, 99):.2f} ms",
         flush=True,
     )
+    if meter is not None:
+        meter.report(total)
     # the paced phase three times: the median of each figure, and the spread of the p99
     rounds = []
     for k in range(PACED_ROUNDS):
@@ -250,43 +278,171 @@ async def _read_all(topic: str) -> list[Any]:
         await consumer.stop()
 
 
-def kafka_stages(names: Any, first: int) -> None:
-    """Each paced decision (call numbers from ``first``) split at the broker's append times:
+def kafka_stages(
+    names: Any, phases: list[tuple[str, range]], batches: list[tuple[float, float, int]] | None = None
+) -> None:
+    """Each Kafka decision of each phase (its call numbers) split at the broker's append times:
     gateway in (request to the call's append on the input topic: HTTP, decode, produce with
     acks=all), worker (that append to the reply's append: fetch, apply, reply produce) and
     answer (the reply's append to the client's answer: the gateway's reply consumer, HTTP).
-    Medians over all, means over the slowest 1 %; append times are whole milliseconds."""
+    Medians over all, means over the slowest 1 %; append times are whole milliseconds.
+
+    ``batches`` (``--trace``: the worker's input batches, when each began and ended) split the
+    worker's stage at the batch that applied the call (the first to begin after its append):
+    fetch (the append to the batch's start), batch (its start to its end: every record of it
+    applied, its facts and table writes) and reply (the batch's end to the reply's append:
+    negative when the reply left before the batch ended)."""
+    import bisect
+
     events, replies = asyncio.run(_read_all(names.events)), asyncio.run(_read_all(names.replies))
     call_ids: dict[str, tuple[int, int]] = {}  # event id -> (call number, appended ms)
     for record in events:
         event = json.loads(record.value)
         if event.get("type") == "tool_call" and str(event.get("tool_call_id", "")).startswith("c"):
             call_ids[event["event_id"]] = (int(event["tool_call_id"][1:]), record.timestamp)
-    rows = []
+    begins = [batch[0] for batch in batches or ()]
+    split: dict[int, tuple[float, tuple[float, ...]]] = {}  # call number -> total, stages
     for record in replies:
         found = call_ids.get((record.key or b"").decode())
-        if found is None or found[0] < first or found[0] not in STAMPS:
+        if found is None or found[0] not in STAMPS:
             continue
         sent, answered = STAMPS[found[0]]
         appended, replied = found[1] / 1000, record.timestamp / 1000
-        rows.append((answered - sent, (appended - sent, replied - appended, answered - replied)))
-    if not rows:
-        print("    stages: no paced decision found on the topics", flush=True)
-        return
-    rows.sort()
-    tail = rows[int(0.99 * (len(rows) - 1)) :]
-    labels = ("gateway in", "worker", "answer", "total")
-    for label, chosen, pick in (
-        ("median", rows, statistics.median),
-        ("slowest 1 %", tail, statistics.fmean),
-    ):
-        figures = [pick(row[1][i] * 1000 for row in chosen) for i in range(3)]
-        figures.append(pick(row[0] * 1000 for row in chosen))
+        stages: tuple[float, ...] = (appended - sent, replied - appended, answered - replied)
+        if batches:
+            at = bisect.bisect_left(begins, appended)
+            if at == len(batches) or batches[at][0] > replied:
+                continue  # (no batch of the trace applied it)
+            begin, end, _ = batches[at]
+            stages += (begin - appended, end - begin, replied - end)
+        split[found[0]] = (answered - sent, stages)
+    labels = ["gateway in", "worker", "answer"]
+    if batches:
+        labels += ["(worker: fetch", "batch", "reply)"]
+    for phase, numbers in phases:
+        rows = sorted(split[n] for n in numbers if n in split)
+        if not rows:
+            print(f"    stages, {phase}: no decision found on the topics", flush=True)
+            continue
+        tail = rows[int(0.99 * (len(rows) - 1)) :]
+        for label, chosen, pick in (
+            ("median", rows, statistics.median),
+            ("slowest 1 %", tail, statistics.fmean),
+        ):
+            figures = [(name, pick(row[1][i] * 1000 for row in chosen)) for i, name in enumerate(labels)]
+            figures.insert(3, ("total", pick(row[0] * 1000 for row in chosen)))
+            print(
+                f"    stages (ms), {phase}, {label}, of {len(chosen):,} decisions: "
+                + ", ".join(f"{name} {value:.1f}" for name, value in figures),
+                flush=True,
+            )
+
+
+#: The Kafka phases: full speed (16 in flight) in rounds of this many decisions, then paced.
+FULL_ROUNDS = 3
+FULL_DECISIONS = 3_000
+#: The paced rates on Kafka: #24 §3's 500/s, and issue 43's 2,000/s (target: p99 <= 30 ms).
+KAFKA_RATES = (500, 2_000)
+#: Issue 43's figure for one gateway process on Kafka at full speed.
+KAFKA_TARGET = 2_500
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """User and system CPU seconds of a process so far, every thread (Linux ``/proc``)."""
+    from tests.bench.scale_bench import cpu_s
+
+    try:
+        return cpu_s(pid)
+    except OSError:
+        return 0.0
+
+
+class CpuMeter:
+    """The CPU each process of the Kafka path used over a phase: the gateway, the worker, the
+    broker (when it is this machine's JVM) and this process (the load generator)."""
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        self.pids = {name: pid for name, pid in pids.items() if pid is not None}
+        self._from: dict[str, float] = {}
+        self._wall = 0.0
+        self.load_from = 0.0
+
+    def start(self) -> None:
+        self._from = {name: _proc_cpu_s(pid) for name, pid in self.pids.items()}
+        self._from["load generator"] = time.process_time()
+        self._wall = time.perf_counter()
+        self.load_from = os.getloadavg()[0]
+
+    def report(self, decisions: int) -> dict[str, float]:
+        """µs of CPU per decision, per process; printed with the load average and per core."""
+        wall = time.perf_counter() - self._wall
+        used = {name: _proc_cpu_s(pid) - self._from[name] for name, pid in self.pids.items()}
+        used["load generator"] = time.process_time() - self._from["load generator"]
+        per = {name: seconds / decisions * 1e6 for name, seconds in used.items()}
+        total = sum(per.values())
         print(
-            f"    stages (ms), {label}, of {len(chosen):,} decisions: "
-            + ", ".join(f"{name} {value:.1f}" for name, value in zip(labels, figures, strict=True)),
+            "    CPU per decision (µs): "
+            + ", ".join(
+                f"{name} {value:.0f} ({used[name] / wall:.0%} of a core)" for name, value in per.items()
+            )
+            + f"; all {total:.0f}; load average {self.load_from:.2f} -> {os.getloadavg()[0]:.2f}",
             flush=True,
         )
+        per_core = ", ".join(
+            f"{name} {1e6 / per[name]:,.0f}" for name in ("gateway", "worker", "broker") if per.get(name)
+        )
+        cores = os.cpu_count() or 1
+        print(
+            f"    decisions/s per core of CPU: {per_core}; these {len(per)} processes on this "
+            f"machine's {cores} cores at this CPU per decision: {cores * 1e6 / total:,.0f}",
+            flush=True,
+        )
+        return per
+
+
+def measure_kafka(
+    url: str, label: str, meter: CpuMeter, rates: tuple[int, ...] = KAFKA_RATES
+) -> list[tuple[str, range]]:
+    """Full speed in rounds, then each paced rate; the call numbers of each phase (for the stages)."""
+    phases: list[tuple[str, range]] = []
+    TIMED_OUT[0] = 0
+    speeds, p50s, p99s = [], [], []
+    meter.start()
+    for k in range(FULL_ROUNDS):
+        rps, latencies = asyncio.run(full_speed(url, FULL_DECISIONS, offset=10_000 * k))
+        speeds.append(rps)
+        p50s.append(_ms(latencies, 50))
+        p99s.append(_ms(latencies, 99))
+    print(
+        f"gateway ({label}), /v1/decide at full speed, 16 in flight, {FULL_ROUNDS} rounds of "
+        f"{FULL_DECISIONS:,}: median {statistics.median(speeds):,.0f} decisions/s (rounds "
+        f"{', '.join(f'{r:,.0f}' for r in sorted(speeds))}; target >= {KAFKA_TARGET:,}), median p50 "
+        f"{statistics.median(p50s):.2f} ms, median p99 {statistics.median(p99s):.2f} ms; timed out: "
+        f"{TIMED_OUT[0]} of {FULL_ROUNDS * FULL_DECISIONS:,}",
+        flush=True,
+    )
+    meter.report(FULL_ROUNDS * FULL_DECISIONS)
+    phases.append(("full speed", range(0, 10_000 * FULL_ROUNDS)))
+    for index, rate in enumerate(rates):
+        base = 100_000 + 300_000 * index
+        rounds = []
+        meter.start()
+        for k in range(PACED_ROUNDS):
+            TIMED_OUT[0] = 0
+            paced = asyncio.run(fixed_rate(url, rate, 10, base + 100_000 * k))
+            rounds.append((_ms(paced, 50), _ms(paced, 99), TIMED_OUT[0]))
+        p50 = statistics.median(r[0] for r in rounds)
+        ordered = sorted(r[1] for r in rounds)
+        print(
+            f"gateway ({label}), /v1/decide at {rate:,}/s, {PACED_ROUNDS} rounds of 10 s: median p50 "
+            f"{p50:.2f} ms, median p99 {statistics.median(ordered):.2f} ms (rounds "
+            f"{', '.join(f'{v:.1f}' for v in ordered)}; target: p99 <= 30 ms); timed out: "
+            f"{sum(r[2] for r in rounds)} of {PACED_ROUNDS * rate * 10:,}",
+            flush=True,
+        )
+        meter.report(PACED_ROUNDS * rate * 10)
+        phases.append((f"{rate:,}/s", range(base, base + 300_000)))
+    return phases
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,15 +457,32 @@ def main(argv: list[str] | None = None) -> int:
         help="measure one backend only (bodies: the embedded gateway's largest-bodies phase alone)",
     )
     parser.add_argument(
+        "--rates",
+        type=int,
+        nargs="+",
+        default=list(KAFKA_RATES),
+        help="the paced phases on Kafka, decisions per second (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tree",
+        help="run the gateway and the worker from this checkout (a worktree of another commit, "
+        "its core compiled in place as tests.bench.before_after does): this bench, that code",
+    )
+    parser.add_argument(
         "--trace",
         action="store_true",
-        help="Kafka: worker and gateway with GC probes (tests.bench.worker_trace)",
+        help="Kafka: worker and gateway with probes (tests.bench.worker_trace): their GC pauses, "
+        "and the worker's stage split at its input batches",
     )
     args = parser.parse_args(argv)
+    if args.tree is not None and args.trace:
+        parser.error("--trace runs this checkout's worker: not with --tree")
+    global TREE
+    TREE = None if args.tree is None else str(Path(args.tree).resolve())
     if args.only in (None, "embedded"):
         proc, url = _gateway([])
         try:
-            measure("embedded", url, 10_000, "5 ms")
+            measure("embedded", url, 10_000, "5 ms", CpuMeter({"gateway": proc.pid}))
             measure_scraped(url)
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -326,7 +499,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in ("embedded", "bodies"):
         return 0
     import tempfile
-    from pathlib import Path
 
     from tests.bench.stream_bench import TracedWorker, _gc_summary
     from tests.integration.harness import Names, WorkerProcess
@@ -335,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     names = Names()
     asyncio.run(_create_stamped_topics(names))
     with tempfile.TemporaryDirectory() as tmp:
-        env = names.env(bootstrap, LOOPWATCH_WEB_PORT="16960", LOOPWATCH_DATA_DIR=f"{tmp}/worker")
+        env = _tree_env(names.env(bootstrap, LOOPWATCH_WEB_PORT="16960", LOOPWATCH_DATA_DIR=f"{tmp}/worker"))
+        assert env is not None
         traces = {"worker": Path(tmp) / "worker-trace.json", "gateway": Path(tmp) / "gateway-trace.json"}
         log = Path(tmp) / "worker.log"
         worker = TracedWorker(env, log, traces["worker"]) if args.trace else WorkerProcess(env, log)
@@ -343,18 +516,35 @@ def main(argv: list[str] | None = None) -> int:
             worker.wait_ready()
             gateway_trace = str(traces["gateway"]) if args.trace else None
             proc, url = _gateway(["--kafka", bootstrap], names.env(bootstrap), gateway_trace)
+            if TREE is not None:
+                print(f"(the gateway and the worker of {TREE})", flush=True)
             try:
-                measure("Kafka, 1 worker", url, 3_000, "30 ms")
+                from tests.bench.scale_bench import broker_pid
+
+                asyncio.run(full_speed(url, 500, offset=900_000))  # (warm-up: connections, first runs)
+                pids = {"gateway": proc.pid, "worker": worker.proc.pid, "broker": broker_pid(bootstrap)}
+                phases = measure_kafka(url, "Kafka, 1 worker", CpuMeter(pids), tuple(args.rates))
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(20)
         finally:
             worker.stop()
+        batches = None
         for name, path in traces.items():
             if args.trace and path.exists():
-                pauses = [(c[0], c[1], c[2]) for c in json.loads(path.read_text())["gc"]]
+                trace = json.loads(path.read_text())
+                pauses = [(c[0], c[1], c[2]) for c in trace["gc"]]
                 print(f"    GC pauses in the {name} process: {_gc_summary(pauses)}", flush=True)
-    kafka_stages(names, 100_000)
+                if name == "worker":
+                    batches = [(b[0], b[1], b[2]) for b in trace["batches"]]
+                    sizes = [b[2] for b in batches]
+                    print(
+                        f"    input batches in the worker: {len(sizes):,}, median "
+                        f"{statistics.median(sizes):.0f} records, mean {statistics.fmean(sizes):.1f}, "
+                        f"the largest {max(sizes):,}",
+                        flush=True,
+                    )
+    kafka_stages(names, phases, batches)
     return 0
 
 
