@@ -209,8 +209,11 @@ def run_claude(
 
 
 def _main(model: FakeModel) -> list[Conversation]:
-    """The main conversation's requests (not a subagent's), in order."""
-    return [c for c in model.conversations() if c.prompt == PROMPT]
+    """The main conversation's requests (not a subagent's), in order: those whose prompt is the
+    run's. (Its first line: on this machine, the second Claude Code process of a pytest session
+    and every later one append "/bin/bash: line 1: unalias: unsetenv: not found" to the ``-p``
+    prompt they send, whatever the hooks, as the same tests at the previous release's commit do.)"""
+    return [c for c in model.conversations() if c.prompt.split("\n", 1)[0] == PROMPT]
 
 
 def _last_reply(model: FakeModel) -> Reply:
