@@ -12,6 +12,7 @@ __all__ = [
     "interval_seconds",
     "positive_int",
     "serve_flag",
+    "setting_flags",
 ]
 
 #: ``loopwatch worker``'s settings flags: flag name → (settings field, help); each also read
@@ -24,6 +25,18 @@ WORKER_SETTING_FLAGS: dict[str, tuple[str, str]] = {
     "--state-ttl": ("state_ttl_s", "seconds after which an idle run's state expires"),
     "--log-format": ("log_format", "console or json"),
 }
+
+
+def setting_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """``loopwatch worker``'s settings flags on ``parser`` (but the settings named in ``skip``)."""
+    for flag, (field, text) in WORKER_SETTING_FLAGS.items():
+        if field not in skip:
+            parser.add_argument(
+                flag,
+                dest=field,
+                metavar=field.split("_")[-1].upper(),
+                help=f"{text} (env LOOPWATCH_{field.upper()})",
+            )
 
 
 def positive_int(text: str) -> int:

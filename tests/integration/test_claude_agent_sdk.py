@@ -47,6 +47,7 @@ from tests.integration.fake_model import (
     Steps,
     ToolCall,
 )
+from tests.integration.runtimes.claude_code_env import offline_claude_env
 from tests.integration.runtimes.loopwatch_checks import (
     core_decisions,
     hook_text,
@@ -161,22 +162,7 @@ def sdk_options(
 ) -> ClaudeAgentOptions:
     """Options for an offline run of the pinned Claude Code in a home and project of its own,
     with the test's own ``PostToolUse`` hook (``responses``)."""
-    home, project, tmp = workdir / "home", workdir / "project", workdir / "tmp"
-    for folder in (home, project, tmp):
-        folder.mkdir(parents=True, exist_ok=True)
-    env = {
-        "HOME": str(home),
-        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-        "TMPDIR": str(tmp),
-        "CLAUDE_CODE_TMPDIR": str(tmp),
-        "ANTHROPIC_BASE_URL": model.url,
-        "ANTHROPIC_API_KEY": "offline-test-key",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "NO_COLOR": "1",
-    }
+    env, project = offline_claude_env(workdir, model.url)
     return ClaudeAgentOptions(
         cli_path=claude,
         cwd=project,

@@ -34,6 +34,7 @@ from tests.integration.fake_model import (
     When,
     refused_with,
 )
+from tests.integration.runtimes.claude_code_env import offline_claude_env
 from tests.integration.runtimes.loopwatch_checks import (
     FAILING_COMMAND,
     MISSING,
@@ -169,26 +170,11 @@ class ClaudeRun:
 def run_claude(
     claude: str, workdir: Path, model: FakeModel, settings: dict[str, Any], tools: tuple[str, ...]
 ) -> ClaudeRun:
-    home = workdir / "home"
-    project = workdir / "project"
-    tmp = workdir / "tmp"
-    for folder in (home, project, tmp):
-        folder.mkdir(parents=True, exist_ok=True)
+    env, project = offline_claude_env(workdir, model.url)
     (workdir / "settings.json").write_text(json.dumps(settings, indent=2))
-    env = {
+    env |= {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "LANG": "C.UTF-8",
-        "HOME": str(home),
-        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-        "TMPDIR": str(tmp),
-        "CLAUDE_CODE_TMPDIR": str(tmp),
-        "ANTHROPIC_BASE_URL": model.url,
-        "ANTHROPIC_API_KEY": "offline-test-key",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "NO_COLOR": "1",
         "LOOPWATCH_HOOK_STATE_DIR": str(workdir / "hook-state"),
     }
     command = [
@@ -205,7 +191,7 @@ def run_claude(
             continue
         if isinstance(value, dict):
             lines.append(value)
-    return ClaudeRun(done.returncode, lines, done.stderr, home / ".claude")
+    return ClaudeRun(done.returncode, lines, done.stderr, Path(env["CLAUDE_CONFIG_DIR"]))
 
 
 def _main(model: FakeModel) -> list[Conversation]:

@@ -22,6 +22,7 @@ import pytest
 
 from tests.helpers import ROOT
 from tests.integration.fake_model import FakeModel, RepeatTool, refused_with
+from tests.integration.runtimes.claude_code_env import offline_claude_env
 from tests.integration.runtimes.mcp_servers import McpServers, loopwatch_argv
 from tests.integration.runtimes.process import install, run_bounded
 from tests.mcp_expected import LOOP_CONFIGS, client_texts, core_decisions
@@ -82,25 +83,12 @@ class ClaudeRun:
 
 
 def run_claude(claude: str, workdir: Path, model: FakeModel, mcp_config: dict[str, Any]) -> ClaudeRun:
-    home, project, tmp = workdir / "home", workdir / "project", workdir / "tmp"
-    for folder in (home, project, tmp):
-        folder.mkdir(parents=True, exist_ok=True)
+    env, project = offline_claude_env(workdir, model.url)
     config = workdir / "mcp.json"
     config.write_text(json.dumps(mcp_config, indent=2))
-    env = {
+    env |= {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "LANG": "C.UTF-8",
-        "HOME": str(home),
-        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-        "TMPDIR": str(tmp),
-        "CLAUDE_CODE_TMPDIR": str(tmp),
-        "ANTHROPIC_BASE_URL": model.url,
-        "ANTHROPIC_API_KEY": "offline-test-key",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "NO_COLOR": "1",
         "ENABLE_TOOL_SEARCH": "false",  # the MCP tools in the model's tool list, not deferred
     }
     command = [

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 from typing import Any, BinaryIO, TextIO
 
-from loopwatch.streams.cli.flags import WORKER_SETTING_FLAGS, config_flag
+from loopwatch.streams.cli.flags import config_flag, setting_flags
 
 
 def cmd_view(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
@@ -41,13 +41,5 @@ def register(sub: Any) -> None:
         metavar="HOST:PORT",
         help="where the dashboard listens (default 127.0.0.1:6067; port 0: a free one)",
     )
-    for flag, (field, text) in WORKER_SETTING_FLAGS.items():
-        if field in ("web_port", "redis_url"):
-            continue  # (its address is --listen; it keeps no decisions)
-        view.add_argument(
-            flag,
-            dest=field,
-            metavar=field.split("_")[-1].upper(),
-            help=f"{text} (env LOOPWATCH_{field.upper()})",
-        )
+    setting_flags(view, skip=("web_port", "redis_url"))  # (its address is --listen; it keeps no decisions)
     view.set_defaults(func=cmd_view)

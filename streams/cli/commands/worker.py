@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, BinaryIO, TextIO
 
-from loopwatch.streams.cli.flags import WORKER_SETTING_FLAGS, config_flag
+from loopwatch.streams.cli.flags import config_flag, setting_flags
 
 
 def cmd_worker(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
@@ -25,11 +25,5 @@ def register(sub: Any) -> None:
         "  LOOPWATCH_REDIS_URL=redis://127.0.0.1:6379/0 loopwatch worker",
     )
     config_flag(worker)
-    for flag, (field, text) in WORKER_SETTING_FLAGS.items():
-        worker.add_argument(
-            flag,
-            dest=field,
-            metavar=field.split("_")[-1].upper(),
-            help=f"{text} (env LOOPWATCH_{field.upper()})",
-        )
+    setting_flags(worker)
     worker.set_defaults(func=cmd_worker)
