@@ -547,7 +547,12 @@ def main(argv: list[str] | None = None) -> int:
                         f"the largest {max(sizes):,}",
                         flush=True,
                     )
-    kafka_stages(names, phases, batches)
+    try:
+        kafka_stages(names, phases, batches)
+    finally:  # (the shared broker keeps no topic of a finished bench: every client reads their metadata)
+        from tests.bench.scale_bench import delete_topics
+
+        asyncio.run(delete_topics(bootstrap, names.app_id))
     return 0
 
 
