@@ -96,12 +96,12 @@ runs() {  # NAME CORE: the installed command, from outside the checkout
 
 pure_tests() {  # the checkout's unit and property tests, importing the installed pure core
     local bin="$WORK/pure/bin" tools
-    # pytest, hypothesis and the extras the unit tests import (OTLP, rocksdict), as dev pins them
+    # pytest, hypothesis and what the unit tests import (OTLP, rocksdict, jsonschema), as dev pins them
     tools="$("$DEV/python" -c '
 import re, sys, tomllib
 with open(sys.argv[1], "rb") as f:
     dev = tomllib.load(f)["project"]["optional-dependencies"]["dev"]
-wanted = re.compile(r"(pytest|hypothesis|opentelemetry-[a-z-]+|rocksdict)\s*([<>=!~;].*)?$")
+wanted = re.compile(r"(pytest|hypothesis|opentelemetry-[a-z-]+|rocksdict|jsonschema)\s*([<>=!~;].*)?$")
 print("\n".join(d for d in dev if wanted.match(d)))' "$ROOT/pyproject.toml")"
     mapfile -t tools <<<"$tools"
     install pure "$PATH" "${tools[@]}"
