@@ -4,8 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 BASE   := $(VENV)/.base-stamp
 STAMP  := $(VENV)/.installed-stamp
-# The detector core is compiled with mypyc (setup.py); rebuilt when one of its sources changes.
-CORE   := $(shell sed -n 's/^    "\(.*\.py\)",$$/\1/p' setup.py) $(wildcard detectors/*.c)
+# The detector core is compiled with mypyc (setup.py, the module list in detectors/core_build.py);
+# rebuilt when one of its sources (or anything they may import from config/) changes.
+CORE   := $(wildcard detectors/*.py detectors/*/*.py config/*.py detectors/*.c) setup.py
 BUILT  := $(VENV)/.compiled-stamp
 DEV    := $(BUILT) $(STAMP)
 # editable as a path (.pth) to this checkout, whose loopwatch/ links to the source folders:
