@@ -31,7 +31,9 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Coroutine, Generator
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -71,18 +73,104 @@ ABORTED_KEPT = 100_000
 EVENTS_TIMEOUT_S = 5.0
 
 
-def _ignore_outcome(send: asyncio.Future[Any]) -> None:
-    """A send left to finish after its answer was given: its failure is nobody's to read."""
-    if not send.cancelled():
-        send.exception()
-
-
 _REPLY: Any = msgspec.json.Decoder(_Reply)
 
 
 def _resolve(waiter: asyncio.Future[Any], value: Any) -> None:
     if not waiter.done():
         waiter.set_result(value)
+
+
+T = TypeVar("T")
+
+
+class _Waits(Generic[T]):
+    """A coroutine stopped at its first wait by :func:`_step`: awaited (in a task), the rest
+    of it runs as the task would have run it from the start (each future it waits on waited
+    on by the task, each value and exception handed back to it)."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        coro, waits_on = self._coro, self._first
+        while True:
+            try:
+                sent = yield waits_on
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - the task's cancellation: the coroutine's
+                step = partial(coro.throw, exc)
+            else:
+                step = partial(coro.send, sent)
+            try:
+                waits_on = step()
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+
+def _step(coro: Coroutine[Any, Any, T]) -> T | _Waits[T]:
+    """``coro`` run at once up to its first wait: its value when it did not wait (no task,
+    no turn of the event loop: the producer's ``send`` when it knows the topic and its batch
+    has room, the usual case), else the rest of it, for a task to await. (The first step runs
+    in the caller's task: nothing in it may hold on to the current task; aiokafka's ``send``
+    waits on futures only.)"""
+    try:
+        first = coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    return _Waits(coro, first)
+
+
+def _refusal(waiter: asyncio.Future[Any], delivery: asyncio.Future[Any]) -> None:
+    """A call's delivery, done: the broker's refusal ends its wait (after its deadline or its
+    answer: nobody's to read)."""
+    if delivery.cancelled():
+        return
+    exc = delivery.exception()
+    if exc is not None and not waiter.done():
+        waiter.set_exception(exc)
+
+
+class _Delivered:
+    """Events' deliveries, read in the events' order as each is done, as awaiting each in
+    turn would: ``taken`` is True once the broker has all of them, or raises the first refusal
+    (cancelled: cancelled). A refusal after that one, or after the deadline, is nobody's."""
+
+    __slots__ = ("_deliveries", "_next", "_taken")
+
+    def __init__(self, taken: asyncio.Future[bool], deliveries: list[asyncio.Future[Any]]) -> None:
+        self._taken = taken
+        self._deliveries = deliveries
+        self._next = 0  # the first delivery not read yet
+        for delivery in deliveries:
+            delivery.add_done_callback(self._done)
+        if not deliveries:
+            _resolve(taken, True)
+
+    def _done(self, delivery: asyncio.Future[Any]) -> None:
+        if not delivery.cancelled():
+            delivery.exception()  # (read, whoever reads its refusal)
+        deliveries, taken = self._deliveries, self._taken
+        while self._next < len(deliveries):
+            first = deliveries[self._next]
+            if not first.done():
+                return
+            if first.cancelled() or first.exception() is not None:
+                self._next = len(deliveries)
+                if taken.done():
+                    return
+                if first.cancelled():
+                    taken.cancel()
+                else:
+                    taken.set_exception(first.exception())  # type: ignore[arg-type]
+                return
+            self._next += 1
+        _resolve(taken, True)
 
 
 class KafkaBackend:
@@ -100,7 +188,7 @@ class KafkaBackend:
         self._follower: asyncio.Task[None] | None = None
         #: event id -> the calls waiting for its answer (their run's scope, their future)
         self._waiting: dict[str, list[tuple[str, asyncio.Future[_Reply | None]]]] = {}
-        self._sending: set[asyncio.Task[None]] = set()  # calls being produced
+        self._sending: set[asyncio.Task[None]] = set()  # sends that had to wait for the producer
         self._aborted: dict[str, tuple[str, str]] = {}  # run scope -> its abort, oldest first
         #: (run scope, event id) of calls whose clients named their ids -> their first answer
         self._answers: OrderedDict[tuple[str, str], tuple[list[Output], tuple[str, str] | None]]
@@ -177,13 +265,27 @@ class KafkaBackend:
                     self._answers.popitem(last=False)
 
     async def events(self, events: list[Event]) -> list[Output] | None:
-        """Produce the events; returns once the broker has all of them."""
+        """Produce the events; returns once the broker has all of them.
+
+        The events are appended at once (:func:`_step`: no task unless the producer has to
+        wait), then ``taken`` waits for their deliveries or the deadline, whichever comes first;
+        a send still under way at the deadline goes on (its outcome nobody's to read)."""
         assert self._producer is not None
-        sending = asyncio.ensure_future(self._send_all(self._producer, events))
-        # (asyncio.wait leaves the send running at the timeout, as a shielded wait_for did)
-        await asyncio.wait((sending,), timeout=EVENTS_TIMEOUT_S)
-        if not sending.done():
-            sending.add_done_callback(_ignore_outcome)
+        loop = asyncio.get_running_loop()
+        taken: asyncio.Future[bool] = loop.create_future()
+        appended = _step(self._append_all(self._producer, events))  # (its refusal: the caller's error)
+        if isinstance(appended, _Waits):
+            sending = loop.create_task(self._append_rest(appended, taken))
+            self._sending.add(sending)  # (held until done: the loop keeps only weak references)
+            sending.add_done_callback(self._sending.discard)
+        else:
+            _Delivered(taken, appended)
+        deadline = loop.call_later(EVENTS_TIMEOUT_S, _resolve, taken, False)
+        try:
+            took = await taken  # (the broker's refusal, if any, as the caller's error)
+        finally:
+            deadline.cancel()
+        if not took:
             if self._refused_since is None:
                 self._refused_since = time.monotonic()
             from loopwatch.streams.gateway.backend import BackendUnavailable
@@ -191,7 +293,6 @@ class KafkaBackend:
             raise BackendUnavailable(
                 f"the broker did not take the events within {EVENTS_TIMEOUT_S:g} s: try again"
             )
-        sending.result()  # (the broker's refusal, if any, as the caller's error)
         self._refused_since = None
         for event in events:
             if type(event) is RunEnd:
@@ -199,11 +300,21 @@ class KafkaBackend:
             self._observe(event, [])
         return None
 
-    async def _send_all(self, producer: AIOKafkaProducer, events: list[Event]) -> None:
+    async def _append_all(self, producer: AIOKafkaProducer, events: list[Event]) -> list[asyncio.Future[Any]]:
+        """The events appended to the producer's batches, in order: their deliveries."""
         topic = self.settings.topic_events
-        sent = [await producer.send(topic, encode_event(e), key=run_scope(e).encode()) for e in events]
-        for delivery in sent:  # (each was appended in order: the last confirmed, all are)
-            await delivery
+        return [await producer.send(topic, encode_event(e), key=run_scope(e).encode()) for e in events]
+
+    @staticmethod
+    async def _append_rest(appending: _Waits[list[asyncio.Future[Any]]], taken: asyncio.Future[bool]) -> None:
+        """Events whose appending had to wait: the rest of it, then their deliveries read."""
+        try:
+            deliveries = await appending
+        except Exception as exc:  # noqa: BLE001 - the caller's error (after the deadline: nobody's)
+            if not taken.done():
+                taken.set_exception(exc)
+            return
+        _Delivered(taken, deliveries)
 
     def _observe(self, event: Event, outputs: list[Output]) -> None:
         view = self.view
@@ -224,7 +335,9 @@ class KafkaBackend:
         :meth:`_take`), the deadline (None), or the broker's refusal of the call (its error).
         The answer is taken as soon as it comes, without waiting for the broker's ack of the
         call (a worker answered it: the broker had it). A call not yet sent at the deadline is
-        still sent: the run's next decision sees it (the call ran, allowed, meanwhile)."""
+        still sent: the run's next decision sees it (the call ran, allowed, meanwhile). The call
+        is appended to the producer's batch at once (:func:`_step`), its delivery's refusal
+        read by a callback: a task only when the producer has to wait."""
         assert self._producer is not None
         scope = run_scope(call)
         answered = self._answers.get((scope, call.event_id))
@@ -237,9 +350,7 @@ class KafkaBackend:
         self._waiting.setdefault(call.event_id, []).append(waiting)
         # the deadline holds for the send too: a broker that is down answers nothing
         deadline = loop.call_later(self.decide_timeout_s, _resolve, waiter, None)
-        sending = loop.create_task(self._send_call(call, scope, waiter))
-        self._sending.add(sending)  # (held until done: the loop keeps only weak references)
-        sending.add_done_callback(self._sending.discard)
+        self._send_call(call, scope, waiter)
         try:
             reply = await waiter
         finally:
@@ -260,17 +371,31 @@ class KafkaBackend:
         self._observe(call, outputs)
         return decision_of(outputs, reply.aborted), False
 
-    async def _send_call(self, call: ToolCall, scope: str, waiter: asyncio.Future[_Reply | None]) -> None:
+    def _send_call(self, call: ToolCall, scope: str, waiter: asyncio.Future[_Reply | None]) -> None:
         """Produce a proposed call (asking for its answer); the broker's refusal ends the wait."""
         assert self._producer is not None
+        appending = self._producer.send(
+            self.settings.topic_events, encode_event(call), key=scope.encode(), headers=[(REPLY_HEADER, b"1")]
+        )
         try:
-            delivery = await self._producer.send(
-                self.settings.topic_events,
-                encode_event(call),
-                key=scope.encode(),
-                headers=[(REPLY_HEADER, b"1")],
-            )
-            await delivery
+            appended = _step(appending)
+        except Exception as exc:  # noqa: BLE001 - the asker's error
+            waiter.set_exception(exc)
+            return
+        if isinstance(appended, _Waits):
+            sending = asyncio.get_running_loop().create_task(self._send_call_rest(appended, waiter))
+            self._sending.add(sending)  # (held until done: the loop keeps only weak references)
+            sending.add_done_callback(self._sending.discard)
+        else:
+            appended.add_done_callback(partial(_refusal, waiter))
+
+    @staticmethod
+    async def _send_call_rest(
+        appending: _Waits[asyncio.Future[Any]], waiter: asyncio.Future[_Reply | None]
+    ) -> None:
+        """A call whose appending had to wait: the rest of it, then its delivery."""
+        try:
+            await (await appending)
         except Exception as exc:  # noqa: BLE001 - the asker's error (after its deadline: nobody's)
             if not waiter.done():
                 waiter.set_exception(exc)
