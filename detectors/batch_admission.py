@@ -3,8 +3,8 @@
 OpenClaw 2026.9 (``admitToolCallBatch`` and ``evaluateToolLoopCall`` in the shipped
 ``dist/agent-tools.before-tool-call-*.mjs``; source ``src/agents/tool-loop-admission.ts``)
 admits an assistant turn's calls as one batch. :func:`admit_batch` does the same to one run's
-state, and is the only place that decides a batch (the gateway, the embedded runtime and the
-in-process facade all come here through :func:`step_batch`):
+state, and is the only place that decides a batch (every shell comes here through the run
+engine: :meth:`detectors.run_engine.RunEngine.step_batch`):
 
 * Calls whose ``event_id`` the run has already seen are passed over (E4); the others are
   the batch, in assistant order, and each is remembered by the run.
@@ -32,12 +32,10 @@ in-process facade all come here through :func:`step_batch`):
 A batch of one call is the single step exactly: no projection is built, and the rules, the
 verdict, the record and the hooks come in the same order. An observe-only critical refuses
 nothing (published unenforced, the batch goes on). The fleet's blocks (F1's fail-fast, a
-chain's: :func:`step_batch_admitted`) are per-call policies, as in OpenClaw's runtime, where
-the loop admission of the batch comes first and the other policies block single calls.
-
-:func:`step_batch_admitted` mirrors :func:`detectors.run_engine.step_admitted` for a list of
+chain's: the run engine asks them, call by call) are per-call policies, as in OpenClaw's
+runtime, where the loop admission of the batch comes first and the other policies block single
 calls (``tests/unit/test_batch_admission.py`` checks that a batch of one does what the single
-step does, fleet hooks included): a change there is made here too.
+step does, fleet hooks included).
 """
 
 from __future__ import annotations
@@ -50,23 +48,19 @@ from msgspec import UNSET
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.config.settings import DetectorSettings
-from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Output, ToolCall, run_scope
 from loopwatch.detectors.history import History
 from loopwatch.detectors.outcomes import VETO
 from loopwatch.detectors.rules.base import CallContext, Detection
 from loopwatch.detectors.rules.registry import REGISTRY
-from loopwatch.detectors.run_engine import FleetHooks
 from loopwatch.detectors.state import RunState
-from loopwatch.detectors.step import Prepared, _emit, _note_abort, new_state, prepare_for
+from loopwatch.detectors.step import Prepared, _emit, _note_abort, ask_rules, prepare_for
 
 __all__ = [
     "SIBLING_MESSAGE",
     "BatchOutcome",
     "admit_batch",
     "batch_problem",
-    "step_batch",
-    "step_batch_admitted",
 ]
 
 #: What a call refused with its batch is told (OpenClaw 2026.9's text for the siblings of the
@@ -157,21 +151,6 @@ def _projection(history: History) -> History:
     return projected
 
 
-def _ask_rules(ctx: CallContext, resolved: ResolvedLoopDetection) -> Detection | None:
-    """The call's verdict, the rules asked as the single step asks them (step ``_on_call``)."""
-    hooks = REGISTRY.for_config(resolved)
-    found: Detection | None = None
-    if ctx.openclaw:
-        for rule in hooks.openclaw_on_call:
-            found = rule.on_call(ctx, None)
-            if found is not None:
-                break
-    for rule in hooks.own_on_call:
-        found = rule.on_call(ctx, found)
-    ctx.found = found
-    return found
-
-
 def _evaluate(
     state: RunState,
     calls: list[ToolCall],
@@ -191,7 +170,7 @@ def _evaluate(
         for index in batch:
             call, hashes = calls[index], prepared[index]
             ctx = CallContext(state, call, hashes.args_hash, hashes.known_poll, resolved[index], settings)
-            found = _ask_rules(ctx, resolved[index])
+            found = ask_rules(ctx, REGISTRY.for_config(resolved[index]))
             contexts.append(ctx)
             outcome.evaluated[index] = True
             outcome.found[index] = found
@@ -313,87 +292,3 @@ def admit_batch(
     contexts = _evaluate(state, calls, batch, ready, resolved, settings, outcome)
     _settle(state, calls, batch, ready, resolved, settings, contexts, outcome)
     return outcome
-
-
-def step_batch_admitted(
-    state: RunState | None,
-    scope: str,
-    calls: list[ToolCall],
-    config: FleetConfig,
-    ts: int,
-    fleet: FleetHooks | None = None,
-) -> tuple[RunState, BatchOutcome]:
-    """A batch through the run engine's steps (:func:`detectors.run_engine.step_admitted` for
-    one call): the run's state (``None``: a new run), hashing once, the fleet's block of each
-    fresh call (F1's fail-fast, else a chain's) first in its outputs, the batch, the facts of
-    each call."""
-    if state is None:
-        state = new_state(calls[0], config, ts)
-    ready: list[Prepared] = []
-    blocks: list[Output | None] = []
-    fresh: set[str] = set()
-    limit = config.settings.seen_event_ids
-    for call in calls:
-        hashes = prepare_for(call, config, config.for_agent(call.agent_id))
-        ready.append(hashes)
-        block = None
-        if fleet is not None and call.event_id not in fresh and not state.has_seen(call.event_id, limit):
-            block = fleet.fail_fast(scope, call, ts, config)
-            if block is None:
-                block = fleet.chain_block(state, call, ts, hashes, config)
-        fresh.add(call.event_id)
-        blocks.append(block)
-    loop_before = state.loop_spend_usd
-    outcome = admit_batch(state, calls, config, ready)
-    outcome.loop_spend = state.loop_spend_usd - loop_before
-    for index, call in enumerate(calls):
-        block = blocks[index]
-        if block is not None:
-            outcome.outputs[index].insert(0, block)
-        if fleet is not None:
-            fleet.noted(scope, call, ts, ready[index], outcome.outputs[index], config, state)
-    return state, outcome
-
-
-def step_batch(engine: Engine, calls: list[ToolCall], ts: int | None = None) -> BatchOutcome:
-    """A batch of one run through an :class:`~detectors.engine.Engine` (``ts``: its time for
-    the fleet rules, the first call's own by default), as :meth:`Engine.step` steps one event:
-    a batch of an ended run whose every call the run had seen is ``late``; any other starts a
-    new run. :func:`batch_problem` must have found nothing wrong with ``calls``."""
-    problem = batch_problem(calls)
-    if problem is not None:
-        raise ValueError(problem)
-    first = calls[0]
-    run_id = first.run_id
-    scope = run_id if run_id and run_id == run_id.strip() else run_scope(first)
-    state = engine.states.get(scope)
-    ended = engine.ended.get(scope) if state is None else None
-    fresh = list(range(len(calls)))
-    if ended is not None:
-        fresh = [index for index, call in enumerate(calls) if call.event_id not in ended]
-        engine.late += len(calls) - len(fresh)
-        if not fresh:
-            return BatchOutcome(calls, "late")
-        del engine.ended[scope]  # a new run under the same id, of the calls the old one had not
-    if ts is None:
-        ts = first.ts if first.ts is not None else 0
-    admitted = [calls[index] for index in fresh]
-    state, outcome = step_batch_admitted(state, scope, admitted, engine.config, ts, engine.fleet)
-    engine.states[scope] = state
-    return outcome if len(admitted) == len(calls) else _spread_over(calls, fresh, outcome)
-
-
-def _spread_over(calls: list[ToolCall], fresh: list[int], outcome: BatchOutcome) -> BatchOutcome:
-    """``outcome`` of the calls at ``fresh`` positions as the outcome of the whole batch (the
-    others, late calls of the ended run, neither applied nor evaluated)."""
-    whole = BatchOutcome(calls)
-    for position, index in enumerate(fresh):
-        whole.outputs[index] = outcome.outputs[position]
-        whole.prepared[index] = outcome.prepared[position]
-        whole.applied[index] = outcome.applied[position]
-        whole.evaluated[index] = outcome.evaluated[position]
-        whole.found[index] = outcome.found[position]
-    if outcome.refused_by is not None:
-        whole.refused_by = fresh[outcome.refused_by]
-    whole.loop_spend = outcome.loop_spend
-    return whole

@@ -27,7 +27,7 @@ from typing import Any, Final, Literal
 from msgspec import UNSET
 
 from loopwatch.config.fleet import FleetConfig
-from loopwatch.detectors.batch_admission import SIBLING_MESSAGE, BatchOutcome, step_batch
+from loopwatch.detectors.batch_admission import SIBLING_MESSAGE, BatchOutcome
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.event_builders import call_event, checked, result_event
 from loopwatch.detectors.events import (
@@ -41,7 +41,6 @@ from loopwatch.detectors.events import (
     Verdict,
     run_scope,
 )
-from loopwatch.detectors.idle_runs import IdleRuns
 from loopwatch.detectors.outcomes import MISSING
 from loopwatch.detectors.runtime_texts import decision_words
 
@@ -191,12 +190,12 @@ class LoopDetector:
         self._words = texts == "loopwatch"
         self.state_ttl_s = _ttl_seconds(state_ttl_s)
         # a run id may be used again after end_run: no memory of ended runs
-        self._engine = Engine(config or FleetConfig.enabled_default(), ended_limit=0)
+        self._clock = clock
+        engine_clock = clock if self.state_ttl_s is not None else None
+        self._engine = Engine(config or FleetConfig.enabled_default(), ended_limit=0, clock=engine_clock)
         self._agent_id = agent_id
         self._events = 0
         self._batches = 0
-        self._clock = clock
-        self._idle = IdleRuns()
         #: runs forgotten for sending nothing for ``state_ttl_s``
         self.expired = 0
 
@@ -207,18 +206,11 @@ class LoopDetector:
     def _expire(self) -> None:
         """Forget the runs idle past the state TTL, before an event is applied."""
         if self.state_ttl_s is not None:
-            self.expired += self._idle.expire(self._engine.states, self._clock() - self.state_ttl_s)
-
-    def _touch(self, scope: str, alive: bool = True) -> None:
-        """The run sent an event now (``alive``: not its end)."""
-        if self.state_ttl_s is not None:
-            self._idle.touch(scope, self._clock(), alive)
+            self.expired += self._engine.expire(self._clock() - self.state_ttl_s)
 
     def _apply(self, event: Event) -> list[Output]:
         self._expire()
-        outputs = self._engine.process(event)
-        self._touch(run_scope(event), type(event) is not RunEnd)
-        return outputs
+        return self._engine.process(event)
 
     @property
     def config(self) -> FleetConfig:
@@ -300,8 +292,8 @@ class LoopDetector:
             for index, call in enumerate(calls)
         ]
         self._expire()
-        outcome = step_batch(self._engine, events)
-        self._touch(run_scope(events[0]))
+        outcome = self._engine.step_batch(events).batch
+        assert outcome is not None
         decided = batch_decision_of(outcome, self._engine.aborted(run_scope(events[0])))
         return BatchDecision(tuple(self._told(d) for d in decided.decisions), decided.refused_by)
 

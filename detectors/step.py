@@ -52,13 +52,22 @@ from loopwatch.detectors.outcomes import MISSING, VETO, ErrorMessage, OutcomeHas
 from loopwatch.detectors.rules.base import CallContext, Detection, ResultContext
 from loopwatch.detectors.rules.post_compaction_guard import DETECTOR as GUARD
 from loopwatch.detectors.rules.post_compaction_guard import GuardVerdict, PostCompactionGuard
-from loopwatch.detectors.rules.registry import REGISTRY
+from loopwatch.detectors.rules.registry import REGISTRY, Hooks
 from loopwatch.detectors.stable_json import canonical_bytes, plain
 from loopwatch.detectors.state import RunState
 from loopwatch.detectors.verdicts import new_abort, new_verdict, verdict_id
 from loopwatch.detectors.warning_buckets import should_emit
 
-__all__ = ["Prepared", "apply", "new_state", "prepare", "prepare_for", "record_outcome", "verdict_id"]
+__all__ = [
+    "Prepared",
+    "apply",
+    "ask_rules",
+    "new_state",
+    "prepare",
+    "prepare_for",
+    "record_outcome",
+    "verdict_id",
+]
 
 # Compiled, a module's own Final names are C statics; a name imported from an interpreted
 # module (msgspec's UNSET, the event Structs) is a dict lookup at every use.
@@ -283,17 +292,8 @@ def _on_call(
     params: Any,
 ) -> list[Output]:
     ctx = CallContext(state, event, prepared.args_hash, prepared.known_poll, resolved, settings, tool)
-    openclaw = ctx.openclaw
     hooks = REGISTRY.for_config(resolved)
-    found: Detection | None = None
-    if openclaw:
-        for rule in hooks.openclaw_on_call:
-            found = rule.on_call(ctx, None)
-            if found is not None:
-                break
-    for rule in hooks.own_on_call:
-        found = rule.on_call(ctx, found)
-    ctx.found = found
+    found = ask_rules(ctx, hooks)
     outputs: list[Output] = []
     blocked = _emit(state, event, found, resolved, settings, outputs)
     for rule in hooks.after_call:
@@ -324,6 +324,22 @@ def _on_call(
     for rule in hooks.after_record:
         rule.after_record(ctx, outputs)
     return outputs
+
+
+def ask_rules(ctx: CallContext, hooks: Hooks) -> Detection | None:
+    """The proposed call's verdict (kept in ``ctx.found``), the one place the rules are
+    ordered: OpenClaw's in turn until the first finds something, then every one of
+    loopwatch's own, each seeing what came before (the single step and the batch ask here)."""
+    found: Detection | None = None
+    if ctx.openclaw:
+        for rule in hooks.openclaw_on_call:
+            found = rule.on_call(ctx, None)
+            if found is not None:
+                break
+    for rule in hooks.own_on_call:
+        found = rule.on_call(ctx, found)
+    ctx.found = found
+    return found
 
 
 def _emit(

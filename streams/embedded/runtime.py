@@ -4,8 +4,9 @@ Events are partitioned by run scope across asyncio workers exactly like Kafka pa
 them across consumers (murmur2 of the key, the Kafka default partitioner), each worker
 owning the state of its runs. Outputs are released in input order, so the result equals
 the single-threaded core's, whatever the number of workers. One model turn's calls decided
-together (:meth:`EmbeddedRuntime.decide_batch`, :mod:`streams.embedded.batch_steps`) take one
-input position.
+together (:meth:`EmbeddedRuntime.decide_batch`) take one input position: its calls are
+released together, in their order, after the events queued before it and before those queued
+after it; the view and the fleet rules see them call by call.
 
 The fleet-wide rules (:mod:`detectors.fleet`) see every event with its outputs as they are
 released, in input order, so the same input gives the same alerts; their fail-fast blocks
@@ -13,8 +14,9 @@ apply to the calls processed after the outage opened. Alerts are kept in :attr:`
 handed to ``on_alert`` and to the fleet view, and given with the outputs by :meth:`run`.
 
 Bounded: with ``state_ttl_s`` (the gateway: ``LOOPWATCH_STATE_TTL_S``, as the worker has) a
-run that sends nothing for that long is forgotten, without a tombstone, like the worker's
-expiry; ended runs are kept as small tombstones (:class:`detectors.tombstone.Tombstone`).
+run that sends nothing for that long is forgotten, without a tombstone, by an expiry
+``run_end`` its worker's engine steps (:meth:`detectors.engine.Engine.expire`), like the
+worker's expiry; ended runs are kept as small tombstones (:class:`detectors.tombstone.Tombstone`).
 One event that fails never holds up the others: its caller gets the exception, and its
 input position is released like any other (:meth:`stalled` tells when that ever stops).
 """
@@ -31,15 +33,13 @@ from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.fleet_rules import fleet_rules
 from loopwatch.detectors.batch_admission import BatchOutcome, batch_problem
 from loopwatch.detectors.engine import Engine
-from loopwatch.detectors.events import Event, Output, RunEnd, ToolCall, run_scope
+from loopwatch.detectors.events import Event, Output, ToolCall, run_scope
 from loopwatch.detectors.facade import BatchDecision, Decision, batch_decision_of, decision_of
 from loopwatch.detectors.fleet.alerts import FleetAlert
 from loopwatch.detectors.fleet.chains import chain_key
 from loopwatch.detectors.fleet.watch import FleetWatch, WatchHooks
 from loopwatch.detectors.hashing import digester_for
-from loopwatch.detectors.idle_runs import IdleRuns
 from loopwatch.detectors.step import Prepared
-from loopwatch.streams.embedded.batch_steps import batch_fleet_alerts, step_batch_done
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.partitions import key_partition
 
@@ -104,13 +104,13 @@ class EmbeddedRuntime:
         self.workers = workers
         self.state_ttl_s = state_ttl_s
         self.clock = clock
-        self._idle = [IdleRuns() for _ in range(workers)]  # when each run last sent, per worker
         self._progress_at = clock()  # when the released position last moved (or work arrived)
         self.expired = 0
         self.view = view  # fed every event and output, for the dashboard
         self.fleet = FleetWatch(fleet_rules(config.global_rules), digester_for(config.settings.digest))
         hooks = WatchHooks(self.fleet)
-        self.engines = [Engine(config, fleet=hooks) for _ in range(workers)]
+        engine_clock = clock if state_ttl_s is not None else None  # when runs were last applied
+        self.engines = [Engine(config, fleet=hooks, clock=engine_clock) for _ in range(workers)]
         self.on_alert = on_alert
         self.alerts: list[FleetAlert] = []  # every alert given, in order
         self._queues: list[asyncio.Queue[Any]] = []
@@ -158,11 +158,7 @@ class EmbeddedRuntime:
     def _expire(self, index: int) -> None:
         """Forget the runs of worker ``index`` idle past the state TTL (oldest first)."""
         assert self.state_ttl_s is not None
-        horizon = self.clock() - self.state_ttl_s
-        self.expired += self._idle[index].expire(self.engines[index].states, horizon)
-
-    def _touch(self, index: int, event: Event) -> None:
-        self._idle[index].touch(run_scope(event), self.clock(), type(event) is not RunEnd)
+        self.expired += self.engines[index].expire(self.clock() - self.state_ttl_s)
 
     def stalled(self, after_s: float) -> bool:
         """Whether events wait and none was released for ``after_s`` seconds."""
@@ -179,39 +175,44 @@ class EmbeddedRuntime:
                 continue
             position, done = item
             try:
-                self._step(index, engine, done)
+                self._step(engine, done)
             except Exception as exc:  # noqa: BLE001 - handed to the caller awaiting this event
                 done.error = exc
             finally:  # the position is released whatever happened: no event holds up the others
                 self._pending[position] = done
                 self._release()
 
-    def _step(self, index: int, engine: Engine, done: _Done) -> None:
-        if done.batch is not None:
-            step_batch_done(self, engine, done)
-            return
-        event = done.event
-        view = self.view
+    def _step(self, engine: Engine, done: _Done) -> None:
+        """Step ``done``'s event (or batch) on its run's worker ``engine``; the view sees it."""
+        event, calls, view = done.event, done.batch, self.view
         started = time.perf_counter()
-        fresh = view is not None and run_scope(event) not in engine.states  # the run's first event
-        stepped = engine.step(event, done.ts)
-        done.outputs, done.prepared = stepped.outputs, stepped.prepared
-        if stepped.kind == "applied" and self.fleet.rules.delegation.enabled:
-            chained = engine.states.get(run_scope(event))
-            done.root = chain_key(chained) if chained is not None else None
-        if view is not None and isinstance(event, ToolCall) and event.usage is not None:
-            state = engine.states.get(run_scope(event))
-            if stepped.kind == "applied" and state is not None:
-                view.metrics.spend(event.agent_id, event.usage, stepped.loop_spend, state.first_detector)
+        scope = run_scope(event)
+        fresh = view is not None and scope not in engine.states  # the run's first event
+        stepped = engine.step(event, done.ts) if calls is None else engine.step_batch(calls, done.ts)
+        done.outputs, done.prepared, done.outcome = stepped.outputs, stepped.prepared, stepped.batch
+        state = engine.states.get(scope) if stepped.kind == "applied" else None
+        if state is not None and self.fleet.rules.delegation.enabled:
+            done.root = chain_key(state)
         if done.decides:
-            done.aborted = engine.aborted(run_scope(event))
-        if view is not None:
-            view.metrics.event(str(event.__struct_config__.tag), time.perf_counter() - started)
-            if stepped.kind == "applied":
-                view.metrics.chain(event, fresh)
-            for output in done.outputs:
+            done.aborted = engine.aborted(scope)
+        if view is None:
+            return
+        events: list[Event] = [event] if calls is None else list(calls)
+        if state is not None:
+            spend = stepped.loop_spend  # a turn's usage rides on the first of its calls that has any
+            for one in events:
+                if isinstance(one, ToolCall) and one.usage is not None:
+                    view.metrics.spend(one.agent_id, one.usage, spend, state.first_detector)
+                    spend = 0.0
+        elapsed = (time.perf_counter() - started) / len(events)
+        outputs_of = [done.outputs] if stepped.batch is None else stepped.batch.outputs
+        for index, (one, outputs) in enumerate(zip(events, outputs_of, strict=True)):
+            view.metrics.event(str(one.__struct_config__.tag), elapsed)
+            if state is not None:
+                view.metrics.chain(one, fresh and index == 0)
+            for output in outputs:
                 view.metrics.output(output)
-            self._observe(event, done.outputs)
+            self._observe(one, outputs)
 
     def _release(self) -> None:
         """Hand processed events on in input order: fleet rules first, then their callers."""
@@ -240,12 +241,19 @@ class EmbeddedRuntime:
 
     def _observe_fleet(self, done: _Done) -> list[FleetAlert]:
         """The fleet rules see the released event; their alerts go to the view and ``on_alert``."""
-        event = done.event
-        if done.outcome is not None:
-            alerts = batch_fleet_alerts(self.fleet, done.outcome, done.ts, done.root)
-        else:
-            scope = run_scope(event)
-            alerts = self.fleet.observe(event, scope, done.ts, done.prepared, done.outputs, done.root)
+        event, outcome = done.event, done.outcome
+        if outcome is None:
+            alerts = self.fleet.observe(
+                event, run_scope(event), done.ts, done.prepared, done.outputs, done.root
+            )
+        else:  # a batch's calls in order, each with its hashes and outputs
+            alerts = []
+            for index, call in enumerate(outcome.calls):
+                prepared = outcome.prepared[index] if outcome.kind == "applied" else None
+                outputs = outcome.outputs[index]
+                alerts.extend(
+                    self.fleet.observe(call, run_scope(call), done.ts, prepared, outputs, done.root)
+                )
         for alert in alerts:
             self.alerts.append(alert)
             if self.view is not None:  # on the view's clock, the one _observe stamps events with
@@ -293,8 +301,8 @@ class EmbeddedRuntime:
             self._progress_at = self.clock()  # idle until now: nothing was waiting
         queue.put_nowait((self.events, done))  # QueueFull (too much in flight) takes no position
         self.events += 1
-        if self.state_ttl_s is not None:  # when submitted: a run whose event waits in a queue is live
-            self._touch(index, event)
+        if self.state_ttl_s is not None:  # a run whose event waits in a queue is live
+            self.engines[index].runs.touch(run_scope(event))
         return future
 
     def alerts_of(self, future: asyncio.Future[list[Output]]) -> list[FleetAlert]:

@@ -38,21 +38,14 @@ from aiokafka.errors import MessageSizeTooLargeError
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import (
-    EXPIRY_EVENT_PREFIX,
-    Abort,
     Event,
     InvalidEvent,
-    RunEnd,
     ToolCall,
-    ToolResult,
-    Verdict,
     encode_output,
     run_scope,
 )
-from loopwatch.detectors.fleet.chains import chain_key
-from loopwatch.detectors.run_engine import RunSlot, admit, step_admitted
+from loopwatch.detectors.run_engine import RunEngine, RunSlot, Stepped
 from loopwatch.detectors.state import OUTBOX_LIMIT, RunState
-from loopwatch.detectors.step import prepare_for
 from loopwatch.detectors.tombstone import Tombstone
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.fleet_view.metrics import WorkerMetrics
@@ -71,14 +64,13 @@ from loopwatch.streams.kafka.run_table import (
 )
 from loopwatch.streams.logs import verdict_log_fields
 
-__all__ = ["EXPIRY_AT", "OUTBOX_FLUSH_AT", "REPLY_HEADER", "RunProcessor", "expiry_position"]
+__all__ = ["OUTBOX_FLUSH_AT", "REPLY_HEADER", "RunProcessor"]
 
 #: A run holding the unconfirmed outputs of this many events makes the batch wait for the
 #: broker's confirmations (which empty the outbox) before it goes on: the outbox stays bounded.
 OUTBOX_FLUSH_AT: Final = OUTBOX_LIMIT
 
 _log = structlog.get_logger("loopwatch.worker")
-_OUTPUT: Any = msgspec.json.Decoder(Verdict | Abort)
 
 
 #: A record with this header (any value) asks for its outputs on the replies topic, at once:
@@ -89,23 +81,6 @@ _OUTPUT: Any = msgspec.json.Decoder(Verdict | Abort)
 #: were applied; the ``run_end`` that ends an aborted run is answered too, asked or not, so that
 #: every gateway reading the replies knows the run's abort is over (``streams.gateway.kafka_backend``).
 REPLY_HEADER: Final = "loopwatch-reply"
-
-
-#: An expiry ``run_end``'s id ends with this and the run's last applied offset when the
-#: expiry timer decided (``loopwatch-expiry:{scope}:{idle since}@{offset}``).
-EXPIRY_AT: Final = "@"
-
-
-def expiry_position(event_id: str) -> int | None:
-    """The offset an expiry ``run_end`` was decided at (None: not one, or written before the
-    offset was part of its id: then it applies as it did)."""
-    if not event_id.startswith(EXPIRY_EVENT_PREFIX):
-        return None
-    _, at, offset = event_id.rpartition(EXPIRY_AT)
-    digits = offset[1:] if offset.startswith("-") else offset
-    if not at or not digits.isascii() or not digits.isdigit():  # ("²" is a digit int() refuses)
-        return None
-    return int(offset)
 
 
 async def _nothing() -> None:
@@ -210,6 +185,11 @@ class RunProcessor:
         self._answer_key: bytes | None = None  # ... and its run's key
         self._announce = False  # the record ended an aborted run: answered, asked or not
         self.cursors = InputCursors()
+        #: the run engine over this processor's runs (it is their store: :meth:`entry`, :meth:`settle`)
+        self.engine = RunEngine(config(), self, self.facts)
+        self.engine.before_apply = self._before_apply
+        self._partition = -1  # the input partition of the record being applied
+        self._record_ms = 0  # ... and its record time
         #: Held while a batch is applied, and by whatever must not interleave with one
         #: (revocation, shutdown, expiry).
         self.lock = asyncio.Lock()
@@ -299,28 +279,6 @@ class RunProcessor:
             first_missing=first_missing,
             missing=missing,
         )
-
-    def _redelivered_facts(
-        self, key: bytes, event: Event, record: Record, outbox: list[bytes], state: RunState
-    ) -> None:
-        """The facts of an event applied before (sent again: they may not have reached the topic)."""
-        facts = self.facts
-        if not facts.active:
-            return
-        scope = key.decode()
-        ts = event.ts if event.ts is not None else record.timestamp
-        if type(event) is ToolCall:
-            facts.call(event, scope, ts)
-            if facts.chained:
-                facts.chain(event, chain_key(state), scope, ts, prepare_for(event, self._config()))
-        elif type(event) is ToolResult:
-            config = self._config()
-            prepared = prepare_for(event, config)
-            facts.result(event, scope, ts, prepared, config)
-            if facts.chained:
-                facts.chain(event, chain_key(state), scope, ts, prepared)
-        if outbox:
-            facts.outputs([_OUTPUT.decode(value) for value in outbox], scope, ts)
 
     async def _write_dirty(self) -> None:
         """One table and changelog write per run changed in the batch."""
@@ -455,52 +413,71 @@ class RunProcessor:
         self._answer = (event.event_id, [])
         self._answer_key = key
         run = self._load(key, record.partition)
+        self._partition, self._record_ms = record.partition, record.timestamp
         self.facts.source = (record.partition, record.offset)
-        if type(event) is RunEnd:
-            decided_at = expiry_position(event.event_id)
-            if decided_at is not None and decided_at != run.position:
-                self.metrics.stale_expiries += 1  # the run went on after the timer decided
-                return kind
-        refused = admit(run, event, record.offset)
-        if refused == "late":
-            self.metrics.ended_run_events += 1  # redelivered or republished
-            return kind
-        if refused == "redelivered":  # applied before: re-publish what is unconfirmed
-            self.metrics.redelivered += 1
+        state = run.state
+        unconfirmed = state is not None and bool(state.outbox)  # (a tombstone keeps no outbox)
+        aborted = state is not None and state.aborted is not None
+        fresh = state is None  # the run's first event (its chain fields fix its place, F6)
+        engine = self.engine
+        engine.config = self._config()
+        ts = event.ts if event.ts is not None else record.timestamp
+        stepped = engine.step(event, ts, record.offset, key.decode())
+        done = stepped.kind
+        if done == "redelivered":  # applied before: re-publish what is unconfirmed
             if run.state is not None:
                 outbox = run.state.outbox.get(event.event_id, [])
                 self._answer = (event.event_id, outbox)
-                self._redelivered_facts(key, event, record, outbox, run.state)
                 with_facts = bool(outbox) and self.facts.active
                 await self._publish(key, run.state, event.event_id, outbox, with_facts)
-            return kind
-        if self.fault_hook is not None:
-            self.fault_hook(event)
-        aborted = run.state is not None and run.state.aborted is not None
-        await self._step(key, run, event, record)
-        if aborted and run.state is None:  # ended (or expired): the gateways forget its abort
-            self._announce = True
+        elif done == "ended" or done == "expired":
+            self._flush_before_write = self._flush_before_write or unconfirmed
+            if self.cache is not None:
+                await self.cache.forget(key.decode())
+            if aborted:  # the gateways forget its abort
+                self._announce = True
+        elif done == "applied":
+            await self._applied(key, run, event, record, stepped, fresh)
         return kind
 
-    async def _step(self, key: bytes, run: _Run, event: Event, record: Record) -> None:
+    # -- the run engine's store ----------------------------------------------------------------
+
+    def entry(self, scope: str) -> RunSlot:
+        """The run's entry, parsed from the table (:meth:`_load`)."""
+        return self._load(scope.encode(), self._partition)
+
+    def settle(self, scope: str, slot: RunSlot, stepped: Stepped) -> None:
+        """What the engine did to a run: counted, and kept for the batch's table write."""
+        assert isinstance(slot, _Run)
+        kind = stepped.kind
+        metrics = self.metrics
+        if stepped.late:
+            metrics.ended_run_events += stepped.late  # redelivered or republished
+        if kind == "redelivered":
+            metrics.redelivered += 1
+        elif kind == "stale":
+            metrics.stale_expiries += 1  # the run went on after the expiry timer decided
+        elif kind == "applied" or kind == "ended" or kind == "expired":
+            slot.gone = kind == "expired"  # (deleted at the batch's end)
+            if kind == "ended":
+                slot.ended_ms = self._record_ms or 0  # (its grace period runs on record time)
+            elif kind == "applied":
+                self.inventory.touched(slot.partition, scope.encode(), time.time())
+
+    def _before_apply(self, event: Event) -> None:
+        """An event is about to change its run: the run is written at the batch's end."""
+        if self.fault_hook is not None:
+            self.fault_hook(event)
+        key = run_scope(event).encode()
+        run = self._load(key, self._partition)
         run.blob = None
         self._dirty[key] = run
+
+    async def _applied(
+        self, key: bytes, run: _Run, event: Event, record: Record, stepped: Stepped, fresh: bool
+    ) -> None:
+        """What an applied event gave: its outputs held, published, logged and counted."""
         scope = key.decode()
-        config = self._config()
-        # the tombstone keeps no outbox: its verdicts must be on the broker before it
-        unconfirmed = run.state is not None and bool(run.state.outbox)
-        ts = event.ts if event.ts is not None else record.timestamp
-        fresh = run.state is None  # the run's first event (its chain fields fix its place, F6)
-        stepped = step_admitted(run, scope, event, config, ts, record.offset, self.facts)
-        run.gone = stepped.kind == "expired"
-        if stepped.kind != "applied":  # the run ended, or expired
-            self._flush_before_write = self._flush_before_write or unconfirmed
-            if stepped.kind == "ended":
-                run.ended_ms = record.timestamp or 0
-            if self.cache is not None:
-                await self.cache.forget(scope)
-            return
-        self.inventory.touched(run.partition, key, time.time())
         self.metrics.chain(event, fresh)
         state = run.state
         assert state is not None

@@ -50,8 +50,9 @@ from aiokafka import AIOKafkaProducer
 from loopwatch.config.errors import LoopwatchError
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.config.stream_settings import StreamSettings
-from loopwatch.detectors.events import EXPIRY_EVENT_PREFIX, Event, RunEnd, encode_event
+from loopwatch.detectors.events import Event, encode_event
 from loopwatch.detectors.fleet.alerts import FleetAlert
+from loopwatch.detectors.run_engine import expiry_event
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.fleet_view.dashboard import Dashboard, register_faust_pages
 from loopwatch.streams.fleet_view.metrics import WorkerMetrics
@@ -62,7 +63,7 @@ from loopwatch.streams.kafka.connect import aiokafka_auth, faust_credentials, re
 from loopwatch.streams.kafka.fleet_processor import FleetProcessor
 from loopwatch.streams.kafka.local_state import LocalState
 from loopwatch.streams.kafka.redis_cache import DecisionCache
-from loopwatch.streams.kafka.run_processor import EXPIRY_AT, RunProcessor
+from loopwatch.streams.kafka.run_processor import RunProcessor
 from loopwatch.streams.kafka.run_table import live_offset_of
 from loopwatch.streams.kafka.topic_followers import follow_alerts, follow_config, follow_fleet, show_event
 from loopwatch.streams.kafka.view_handoff import ViewHandoff
@@ -575,15 +576,10 @@ class LoopwatchWorker:
                 if last is None or now - last <= ttl:
                     continue
                 scope = key.decode()
-                session = scope.removeprefix("session:") if scope.startswith("session:") else None
                 # the run's last applied offset: applied after a later event of the run, this
                 # run_end is stale and changes nothing (the run was active again meanwhile)
                 position = live_offset_of(self.runs_data.get(key) or b"")
-                end = RunEnd(
-                    event_id=f"{EXPIRY_EVENT_PREFIX}{scope}:{int(last)}{EXPIRY_AT}{position}",
-                    run_id=None if session is not None else scope,
-                    session_id=session,
-                )
+                end = expiry_event(scope, int(last), position)
                 await self._send(self.topic, key, encode_event(end), partition)
                 if key in seen:  # not sent again before its run_end is applied
                     seen[key] = max(seen[key], now)

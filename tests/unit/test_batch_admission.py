@@ -18,7 +18,7 @@ import pytest
 from loopwatch.config import FleetConfig, parse_config_text
 from loopwatch.config.settings import DetectorSettings
 from loopwatch.detectors import batch_admission
-from loopwatch.detectors.batch_admission import SIBLING_MESSAGE, admit_batch, batch_problem, step_batch
+from loopwatch.detectors.batch_admission import SIBLING_MESSAGE, BatchOutcome, admit_batch, batch_problem
 from loopwatch.detectors.conformance import run_vector
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Abort, Output, RunEnd, ToolCall, ToolResult, Usage, Verdict
@@ -37,6 +37,13 @@ READ = ("read", {"path": "a.txt"})
 LS = ("ls", {"dir": "."})
 POLL = ("command_status", {"id": "job-1"})
 _ids = itertools.count()
+
+
+def step_batch(engine: Engine, calls: list[ToolCall], ts: int | None = None) -> BatchOutcome:
+    """What the engine's step of one batch did to its calls."""
+    outcome = engine.step_batch(calls, ts).batch
+    assert outcome is not None
+    return outcome
 
 
 def fleet(revision: str = "2026-08", **settings: Any) -> FleetConfig:

@@ -9,7 +9,6 @@ import pytest
 
 from loopwatch import LoopDetector
 from loopwatch.detectors.facade import STATE_TTL_S, ProposedCall
-from loopwatch.detectors.idle_runs import IdleRuns
 
 MISSING = {"path": "/missing"}
 
@@ -93,12 +92,17 @@ def test_finding_the_oldest_run_stays_cheap_while_runs_take_turns() -> None:
     """Runs that send in turn move to the end again and again: the order stays that of their
     last events, kept in an ``OrderedDict`` (its oldest entry is found by looking at one; a
     plain dict walked every slot those moves left at its front). Speed itself is for benches."""
-    idle = IdleRuns()
-    states = {f"r{n}": object() for n in range(1000)}
+    clock = Clock()
+    detector = LoopDetector(state_ttl_s=1_000.5, clock=clock)
     for step in range(20_000):
-        idle.touch(f"r{step % 1000}", float(step))
-        assert idle.expire(states, -1.0) == 0
-    assert type(idle._last_seen) is OrderedDict
-    assert next(iter(idle._last_seen)) == "r0"  # (r0 sent at 19,000: the oldest of the last round)
-    assert idle.expire(states, 19_000.5) == 1
-    assert "r0" not in states
+        clock.now = float(step)
+        detector.before_tool_call(f"r{step % 1000}", "read", {"path": f"/{step}"})
+    engine = detector._engine
+    assert detector.expired == 0
+    assert len(engine.states) == 1000
+    assert type(engine.runs.idle) is OrderedDict
+    assert next(iter(engine.runs.idle)) == "r0"  # (r0 sent at 19,000: the oldest of the last round)
+    clock.now = 20_000.0  # r0 idle for 1,000 s, r1 for 999 s
+    assert engine.expire(clock.now - 1_000.0) == 1
+    assert "r0" not in engine.states
+    assert "r1" in engine.states

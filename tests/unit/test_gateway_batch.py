@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from loopwatch.config import FleetConfig
 from loopwatch.config.stream_settings import parse_stream_settings
-from loopwatch.detectors.batch_admission import SIBLING_MESSAGE, step_batch
+from loopwatch.detectors.batch_admission import SIBLING_MESSAGE, BatchOutcome
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Event, Output, ToolCall, ToolResult
 from loopwatch.detectors.facade import BatchDecision
@@ -32,6 +32,13 @@ from loopwatch.streams.gateway.server import (
 
 Client = TestClient[Any, Any]
 SAME = {"content": [{"type": "text", "text": "same"}]}
+
+
+def step_batch(engine: Engine, calls: list[ToolCall], ts: int | None = None) -> BatchOutcome:
+    """What the engine's step of one batch did to its calls."""
+    outcome = engine.step_batch(calls, ts).batch
+    assert outcome is not None
+    return outcome
 
 
 @asynccontextmanager

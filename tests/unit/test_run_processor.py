@@ -614,7 +614,7 @@ def test_the_worker_reads_only_partitions_that_did_not_come_straight_back() -> N
 def test_an_expiry_decided_before_the_run_went_on_changes_nothing() -> None:
     """The timer decides at the run's last offset; a run_end that arrives after another
     event of the run is stale: applied, it would end a run that is active."""
-    from loopwatch.streams.kafka.run_processor import expiry_position
+    from loopwatch.detectors.run_engine import expiry_position
 
     assert expiry_position(f"{EXPIRY_EVENT_PREFIX}run-1:1700000000@41") == 41
     assert expiry_position(f"{EXPIRY_EVENT_PREFIX}session:a@b:1700000000") is None  # before offsets
