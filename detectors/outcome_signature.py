@@ -10,7 +10,8 @@ Rules (docs/real-loops.md has the measurements behind them):
 * An outcome is *unproductive* when it is a marked failure; else, when its text reports an
   exit status (``<returncode>N</returncode>``, ``exit code N``, ``exit status N``), when that
   status is not 0; else when its first two non-blank lines or its last one carry a failure
-  marker (:data:`_FAILURE_MARKERS`: an error, an exception, "not found", "no such file",
+  marker (:data:`_MARKER_PHRASES`, :data:`_MARKER_WORDS`, :data:`_MARKER_SUFFIXED`: an
+  error, an exception, "not found", "no such file",
   "no matches", "permission denied", "usage:", ...), matched on whole words so that a file
   named ``IOException.java`` is no failure, and not where the line counts none ("0 errors",
   "Errors: 0", "no failures"). An empty text is not unproductive.
@@ -36,6 +37,7 @@ __all__ = [
     "outcome_text",
     "preview",
     "signature",
+    "signatures",
     "unproductive",
 ]
 
@@ -56,12 +58,48 @@ _NONE_COUNTED: Final = re.compile(
     r"\b(?:0|no|zero)\s+(?:errors?|failures?|failed|exceptions?)\b"
     r"|\b(?:errors?|failures?|failed|exceptions?)\s*[:=]\s*0\b"
 )
-_FAILURE_MARKERS: Final = re.compile(
-    r"\b(?:error|errors|exception|fatal|failed|failure|traceback)\b|[a-z](?:error|exception):"
-    r"|not found|no such file|cannot |can't |could not|couldn't|unable to|permission denied"
-    r"|\bdenied\b|refused|timed out|does not exist|not exist|no matches|not recognized"
-    r"|\binvalid\b|\bunknown\b|\bunexpected\b|usage:"
+#: the failure markers (matched in a lower-cased line): these phrases as they are, ...
+_MARKER_PHRASES: Final = (
+    "not found",
+    "no such file",
+    "cannot ",
+    "can't ",
+    "could not",
+    "couldn't",
+    "unable to",
+    "permission denied",
+    "refused",
+    "timed out",
+    "does not exist",
+    "not exist",
+    "no matches",
+    "not recognized",
+    "usage:",
 )
+#: ... these words as whole words ...
+_MARKER_WORDS: Final = re.compile(
+    r"\b(?:error|errors|exception|fatal|failed|failure|traceback|denied|invalid|unknown|unexpected)\b"
+)
+#: ... (what every match of :data:`_MARKER_WORDS` holds) ...
+_MARKER_WORD_NEEDS: Final = (
+    "error",
+    "exception",
+    "fail",
+    "fatal",
+    "traceback",
+    "denied",
+    "invalid",
+    "unknown",
+    "unexpected",
+)
+#: ... and "error:" or "exception:" right after a letter ("valueerror:"; written so that the
+#: search looks only where the word starts)
+_MARKER_SUFFIXED: Final = re.compile(r"error(?<=[a-z]error):|exception(?<=[a-z]exception):")
+#: what a line holds wherever :data:`_NONE_COUNTED` matches in it (each of its words holds one)
+_COUNTED_WORDS: Final = ("error", "fail", "exception")
+#: where a match of :data:`_EXIT_STATUS` can start: at a "<", or just before an "x" (only "x"
+#: and "X" match an "x" whatever the case)
+_EXIT_START: Final = re.compile(r"[<xX]")
 
 
 def _leaves(value: Any, out: list[str], budget: int) -> int:
@@ -97,35 +135,92 @@ def outcome_text(value: Any) -> str:
     return "\n".join(parts)[:TEXT_CHARS]
 
 
+def _exit_status(text: str) -> re.Match[str] | None:
+    """``_EXIT_STATUS.search(text)``, tried only where a match can start (in order: the first
+    match found is the leftmost, the one the search gives)."""
+    for found in _EXIT_START.finditer(text):
+        start = found.start()
+        if text[start] != "<":
+            start -= 1
+            if start < 0:
+                continue
+        status = _EXIT_STATUS.match(text, start)
+        if status is not None:
+            return status
+    return None
+
+
+def _marked(line: str) -> bool:
+    """Whether a (lower-cased) line carries a failure marker once its counts of nothing are
+    removed; each regular expression is run only on a line that holds what it needs."""
+    for word in _COUNTED_WORDS:
+        if word in line:
+            line = _NONE_COUNTED.sub(" ", line)
+            break
+    for phrase in _MARKER_PHRASES:
+        if phrase in line:
+            return True
+    if ("error:" in line or "exception:" in line) and _MARKER_SUFFIXED.search(line) is not None:
+        return True
+    for needed in _MARKER_WORD_NEEDS:
+        if needed in line:
+            return _MARKER_WORDS.search(line) is not None
+    return False
+
+
 def unproductive(text: str, failed: bool) -> bool:
     """Whether an outcome (its text; ``failed``: a marked failure) brought nothing but a failure."""
     if failed:
         return True
-    status = _EXIT_STATUS.search(text)
+    status = _exit_status(text)
     if status is not None:
         code = status.group(1) or status.group(2)
         return int(code) != 0
     lines = [line for line in text.lower().split("\n") if line.strip()]
     if not lines:
         return False
-    head = lines[:2]
-    head.append(lines[-1])
-    return any(_FAILURE_MARKERS.search(_NONE_COUNTED.sub(" ", line)) is not None for line in head)
+    last = lines[-1]
+    if _marked(lines[0]):
+        return True
+    if len(lines) > 1 and _marked(lines[1]):
+        return True
+    return len(lines) > 2 and _marked(last)
 
 
 def signature(text: str, arguments: str, echo_free: bool) -> str:
     """The failure signature of an outcome's text; ``arguments``: the call's arguments as text
     (lower-cased), whose quoted echoes are emptied when ``echo_free``."""
     lowered = text.lower()
-    if echo_free:
+    return _normalised(_echoes_emptied(lowered, arguments) if echo_free else lowered)
 
-        def emptied(found: re.Match[str]) -> str:
-            inner = found.group(1) or found.group(2) or found.group(3) or ""
-            inner = inner.strip()
-            return '""' if inner and inner in arguments else found.group(0)
 
-        lowered = _QUOTED.sub(emptied, lowered)
-    lowered = _DIGITS.sub("0", _HEX.sub("x", _UUID.sub("x", lowered)))
+def signatures(text: str, arguments: str) -> tuple[str, str]:
+    """``(signature(text, arguments, False), signature(text, arguments, True))``, the text
+    lower-cased and normalised once where it echoes nothing of the arguments."""
+    lowered = text.lower()
+    same = _normalised(lowered)
+    emptied = _echoes_emptied(lowered, arguments)
+    return same, same if emptied == lowered else _normalised(emptied)
+
+
+def _echoes_emptied(lowered: str, arguments: str) -> str:
+    """The text with every quoted span whose content occurs in ``arguments`` emptied."""
+    if '"' not in lowered and "'" not in lowered and "`" not in lowered:
+        return lowered  # no quoted span (each starts with one of these)
+
+    def emptied(found: re.Match[str]) -> str:
+        inner = found.group(1) or found.group(2) or found.group(3) or ""
+        inner = inner.strip()
+        return '""' if inner and inner in arguments else found.group(0)
+
+    return _QUOTED.sub(emptied, lowered)
+
+
+def _normalised(lowered: str) -> str:
+    """F1's normalisation, then the first distinct line tails (see the module's docstring)."""
+    if "-" in lowered:  # a UUID holds four
+        lowered = _UUID.sub("x", lowered)
+    lowered = _DIGITS.sub("0", _HEX.sub("x", lowered))
     kept: list[str] = []
     for line in lowered.split("\n"):
         line = line.strip()

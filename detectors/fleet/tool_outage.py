@@ -20,7 +20,7 @@ runs 6.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -131,6 +131,46 @@ def _on_success(state: OutageState, fact: ResultFact, bucket: int, in_window: bo
 
 
 def _maybe_open(state: OutageState, cls: str, fact: ResultFact, rule: ToolOutageRule) -> list[FleetAlert]:
+    """The outage, when the window now calls for one. What it takes is checked cheapest first,
+    each check a condition of the opening: no success at or after the class's earliest failure
+    in the window (per bucket), enough runs and argument sets counted per bucket (what the
+    window holds is at most that), then counted across the buckets (stopping at the
+    threshold). Only then are the buckets merged for the alert: a failure that opens nothing
+    (a tool failing while it also works) costs a look at each bucket, not at its members."""
+    since = fact.ts
+    latest_success = _NO_SUCCESS
+    runs_at_most = args_at_most = 0
+    classes: list[ClassBucket] = []
+    for entry in state.buckets.values():
+        latest_success = max(latest_success, entry.success_ts)
+        failures = entry.failures.get(cls)
+        if failures is not None:
+            since = min(since, failures.first_ts)
+            runs_at_most += len(failures.runs)
+            args_at_most += len(failures.args)
+            classes.append(failures)
+    if latest_success >= since or runs_at_most < rule.min_runs or args_at_most < rule.min_distinct_args:
+        return []
+    if not _reaches([failures.runs for failures in classes], rule.min_runs):
+        return []
+    if not _reaches([failures.args for failures in classes], rule.min_distinct_args):
+        return []
+    return _open(state, cls, fact, rule)
+
+
+def _reaches(parts: list[dict[str, Any]], threshold: int) -> bool:
+    """Whether the keys of ``parts`` together are at least ``threshold`` (counted up to it)."""
+    seen: set[str] = set()
+    for part in parts:
+        for key in part:
+            seen.add(key)
+            if len(seen) >= threshold:
+                return True
+    return len(seen) >= threshold
+
+
+def _open(state: OutageState, cls: str, fact: ResultFact, rule: ToolOutageRule) -> list[FleetAlert]:
+    """The outage and its alert, the window's buckets merged (in order; checked again on the merge)."""
     runs: dict[str, tuple[str, int]] = {}
     args: dict[str, None] = {}
     since = fact.ts

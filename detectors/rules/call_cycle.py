@@ -115,6 +115,19 @@ def rounds_of(hashes: list[str], max_period: int) -> tuple[int, int]:
     return best_rounds, best_period
 
 
+def _may_cycle(recent: deque[str], proposed: str, max_period: int) -> bool:
+    """Whether :func:`rounds_of` can find a cycle once ``proposed`` follows ``recent``: only
+    where the proposed call is the call some period p (one :func:`rounds_of` tries) before it
+    (most calls are not: their latest calls are not copied)."""
+    size = len(recent) + 1
+    for period in range(2, max_period + 1):
+        if size < 2 * period:
+            break
+        if recent[size - 1 - period] == proposed:
+            return True
+    return False
+
+
 class CallCycle(Rule):
     """Keeps the latest calls (when on); speaks when they end in a cycle of enough rounds."""
 
@@ -130,6 +143,8 @@ class CallCycle(Rule):
             return found
         recent = ctx.state.rule_states.get(DETECTOR)
         if not isinstance(recent, RecentCalls):
+            return found
+        if not _may_cycle(recent.hashes, ctx.args_hash, settings.max_period):
             return found
         hashes = list(recent.hashes)
         hashes.append(ctx.args_hash)

@@ -32,7 +32,7 @@ from loopwatch.config.loop_detection import ResolvedLoopDetection
 from loopwatch.config.rule_sections import RuleSection, exempt_words, ordinal
 from loopwatch.config.sections import ExemptTools, Positive
 from loopwatch.detectors.events import Level, Output
-from loopwatch.detectors.outcome_signature import outcome_text, preview, signature, unproductive
+from loopwatch.detectors.outcome_signature import outcome_text, preview, signatures, unproductive
 from loopwatch.detectors.rule_state import RuleState
 from loopwatch.detectors.rules.base import (
     CRITICAL,
@@ -217,9 +217,10 @@ class SameFailure(Rule):
             return
         if not isinstance(streaks, FailureStreaks):
             streaks = states[DETECTOR] = FailureStreaks()
-        arguments = _arguments(event.params)
-        streaks.same.extend(_digest(signature(text, arguments, echo_free=False)))
-        streaks.sweep.extend(_digest(signature(text, arguments, echo_free=True)))
+        same, sweep = signatures(text, _arguments(event.params))
+        same_digest = _digest(same)
+        streaks.same.extend(same_digest)
+        streaks.sweep.extend(same_digest if sweep == same else _digest(sweep))
         streaks.latest = preview(text)
 
     def load_state(self, raw: Any) -> FailureStreaks:
