@@ -10,7 +10,7 @@ from loopwatch.config.errors import LoopwatchError
 from loopwatch.detectors.events import Event, Output, ToolCall
 from loopwatch.detectors.facade import BatchDecision, Decision
 
-__all__ = ["ANSWERS_KEPT", "STALL_S", "Backend", "BackendUnavailable", "BatchUnsupported", "is_named"]
+__all__ = ["ANSWERS_KEPT", "STALL_S", "Backend", "BackendUnavailable", "is_named"]
 
 #: ``/health`` is unhealthy when events wait and none was processed for this long.
 STALL_S = 5.0
@@ -35,16 +35,12 @@ class Backend(Protocol):
     async def decide(self, call: ToolCall) -> tuple[Decision, bool]: ...
 
     async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
-        """One model turn's calls decided together (:class:`BatchUnsupported` where not)."""
+        """One model turn's calls decided together (openclaw-rules §7.6)."""
         ...
 
     async def refuse(self, body: bytes, reason: str) -> None: ...
 
     def stalled(self) -> bool: ...
-
-
-class BatchUnsupported(LoopwatchError):
-    """A backend that cannot decide a batch of calls together (answered 501)."""
 
 
 class BackendUnavailable(LoopwatchError):

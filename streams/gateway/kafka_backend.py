@@ -39,6 +39,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from loopwatch.config.stream_settings import StreamSettings
+from loopwatch.detectors.batch_admission import BatchOutcome, batch_problem
 from loopwatch.detectors.events import (
     Abort,
     Event,
@@ -49,9 +50,10 @@ from loopwatch.detectors.events import (
     encode_event,
     run_scope,
 )
-from loopwatch.detectors.facade import BatchDecision, Decision, decision_of
+from loopwatch.detectors.facade import BatchDecision, Decision, batch_decision_of, decision_of
 from loopwatch.streams.fleet_view.view import FleetView
 from loopwatch.streams.gateway.backend import ANSWERS_KEPT, is_named
+from loopwatch.streams.kafka.batch_records import BATCH_HEADER, encode_batch
 from loopwatch.streams.kafka.connect import aiokafka_auth
 from loopwatch.streams.kafka.dead_letter import dead_letter
 from loopwatch.streams.kafka.run_processor import REPLY_HEADER
@@ -65,6 +67,8 @@ class _Reply(msgspec.Struct):
     outputs: list[Verdict | Abort]
     aborted: tuple[str, str] | None = None  # the run's first enforced abort (reason, message)
     scope: str | None = None  # the run's scope (None: a worker of an earlier release)
+    batch: list[list[Verdict | Abort]] | None = None  # a batch's answer: each call's outputs
+    refused_by: int | None = None  # ... and the index of the call that refused it
 
 
 #: Aborted runs the gateway remembers (beyond them, the workers' answers still say it).
@@ -401,13 +405,66 @@ class KafkaBackend:
                 waiter.set_exception(exc)
 
     async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
-        """Not here: the workers decide one call at a time (docs/openclaw-rules.md §7.6)."""
-        from loopwatch.streams.gateway.backend import BatchUnsupported
+        """One model turn's calls (one run's, in assistant order) decided together: produced as
+        one record (:mod:`streams.kafka.batch_records`) that the worker admits or refuses as
+        a whole, as the embedded gateway does (openclaw-rules §7.6); answered with each call's
+        outputs. Without an answer in time every call is allowed (unless the run is known to
+        be aborted)."""
+        problem = batch_problem(calls)
+        if problem is not None:
+            raise ValueError(problem)
+        assert self._producer is not None
+        first = calls[0]
+        scope = run_scope(first)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[_Reply | None] = loop.create_future()
+        waiting = (scope, waiter)
+        self._waiting.setdefault(first.event_id, []).append(waiting)
+        deadline = loop.call_later(self.decide_timeout_s, _resolve, waiter, None)
+        sending = loop.create_task(self._send_batch(calls, scope, waiter))
+        self._sending.add(sending)  # (held until done: the loop keeps only weak references)
+        sending.add_done_callback(self._sending.discard)
+        try:
+            reply = await waiter
+        finally:
+            deadline.cancel()
+            waiters = self._waiting[first.event_id]
+            waiters.remove(waiting)
+            if not waiters:
+                del self._waiting[first.event_id]
+        outcome = BatchOutcome(calls)
+        if reply is None:
+            if self._timed_out_since is None:
+                self._timed_out_since = time.monotonic()
+            aborted = self._aborted.get(scope)
+        else:
+            self._timed_out_since = None
+            aborted = reply.aborted
+            answers = reply.batch or []
+            for index in range(min(len(calls), len(answers))):
+                outcome.outputs[index] = list(answers[index])
+            if reply.refused_by is not None and 0 <= reply.refused_by < len(calls):
+                outcome.refused_by = reply.refused_by
+        for call, outputs in zip(calls, outcome.outputs, strict=True):
+            self._observe(call, outputs)
+        return batch_decision_of(outcome, aborted)
 
-        raise BatchUnsupported(
-            "a batch of calls (a JSON array) is admitted together only by the embedded gateway; "
-            "with --kafka the workers decide one call at a time: send the calls one by one"
-        )
+    async def _send_batch(
+        self, calls: list[ToolCall], scope: str, waiter: asyncio.Future[_Reply | None]
+    ) -> None:
+        """Produce a batch as one record (asking for its answer); the broker's refusal ends the wait."""
+        assert self._producer is not None
+        try:
+            delivery = await self._producer.send(
+                self.settings.topic_events,
+                encode_batch(calls),
+                key=scope.encode(),
+                headers=[(REPLY_HEADER, b"1"), (BATCH_HEADER, b"1")],
+            )
+            await delivery
+        except Exception as exc:  # noqa: BLE001 - the asker's error (after its deadline: nobody's)
+            if not waiter.done():
+                waiter.set_exception(exc)
 
     def _remember_abort(self, scope: str, aborted: tuple[str, str]) -> None:
         new = scope not in self._aborted

@@ -16,8 +16,8 @@ Backends: the embedded runtime (default: the same core in-process, no broker), o
   A JSON array of such calls is one model turn's batch (one run's, in assistant order; at
   most :data:`MAX_BATCH_CALLS`), admitted or refused as a whole (docs/openclaw-rules.md
   §7.6): ``{"batch_id", "refused", "refused_by", "decisions": [one answer per call]}``. A
-  malformed call answers 400 naming its ``index``, and nothing of the batch is applied. The
-  Kafka backend answers a batch 501: its workers decide one call at a time.
+  malformed call answers 400 naming its ``index``, and nothing of the batch is applied. On
+  Kafka the batch is one record, admitted together by the worker that owns the run.
 * ``POST /v1/hooks/RUNTIME`` (``claude-code``, …): a runtime's HTTP hook — its hook input in,
   its hook output out, decided like ``loopwatch hook RUNTIME`` does (no process per call).
   ``?agent_id=`` names the runs' agent, ``?show_warnings=1`` shows warnings to the user too.
@@ -62,7 +62,6 @@ from loopwatch.streams.gateway.backend import (
     STALL_S,
     Backend,
     BackendUnavailable,
-    BatchUnsupported,
     is_named,
 )
 from loopwatch.streams.gateway.hooks.plan import MemoryPrompts, session_problem
@@ -77,7 +76,6 @@ __all__ = [
     "MAX_IN_FLIGHT",
     "STALL_S",
     "Backend",
-    "BatchUnsupported",
     "EmbeddedBackend",
     "InvalidBatchCall",
     "gateway_app",
@@ -391,8 +389,6 @@ class _Guard:
             if isinstance(exc, _BodyUndecodable):
                 answer.force_close()
             return answer
-        if isinstance(exc, BatchUnsupported):
-            return _error(501, str(exc))
         if isinstance(exc, BackendUnavailable):
             return _error(503, str(exc))
         if isinstance(exc, _BodyTimeout):

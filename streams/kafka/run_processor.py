@@ -49,6 +49,7 @@ from loopwatch.detectors.state import OUTBOX_LIMIT, RunState
 from loopwatch.detectors.tombstone import Tombstone
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.fleet_view.metrics import WorkerMetrics
+from loopwatch.streams.kafka.batch_records import decode_batch, is_batch
 from loopwatch.streams.kafka.dead_letter import dead_letter, letter_key
 from loopwatch.streams.kafka.fact_sender import FactSender
 from loopwatch.streams.kafka.input_cursors import InputCursors, apply_admitted
@@ -183,6 +184,8 @@ class RunProcessor:
         self.show: Callable[[int, int, Event, int], None] | None = None
         self._answer: tuple[str, list[bytes]] | None = None  # the record being applied: its outputs
         self._answer_key: bytes | None = None  # ... and its run's key
+        #: a batch record's answer: each call's outputs, and the index of the call that refused it
+        self._batch_answer: tuple[list[list[bytes]], int | None] | None = None
         self._announce = False  # the record ended an aborted run: answered, asked or not
         self.cursors = InputCursors()
         #: the run engine over this processor's runs (it is their store: :meth:`entry`, :meth:`settle`)
@@ -349,6 +352,7 @@ class RunProcessor:
         started = time.perf_counter()
         self._answer = None
         self._answer_key = None
+        self._batch_answer = None
         self._announce = False
         kind = await self._apply(record)
         self.metrics.event(kind, time.perf_counter() - started)
@@ -364,6 +368,13 @@ class RunProcessor:
                 + msgspec.json.encode(key.decode())
             )
             reply = head + b',"outputs":[' + b",".join(encoded) + b"]"
+            batch = self._batch_answer
+            if batch is not None:  # a batch's calls: each one's outputs, and the call that refused it
+                answers, refused_by = batch
+                every = [output for outputs in answers for output in outputs]
+                reply = head + b',"outputs":[' + b",".join(every) + b"]"
+                reply += b',"batch":[' + b",".join(b"[" + b",".join(one) + b"]" for one in answers) + b"]"
+                reply += b',"refused_by":' + msgspec.json.encode(refused_by)
             run = self._runs.get(key)
             if run is not None and run.state is not None and run.state.aborted is not None:
                 reply += b',"aborted":' + msgspec.json.encode(run.state.aborted)  # sticky: an aborted run
@@ -378,6 +389,8 @@ class RunProcessor:
             await self._refuse(record, f"the record has {what}: not an event")
             return "invalid"
         value: bytes = record.value
+        if is_batch(record):
+            return await self._apply_batch_record(record, value, config.settings.max_event_bytes)
         if len(value) > config.settings.max_event_bytes:
             limit = config.settings.max_event_bytes
             await self._refuse(record, f"event of {len(value)} bytes exceeds the limit of {limit}")
@@ -407,6 +420,74 @@ class RunProcessor:
             )
             await self._refuse(record, f"processing failed: {type(exc).__name__}: {exc}")
             return "invalid"
+
+    async def _apply_batch_record(self, record: Record, value: bytes, max_call_bytes: int) -> str:
+        """A record of one model turn's calls (:mod:`streams.kafka.batch_records`), admitted
+        together; refused whole (dead-lettered) when one call is invalid."""
+        try:
+            calls = decode_batch(value, max_call_bytes, texts=True)
+            key = run_scope(calls[0]).encode()
+        except InvalidEvent as exc:
+            await self._refuse(record, exc.reason)
+            return "invalid"
+        except Exception as exc:  # noqa: BLE001 - whatever one record breaks, the worker goes on
+            await self._refuse(record, f"undecodable: {type(exc).__name__}: {exc}")
+            return "invalid"
+        if self.show is not None:
+            for call in calls:
+                self.show(record.partition, record.offset, call, record.timestamp)
+        if record.key != key:
+            await self._refuse(record, _misrouted(record.key, key))
+            return "invalid"
+        try:
+            await self._apply_calls(record, calls, key)
+        except Exception as exc:  # noqa: BLE001 - one batch's failure must not stop the others
+            _log.exception(
+                "batch processing failed",
+                run_id=key.decode(),
+                partition=record.partition,
+                offset=record.offset,
+            )
+            await self._refuse(record, f"processing failed: {type(exc).__name__}: {exc}")
+            return "invalid"
+        for _ in calls[1:]:
+            self.metrics.event("tool_call", 0.0)  # (the record's own is counted with its time)
+        return "tool_call"
+
+    async def _apply_calls(self, record: Record, calls: list[ToolCall], key: bytes) -> None:
+        first = calls[0]
+        self._answer = (first.event_id, [])
+        self._answer_key = key
+        run = self._load(key, record.partition)
+        self._partition, self._record_ms = record.partition, record.timestamp
+        self.facts.source = (record.partition, record.offset)
+        fresh = run.state is None
+        engine = self.engine
+        engine.config = self._config()
+        ts = first.ts if first.ts is not None else record.timestamp
+        stepped = engine.step_batch(calls, ts, record.offset, key.decode())
+        outcome = stepped.batch
+        assert outcome is not None
+        answers: list[list[bytes]] = [[] for _ in calls]
+        state = run.state
+        if stepped.kind == "redelivered" and state is not None:  # re-publish what is unconfirmed
+            for index, call in enumerate(calls):
+                outbox = answers[index] = state.outbox.get(call.event_id, [])
+                await self._publish(key, state, call.event_id, outbox, bool(outbox) and self.facts.active)
+        elif stepped.kind == "applied" and state is not None:
+            spend = stepped.loop_spend  # the turn's usage rides on the first of its calls that has any
+            for index, call in enumerate(calls):
+                if not outcome.applied[index]:
+                    continue
+                self.metrics.chain(call, fresh and index == 0)
+                if call.usage is not None:
+                    self.metrics.spend(call.agent_id, call.usage, spend, state.first_detector)
+                    spend = 0.0
+                one = Stepped("applied", outcome.outputs[index])
+                await self._applied(key, run, call, record, one, False, count_chain=False)
+                answers[index] = self._answer[1] if self._answer is not None else []
+            self._answer = (first.event_id, [])
+        self._batch_answer = (answers, outcome.refused_by)
 
     async def _apply_event(self, record: Record, event: Event, key: bytes) -> str:
         kind = str(event.__struct_config__.tag)
@@ -474,16 +555,26 @@ class RunProcessor:
         self._dirty[key] = run
 
     async def _applied(
-        self, key: bytes, run: _Run, event: Event, record: Record, stepped: Stepped, fresh: bool
+        self,
+        key: bytes,
+        run: _Run,
+        event: Event,
+        record: Record,
+        stepped: Stepped,
+        fresh: bool,
+        count_chain: bool = True,
     ) -> None:
-        """What an applied event gave: its outputs held, published, logged and counted."""
+        """What an applied event gave: its outputs held, published, logged and counted (and,
+        ``count_chain``, the event's run and spend: a batch counts those itself)."""
         scope = key.decode()
-        self.metrics.chain(event, fresh)
         state = run.state
         assert state is not None
-        usage = event.usage if isinstance(event, ToolCall) else None
-        if usage is not None:
-            self.metrics.spend(event.agent_id, usage, stepped.loop_spend, state.first_detector)
+        if count_chain:
+            self.metrics.chain(event, fresh)
+            usage = event.usage if isinstance(event, ToolCall) else None
+            if usage is not None:
+                self.metrics.spend(event.agent_id, usage, stepped.loop_spend, state.first_detector)
+        self._answer = (event.event_id, [])
         outputs = stepped.outputs
         if not outputs:
             return

@@ -27,6 +27,7 @@ from loopwatch.detectors.fleet.alerts import decode_alert
 from loopwatch.detectors.fleet.chain_blocks import ChainBlocks
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
 from loopwatch.streams.fleet_view.view import FleetView
+from loopwatch.streams.kafka.batch_records import decode_batch
 from loopwatch.streams.kafka.connect import aiokafka_auth
 from loopwatch.streams.kafka.view_handoff import PAUSE, ViewHandoff
 
@@ -113,6 +114,17 @@ async def follow_fleet(
 
 
 def _observe(view: FleetView, is_verdict: bool, value: bytes | None, ts_ms: int, max_bytes: int) -> None:
+    if not is_verdict and value and value[:1] == b"[":  # one model turn's calls (batch_records)
+        try:
+            calls = decode_batch(value, max_bytes, texts=True)
+        except (InvalidEvent, RecursionError):
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug of the decoding: logged, the view goes on
+            _skipped(exc)
+            return
+        for call in calls:
+            show_event(view, call, ts_ms)
+        return
     if not value or len(value) > max_bytes:
         return  # refused by the workers too
     try:

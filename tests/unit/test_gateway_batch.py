@@ -14,18 +14,14 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from loopwatch.config import FleetConfig
-from loopwatch.config.stream_settings import parse_stream_settings
 from loopwatch.detectors.batch_admission import SIBLING_MESSAGE, BatchOutcome
 from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import Event, Output, ToolCall, ToolResult
-from loopwatch.detectors.facade import BatchDecision
 from loopwatch.streams.embedded.runtime import EmbeddedRuntime
 from loopwatch.streams.fleet_view.view import FleetView
-from loopwatch.streams.gateway.kafka_backend import KafkaBackend
 from loopwatch.streams.gateway.otlp_export import ExportingBackend
 from loopwatch.streams.gateway.server import (
     MAX_BATCH_CALLS,
-    BatchUnsupported,
     EmbeddedBackend,
     gateway_app,
 )
@@ -231,25 +227,6 @@ def test_empty_and_oversized_batches_answer_400() -> None:
             assert big.status == 400
             assert f"at most {MAX_BATCH_CALLS} calls" in (await big.json())["error"]
             assert all(not engine.states for engine in runtime.engines)
-
-    run(scenario)
-
-
-def test_the_kafka_backend_refuses_batches_and_the_gateway_answers_501() -> None:
-    async def scenario() -> None:
-        kafka = KafkaBackend(parse_stream_settings({}), 1.0, 1_000_000)
-        with pytest.raises(BatchUnsupported, match="one call at a time"):
-            await kafka.decide_batch([ToolCall(event_id="e", run_id="r", tool="read", params={})])
-
-        class NoBatches(EmbeddedBackend):
-            async def decide_batch(self, calls: list[ToolCall]) -> BatchDecision:
-                return await kafka.decide_batch(calls)
-
-        async with gateway(NoBatches) as (client, _):
-            answer = await client.post("/v1/decide", json=[read("a"), read("b")])
-            assert answer.status == 501
-            assert "one call at a time" in (await answer.json())["error"]
-            assert (await client.post("/v1/decide", json=read("c"))).status == 200
 
     run(scenario)
 
