@@ -26,7 +26,9 @@ pytestmark = pytest.mark.integration
 
 
 class Gateway:
-    def __init__(self, names: Names, bootstrap: str, timeout_ms: int) -> None:
+    def __init__(
+        self, names: Names, bootstrap: str, timeout_ms: int, env: dict[str, str] | None = None
+    ) -> None:
         args = [
             "gateway",
             "--kafka",
@@ -40,7 +42,7 @@ class Gateway:
             [sys.executable, "-m", "loopwatch", *args],
             stderr=subprocess.PIPE,
             text=True,
-            env=names.env(bootstrap),
+            env={**names.env(bootstrap), **(env or {})},
             cwd=ROOT,
         )
         assert self.proc.stderr is not None
@@ -58,6 +60,10 @@ class Gateway:
     def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
         status, answer = post_json(self.url + path, body)
         return status, answer
+
+    def runs_on_uvloop(self) -> bool:
+        """Whether the process has uvloop's event loop loaded (Linux: its mapped files)."""
+        return "/uvloop/" in Path(f"/proc/{self.proc.pid}/maps").read_text()
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -94,12 +100,21 @@ def expected_decisions(steps: list[tuple[dict[str, Any], dict[str, Any]]]) -> li
     return decisions
 
 
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
 def test_decisions_come_from_the_workers_and_allowed_calls_do_not_wait(
-    kafka_bootstrap: str, names: Names, tmp_path: Path, workers: list[WorkerProcess], gateways: list[Gateway]
+    kafka_bootstrap: str,
+    names: Names,
+    tmp_path: Path,
+    workers: list[WorkerProcess],
+    gateways: list[Gateway],
+    event_loop: str,
 ) -> None:
+    """On uvloop's event loop (the gateway's own: a dependency) and on asyncio's, the same answers."""
     start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
-    gateway = Gateway(names, kafka_bootstrap, timeout_ms=5000)
+    told = {"LOOPWATCH_EVENT_LOOP": "asyncio" if event_loop == "asyncio" else ""}
+    gateway = Gateway(names, kafka_bootstrap, timeout_ms=5000, env=told)
     gateways.append(gateway)
+    assert gateway.runs_on_uvloop() == (event_loop == "uvloop")
     same = ({"path": "notes.md"}, {"content": [{"type": "text", "text": "unchanged"}]})
     steps = [same] * 22
     want = expected_decisions(steps)
