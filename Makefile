@@ -105,11 +105,18 @@ packaging: dist $(DEV)  ## the sdist (with a C compiler, and with none: then the
 	@echo "== packaging: sdist and wheel in fresh environments, the pure core's tests (about 7 minutes)"
 	tests/packaging/check.sh dist
 
-test: test-plan lint typecheck docs conformance check-alerts unit packaging  ## everything CI runs
+.PHONY: suites
+suites: dist $(DEV)  ## the pytest suite and the packages in two lanes at once, on one broker and one Redis (tests/lanes.sh)
+	@echo "== suites: the pytest suite and the packages, two lanes side by side (about 20 minutes on a quiet machine)"
+	docker/services.sh up
+	tests/lanes.sh dist; status=$$?; docker/services.sh down; exit $$status
+
+test: test-plan lint typecheck docs conformance check-alerts suites  ## everything CI runs
 
 test-plan:
-	@echo "make test: lint, typecheck, docs, conformance, check-alerts, unit (Kafka and Redis started and stopped),"
-	@echo "packaging; about 30 minutes on a quiet 2-core machine (the first run also builds .venv and installs the runtimes)"
+	@echo "make test: lint, typecheck, docs, conformance, check-alerts, then the suites (Kafka and Redis started and"
+	@echo "stopped): the broker's integration tests then the packages, beside every other test; about 25 minutes on a"
+	@echo "quiet 2-core machine (the first run also builds .venv and installs the runtimes)"
 
 bench: $(DEV)  ## benchmark the core on the four workloads
 	$(BIN)/python -m tests.bench.core_bench
