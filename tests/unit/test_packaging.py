@@ -31,7 +31,7 @@ def test_example_openclaw_config_is_valid() -> None:
 
 
 def test_compose_and_readme_name_real_settings() -> None:
-    from dataclasses import fields
+    from msgspec.structs import fields  # StreamSettings is a msgspec Struct
 
     from loopwatch.config.stream_settings import StreamSettings, env_name
 
