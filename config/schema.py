@@ -12,6 +12,10 @@ descriptions as descriptions. A Struct's ClassVars add what msgspec does not wri
 * ``ordered``: pairs a JSON Schema cannot compare (a warning threshold below the critical
   one) are named in the object's description; the decoder checks them.
 
+:func:`stream_settings_schema` is the schema of the stream settings (``check-config --schema
+--stream``), written the same way from :class:`config.stream_settings.StreamSettings`; its
+``checked_between`` ClassVar names the checks between settings in its description.
+
 A list of unique strings (a ``frozenset``) is written without ``uniqueItems``: the decoder takes
 a name given twice. Everything else the decoder refuses and a schema cannot say (the ordered
 pairs, one agent given twice, a number that is no JSON number) is listed, with its reason, in
@@ -25,9 +29,10 @@ from typing import Any, get_args
 import msgspec
 
 from loopwatch.config.document import ConfigFile
+from loopwatch.config.stream_settings import StreamSettings
 from loopwatch.config.struct_decoding import encode_names
 
-__all__ = ["DRAFT", "config_schema"]
+__all__ = ["DRAFT", "config_schema", "stream_settings_schema"]
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -101,3 +106,20 @@ def config_schema() -> dict[str, Any]:
         "title": "loopwatch config file",
         "$defs": dict(sorted(components.items())),
     }
+
+
+def stream_settings_schema() -> dict[str, Any]:
+    """The JSON Schema of the stream settings: an object of settings by name, each the value of
+    its ``LOOPWATCH_<NAME>`` (as ``check-config --json`` prints them under ``stream``)."""
+    (root,), components = msgspec.json.schema_components([StreamSettings], ref_template="#/$defs/{name}")
+    if root != {"$ref": f"#/$defs/{StreamSettings.__name__}"} or len(components) != 1:
+        raise ValueError(f"unexpected root schema {root}")
+    document = components[StreamSettings.__name__]
+    for field in document["properties"].values():  # a setting that may be unset: described once
+        described = [option for option in field.get("anyOf", ()) if "description" in option]
+        if described and "description" not in field:
+            field["description"] = described[0].pop("description")
+    checked = "; ".join(StreamSettings.checked_between)
+    document["description"] += f"\n\nChecked by loopwatch, not by this schema: {checked}."
+    _for_editors(document)
+    return {"$schema": DRAFT, **document, "title": "loopwatch stream settings (LOOPWATCH_<NAME>)"}

@@ -20,10 +20,13 @@ def cmd_check_config(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> in
     if args.schema:
         if args.file is not None:
             args.usage_error("--schema takes no FILE: it prints the schema of every config file")
-        from loopwatch.config.schema import config_schema
+        from loopwatch.config.schema import config_schema, stream_settings_schema
 
-        out.write(json.dumps(config_schema(), indent=2).encode() + b"\n")
+        schema = stream_settings_schema() if args.stream else config_schema()
+        out.write(json.dumps(schema, indent=2).encode() + b"\n")
         return 0
+    if args.stream:
+        args.usage_error("--stream goes with --schema (the JSON Schema of the stream settings)")
     if args.file is None:
         args.usage_error("the following arguments are required: FILE (or --schema)")
 
@@ -117,11 +120,13 @@ def register(sub: Any) -> None:
         "the threshold auto-raise, with a note on every value the runtime changed, and each agent's "
         "preset with the rules it turned on (thresholds, exempt tools). Stream settings "
         "come from LOOPWATCH_* variables; secrets are masked. --schema prints the JSON Schema of "
-        "a config file instead (draft 2020-12, for an editor: docs/configuration.md).",
+        "a config file instead (draft 2020-12, for an editor: docs/configuration.md); --schema --stream "
+        "that of the stream settings.",
         epilog="examples:\n  loopwatch check-config ~/.openclaw/openclaw.json\n"
         "  loopwatch check-config --json openclaw.json\n"
         "  ssh host cat .openclaw/openclaw.json | loopwatch check-config -\n"
-        "  loopwatch check-config --schema > loopwatch.schema.json",
+        "  loopwatch check-config --schema > loopwatch.schema.json\n"
+        "  loopwatch check-config --schema --stream",
     )
     check.add_argument("file", metavar="FILE", nargs="?", help="the config file, or - for stdin")
     check.add_argument("--json", action="store_true", help="machine-readable output")
@@ -129,5 +134,10 @@ def register(sub: Any) -> None:
         "--schema",
         action="store_true",
         help="print the JSON Schema of a config file (for editors) and exit",
+    )
+    check.add_argument(
+        "--stream",
+        action="store_true",
+        help="with --schema: the JSON Schema of the stream settings (LOOPWATCH_* variables) instead",
     )
     check.set_defaults(func=cmd_check_config, usage_error=check.error)
