@@ -20,7 +20,15 @@ from typing import Final
 
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.events import Event, Output
-from loopwatch.detectors.run_engine import NO_POSITION, FleetHooks, RunEngine, RunSlot, Stepped, expiry_event
+from loopwatch.detectors.run_engine import (
+    NO_POSITION,
+    FleetHooks,
+    RunEngine,
+    RunSlot,
+    RunStore,
+    Stepped,
+    expiry_event,
+)
 from loopwatch.detectors.state import RunState
 from loopwatch.detectors.tombstone import Tombstone
 
@@ -29,8 +37,8 @@ __all__ = ["ENDED_RUNS_KEPT", "Engine", "MemoryRuns"]
 ENDED_RUNS_KEPT: Final = 4096
 
 
-class MemoryRuns:
-    """The runs' entries in dicts (a :class:`~detectors.run_engine.RunStore`): ``states`` of
+class MemoryRuns(RunStore):
+    """The runs' entries in dicts (:class:`~detectors.run_engine.RunStore`): ``states`` of
     the live runs, ``ended`` (scope → the event ids an ended run had seen, the latest
     ``ended_limit``, oldest forgotten first), ``late`` events counted, and with a ``clock``
     when each live run was last applied (``idle``: least recently first)."""

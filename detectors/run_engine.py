@@ -29,7 +29,7 @@ The shell does its I/O around it: decode before, publish, store and commit after
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal
 
 import msgspec
 from mypy_extensions import mypyc_attr
@@ -153,15 +153,19 @@ class Stepped:
         self.batch = batch
 
 
-class RunStore(Protocol):
+@mypyc_attr(allow_interpreted_subclasses=True)
+class RunStore:
     """Where a shell keeps its runs' entries (a dict, a faust table): the engine reads one
-    per step and tells the store what the step did."""
+    per step and tells the store what the step did. (A class, not a protocol: compiled, the
+    engine's calls to a compiled store are native.)"""
 
     def entry(self, scope: str) -> RunSlot:
         """The run's entry (an empty :class:`RunSlot` for a run it does not hold)."""
+        raise NotImplementedError
 
     def settle(self, scope: str, slot: RunSlot, stepped: Stepped) -> None:
         """What a step did to the entry :meth:`entry` gave (changed in place): keep it."""
+        raise NotImplementedError
 
 
 def _stepped(

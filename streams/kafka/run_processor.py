@@ -44,7 +44,7 @@ from loopwatch.detectors.events import (
     encode_output,
     run_scope,
 )
-from loopwatch.detectors.run_engine import RunEngine, RunSlot, Stepped
+from loopwatch.detectors.run_engine import RunEngine, RunSlot, RunStore, Stepped
 from loopwatch.detectors.state import OUTBOX_LIMIT, RunState
 from loopwatch.detectors.tombstone import Tombstone
 from loopwatch.streams.fleet_view.alert_board import AlertBoard
@@ -142,7 +142,7 @@ class _Run(RunSlot):
         self.touched = 0.0  # the start of the last batch that had an event of it (monotonic)
 
 
-class RunProcessor:
+class RunProcessor(RunStore):
     def __init__(
         self,
         data: MutableMapping[bytes, bytes],
