@@ -46,7 +46,7 @@ def decode_batch(value: bytes, max_call_bytes: int, texts: bool = False) -> list
     :func:`~detectors.decoding.decode_event` takes it)."""
     try:
         parts = _PARTS.decode(value)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise InvalidEvent(f"a batch record holds a JSON array of tool_call events: {exc}") from None
     if not 0 < len(parts) <= MAX_BATCH_CALLS:
         raise InvalidEvent(f"a batch holds 1 to {MAX_BATCH_CALLS} calls, this one {len(parts)}")

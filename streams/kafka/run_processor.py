@@ -38,12 +38,15 @@ from aiokafka.errors import MessageSizeTooLargeError
 from loopwatch.config.fleet import FleetConfig
 from loopwatch.detectors.decoding import decode_event
 from loopwatch.detectors.events import (
+    Abort,
     Event,
     InvalidEvent,
     ToolCall,
+    Verdict,
     encode_output,
     run_scope,
 )
+from loopwatch.detectors.fleet.facts import FLEET_DETECTORS
 from loopwatch.detectors.run_engine import RunEngine, RunSlot, RunStore, Stepped
 from loopwatch.detectors.state import OUTBOX_LIMIT, RunState
 from loopwatch.detectors.tombstone import Tombstone
@@ -72,6 +75,7 @@ __all__ = ["OUTBOX_FLUSH_AT", "REPLY_HEADER", "RunProcessor"]
 OUTBOX_FLUSH_AT: Final = OUTBOX_LIMIT
 
 _log = structlog.get_logger("loopwatch.worker")
+_OUTPUT: Any = msgspec.json.Decoder(Verdict | Abort)
 
 
 #: A record with this header (any value) asks for its outputs on the replies topic, at once:
@@ -100,6 +104,23 @@ def _misrouted(given: bytes | None, key: bytes) -> str:
         f"the record's key must be its run scope {key.decode('utf-8', 'replace')!r} (run_id, or "
         f"session:<session_id>), not {had}: a run's events must share one partition, in order"
     )
+
+
+def _trigger_of(answers: list[list[bytes]]) -> int | None:
+    """The call that refused a batch, read from its calls' unconfirmed outputs (a redelivered
+    batch's answer): an enforced block of a loop rule is only ever the trigger's (an admitted
+    batch has none; the fleet's blocks are per call). ``None`` when none is held any more."""
+    for index, outputs in enumerate(answers):
+        for value in outputs:
+            output = _OUTPUT.decode(value)
+            if (
+                isinstance(output, Verdict)
+                and output.action == "block"
+                and output.enforced
+                and output.detector not in FLEET_DETECTORS
+            ):
+                return index
+    return None
 
 
 class Record(Protocol):
@@ -470,10 +491,12 @@ class RunProcessor(RunStore):
         assert outcome is not None
         answers: list[list[bytes]] = [[] for _ in calls]
         state = run.state
+        refused_by = outcome.refused_by
         if stepped.kind == "redelivered" and state is not None:  # re-publish what is unconfirmed
             for index, call in enumerate(calls):
                 outbox = answers[index] = state.outbox.get(call.event_id, [])
                 await self._publish(key, state, call.event_id, outbox, bool(outbox) and self.facts.active)
+            refused_by = _trigger_of(answers)
         elif stepped.kind == "applied" and state is not None:
             spend = stepped.loop_spend  # the turn's usage rides on the first of its calls that has any
             for index, call in enumerate(calls):
@@ -487,7 +510,7 @@ class RunProcessor(RunStore):
                 await self._applied(key, run, call, record, one, False, count_chain=False)
                 answers[index] = self._answer[1] if self._answer is not None else []
             self._answer = (first.event_id, [])
-        self._batch_answer = (answers, outcome.refused_by)
+        self._batch_answer = (answers, refused_by)
 
     async def _apply_event(self, record: Record, event: Event, key: bytes) -> str:
         kind = str(event.__struct_config__.tag)
