@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -348,21 +348,7 @@ class KafkaBackend:
         if answered is not None:  # asked before, through this gateway or another: its answer
             self._answers.move_to_end((scope, call.event_id))
             return decision_of(*answered), False
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[_Reply | None] = loop.create_future()
-        waiting = (scope, waiter)
-        self._waiting.setdefault(call.event_id, []).append(waiting)
-        # the deadline holds for the send too: a broker that is down answers nothing
-        deadline = loop.call_later(self.decide_timeout_s, _resolve, waiter, None)
-        self._send_call(call, scope, waiter)
-        try:
-            reply = await waiter
-        finally:
-            deadline.cancel()
-            waiters = self._waiting[call.event_id]
-            waiters.remove(waiting)
-            if not waiters:
-                del self._waiting[call.event_id]
+        reply = await self._ask(call.event_id, scope, lambda waiter: self._send_call(call, scope, waiter))
         if reply is None:
             if self._timed_out_since is None:
                 self._timed_out_since = time.monotonic()
@@ -374,6 +360,26 @@ class KafkaBackend:
         outputs = list(reply.outputs)
         self._observe(call, outputs)
         return decision_of(outputs, reply.aborted), False
+
+    async def _ask(
+        self, event_id: str, scope: str, send: Callable[[asyncio.Future[_Reply | None]], None]
+    ) -> _Reply | None:
+        """The workers' answer to the record ``send`` produces (asking for it by ``event_id``,
+        of the run ``scope``), ``None`` at the deadline, or the broker's refusal raised."""
+        waiter: asyncio.Future[_Reply | None] = asyncio.get_running_loop().create_future()
+        waiting = (scope, waiter)
+        self._waiting.setdefault(event_id, []).append(waiting)
+        # the deadline holds for the send too: a broker that is down answers nothing
+        deadline = asyncio.get_running_loop().call_later(self.decide_timeout_s, _resolve, waiter, None)
+        send(waiter)
+        try:
+            return await waiter
+        finally:
+            deadline.cancel()
+            waiters = self._waiting[event_id]
+            waiters.remove(waiting)
+            if not waiters:
+                del self._waiting[event_id]
 
     def _send_call(self, call: ToolCall, scope: str, waiter: asyncio.Future[_Reply | None]) -> None:
         """Produce a proposed call (asking for its answer); the broker's refusal ends the wait."""
@@ -414,24 +420,14 @@ class KafkaBackend:
         if problem is not None:
             raise ValueError(problem)
         assert self._producer is not None
-        first = calls[0]
-        scope = run_scope(first)
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[_Reply | None] = loop.create_future()
-        waiting = (scope, waiter)
-        self._waiting.setdefault(first.event_id, []).append(waiting)
-        deadline = loop.call_later(self.decide_timeout_s, _resolve, waiter, None)
-        sending = loop.create_task(self._send_batch(calls, scope, waiter))
-        self._sending.add(sending)  # (held until done: the loop keeps only weak references)
-        sending.add_done_callback(self._sending.discard)
-        try:
-            reply = await waiter
-        finally:
-            deadline.cancel()
-            waiters = self._waiting[first.event_id]
-            waiters.remove(waiting)
-            if not waiters:
-                del self._waiting[first.event_id]
+        scope = run_scope(calls[0])
+
+        def send(waiter: asyncio.Future[_Reply | None]) -> None:
+            sending = asyncio.get_running_loop().create_task(self._send_batch(calls, scope, waiter))
+            self._sending.add(sending)  # (held until done: the loop keeps only weak references)
+            sending.add_done_callback(self._sending.discard)
+
+        reply = await self._ask(calls[0].event_id, scope, send)
         outcome = BatchOutcome(calls)
         if reply is None:
             if self._timed_out_since is None:

@@ -410,15 +410,17 @@ class RunProcessor(RunStore):
             await self._refuse(record, f"the record has {what}: not an event")
             return "invalid"
         value: bytes = record.value
-        if is_batch(record):
-            return await self._apply_batch_record(record, value, config.settings.max_event_bytes)
-        if len(value) > config.settings.max_event_bytes:
+        batch = is_batch(record)  # one model turn's calls (streams.kafka.batch_records)
+        if not batch and len(value) > config.settings.max_event_bytes:
             limit = config.settings.max_event_bytes
             await self._refuse(record, f"event of {len(value)} bytes exceeds the limit of {limit}")
             return "invalid"
         try:
-            event = decode_event(value, texts=True)  # (params and results hashed from their text)
-            key = run_scope(event).encode()
+            if batch:  # (each call within the limit of one event)
+                events: list[Event] = list(decode_batch(value, config.settings.max_event_bytes, texts=True))
+            else:  # (params and results hashed from their text)
+                events = [decode_event(value, texts=True)]
+            key = run_scope(events[0]).encode()
         except InvalidEvent as exc:
             await self._refuse(record, exc.reason)
             return "invalid"
@@ -426,12 +428,15 @@ class RunProcessor(RunStore):
             await self._refuse(record, f"undecodable: {type(exc).__name__}: {exc}")
             return "invalid"
         if self.show is not None:
-            self.show(record.partition, record.offset, event, record.timestamp)
+            for event in events:
+                self.show(record.partition, record.offset, event, record.timestamp)
         if record.key != key:  # its run's other events are elsewhere: applied, it would drop some
             await self._refuse(record, _misrouted(record.key, key))
             return "invalid"
         try:
-            return await self._apply_event(record, event, key)
+            if not batch:
+                return await self._apply_event(record, events[0], key)
+            await self._apply_calls(record, events, key)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - one event's failure must not stop the others
             _log.exception(
                 "event processing failed",
@@ -441,37 +446,7 @@ class RunProcessor(RunStore):
             )
             await self._refuse(record, f"processing failed: {type(exc).__name__}: {exc}")
             return "invalid"
-
-    async def _apply_batch_record(self, record: Record, value: bytes, max_call_bytes: int) -> str:
-        """A record of one model turn's calls (:mod:`streams.kafka.batch_records`), admitted
-        together; refused whole (dead-lettered) when one call is invalid."""
-        try:
-            calls = decode_batch(value, max_call_bytes, texts=True)
-            key = run_scope(calls[0]).encode()
-        except InvalidEvent as exc:
-            await self._refuse(record, exc.reason)
-            return "invalid"
-        except Exception as exc:  # noqa: BLE001 - whatever one record breaks, the worker goes on
-            await self._refuse(record, f"undecodable: {type(exc).__name__}: {exc}")
-            return "invalid"
-        if self.show is not None:
-            for call in calls:
-                self.show(record.partition, record.offset, call, record.timestamp)
-        if record.key != key:
-            await self._refuse(record, _misrouted(record.key, key))
-            return "invalid"
-        try:
-            await self._apply_calls(record, calls, key)
-        except Exception as exc:  # noqa: BLE001 - one batch's failure must not stop the others
-            _log.exception(
-                "batch processing failed",
-                run_id=key.decode(),
-                partition=record.partition,
-                offset=record.offset,
-            )
-            await self._refuse(record, f"processing failed: {type(exc).__name__}: {exc}")
-            return "invalid"
-        for _ in calls[1:]:
+        for _ in events[1:]:
             self.metrics.event("tool_call", 0.0)  # (the record's own is counted with its time)
         return "tool_call"
 
