@@ -68,16 +68,22 @@ def _kept(answer: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def test_a_batch_on_kafka_is_decided_as_the_embedded_gateway_decides_it(
+@pytest.fixture
+def gateway(
     kafka_bootstrap: str,
     names: Names,
     tmp_path: Path,
     workers: list[WorkerProcess],
     gateways: list[Gateway],  # noqa: F811 - the fixture
-) -> None:
+) -> Gateway:
+    """A gateway on Kafka in front of one real worker."""
     start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
-    gateway = Gateway(names, kafka_bootstrap, timeout_ms=10_000)
-    gateways.append(gateway)
+    started = Gateway(names, kafka_bootstrap, timeout_ms=10_000)
+    gateways.append(started)
+    return started
+
+
+def test_a_batch_on_kafka_is_decided_as_the_embedded_gateway_decides_it(gateway: Gateway) -> None:
     on_kafka = _drive(gateway.url, "batch-run")
     with gateway_process() as embedded:
         in_memory = _drive(embedded.url, "batch-run")
@@ -93,21 +99,13 @@ def test_a_batch_on_kafka_is_decided_as_the_embedded_gateway_decides_it(
 
 
 def test_a_malformed_batch_record_is_dead_lettered_and_the_run_goes_on(
-    kafka_bootstrap: str,
-    names: Names,
-    tmp_path: Path,
-    workers: list[WorkerProcess],
-    gateways: list[Gateway],  # noqa: F811 - the fixture
+    kafka_bootstrap: str, names: Names, gateway: Gateway
 ) -> None:
     """A batch record whose second call is not a call (a producer of its own): refused whole,
     with the reason naming the call; the run's next batch is decided as usual."""
     from aiokafka import AIOKafkaProducer
 
     from loopwatch.streams.kafka.batch_records import BATCH_HEADER
-
-    start_worker(names, kafka_bootstrap, tmp_path, workers, "w1")
-    gateway = Gateway(names, kafka_bootstrap, timeout_ms=10_000)
-    gateways.append(gateway)
 
     async def produce() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
