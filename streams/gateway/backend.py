@@ -10,7 +10,7 @@ from loopwatch.config.errors import LoopwatchError
 from loopwatch.detectors.events import Event, Output, ToolCall
 from loopwatch.detectors.facade import BatchDecision, Decision
 
-__all__ = ["ANSWERS_KEPT", "STALL_S", "Backend", "BackendUnavailable", "is_named"]
+__all__ = ["ANSWERS_KEPT", "STALL_S", "Backend", "BackendUnavailable", "RecordTooLarge", "is_named"]
 
 #: ``/health`` is unhealthy when events wait and none was processed for this long.
 STALL_S = 5.0
@@ -41,6 +41,10 @@ class Backend(Protocol):
     async def refuse(self, body: bytes, reason: str) -> None: ...
 
     def stalled(self) -> bool: ...
+
+
+class RecordTooLarge(LoopwatchError):
+    """What was asked makes a record larger than the broker takes (answered 413)."""
 
 
 class BackendUnavailable(LoopwatchError):

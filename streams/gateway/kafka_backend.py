@@ -31,12 +31,13 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator, Iterator
 from functools import partial
 from typing import Any, Generic, TypeVar
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import MessageSizeTooLargeError
 
 from loopwatch.config.stream_settings import StreamSettings
 from loopwatch.detectors.batch_admission import BatchOutcome, batch_problem
@@ -52,7 +53,7 @@ from loopwatch.detectors.events import (
 )
 from loopwatch.detectors.facade import BatchDecision, Decision, batch_decision_of, decision_of
 from loopwatch.streams.fleet_view.view import FleetView
-from loopwatch.streams.gateway.backend import ANSWERS_KEPT, is_named
+from loopwatch.streams.gateway.backend import ANSWERS_KEPT, RecordTooLarge, is_named
 from loopwatch.streams.kafka.batch_records import BATCH_HEADER, encode_batch
 from loopwatch.streams.kafka.connect import aiokafka_auth
 from loopwatch.streams.kafka.dead_letter import dead_letter
@@ -78,6 +79,17 @@ EVENTS_TIMEOUT_S = 5.0
 
 
 _REPLY: Any = msgspec.json.Decoder(_Reply)
+
+
+@contextlib.contextmanager
+def _within_the_broker_s_size() -> Iterator[None]:
+    """A record the producer refuses for its size is the caller's to make smaller (413)."""
+    try:
+        yield
+    except MessageSizeTooLargeError as exc:
+        raise RecordTooLarge(
+            f"too large for the broker: {exc.args[0] if exc.args else exc} (send fewer or smaller calls)"
+        ) from None
 
 
 def _resolve(waiter: asyncio.Future[Any], value: Any) -> None:
@@ -269,7 +281,12 @@ class KafkaBackend:
                     self._answers.popitem(last=False)
 
     async def events(self, events: list[Event]) -> list[Output] | None:
-        """Produce the events; returns once the broker has all of them.
+        """Produce the events; returns once the broker has all of them."""
+        with _within_the_broker_s_size():
+            return await self._produce(events)
+
+    async def _produce(self, events: list[Event]) -> list[Output] | None:
+        """:meth:`events`.
 
         The events are appended at once (:func:`_step`: no task unless the producer has to
         wait), then ``taken`` waits for their deliveries or the deadline, whichever comes first;
@@ -348,7 +365,8 @@ class KafkaBackend:
         if answered is not None:  # asked before, through this gateway or another: its answer
             self._answers.move_to_end((scope, call.event_id))
             return decision_of(*answered), False
-        reply = await self._ask(call.event_id, scope, lambda waiter: self._send_call(call, scope, waiter))
+        with _within_the_broker_s_size():
+            reply = await self._ask(call.event_id, scope, lambda waiter: self._send_call(call, scope, waiter))
         if reply is None:
             if self._timed_out_since is None:
                 self._timed_out_since = time.monotonic()
@@ -427,7 +445,8 @@ class KafkaBackend:
             self._sending.add(sending)  # (held until done: the loop keeps only weak references)
             sending.add_done_callback(self._sending.discard)
 
-        reply = await self._ask(calls[0].event_id, scope, send)
+        with _within_the_broker_s_size():
+            reply = await self._ask(calls[0].event_id, scope, send)
         outcome = BatchOutcome(calls)
         if reply is None:
             if self._timed_out_since is None:

@@ -62,6 +62,7 @@ from loopwatch.streams.gateway.backend import (
     STALL_S,
     Backend,
     BackendUnavailable,
+    RecordTooLarge,
     is_named,
 )
 from loopwatch.streams.gateway.hooks.plan import MemoryPrompts, session_problem
@@ -391,6 +392,9 @@ class _Guard:
             return answer
         if isinstance(exc, BackendUnavailable):
             return _error(503, str(exc))
+        if isinstance(exc, RecordTooLarge):
+            self.view.metrics.invalid += 1
+            return _error(413, str(exc))
         if isinstance(exc, _BodyTimeout):
             return _error(408, _body_late())
         if isinstance(exc, (ConnectionError, asyncio.IncompleteReadError)):

@@ -128,3 +128,28 @@ def test_a_malformed_batch_record_is_dead_lettered_and_the_run_goes_on(
     assert status == 200, answer
     assert [d["decision"] for d in answer["decisions"]] == ["allow", "allow"]
     assert all("timed_out" not in d for d in answer["decisions"])
+
+
+def test_a_body_whose_record_the_broker_cannot_take_answers_413_and_the_gateway_goes_on(
+    gateway: Gateway,
+) -> None:
+    """Within maxEventBytes (1 MiB), but the record the gateway makes of it (the event ids and
+    fields added) is larger than the broker takes: the client is told so, not a 500."""
+    big = "x" * 3_900
+    turn = [{"run_id": "huge", "tool": "read", "params": {"p": big}} for _ in range(256)]
+    status, answer = post_json(gateway.url + "/v1/decide", turn)
+    assert status == 413, answer
+    assert "too large for the broker" in answer["error"]
+    assert "fewer or smaller" in answer["error"]
+    one = {"run_id": "huge", "tool": "read", "params": {"p": "y" * 1_048_300}}
+    status, answer = post_json(gateway.url + "/v1/decide", one)
+    assert status == 413, answer
+    result = {**one, "type": "tool_result", "event_id": "huge-r", "result": "z"}
+    status, answer = post_json(gateway.url + "/v1/events", result)
+    assert status == 413, answer
+    status, answer = post_json(
+        gateway.url + "/v1/decide",
+        [{"run_id": "huge", "event_id": f"s{n}", "tool": "read", "params": {"n": n}} for n in range(2)],
+    )
+    assert status == 200, answer
+    assert [d["decision"] for d in answer["decisions"]] == ["allow", "allow"]
