@@ -177,3 +177,17 @@ def test_the_worker_applies_batch_records_as_the_engine_applies_the_batches_and_
         assert got["batch"] == [[json.loads(value) for value in one] for one in answers]
         assert got["outputs"] == [json.loads(value) for one in answers for value in one]
         assert got["scope"] == "r"
+
+
+def test_the_fleet_view_s_follower_shows_each_call_of_a_batch_record_and_passes_over_a_bad_one() -> None:
+    """A worker's follower of the events topic (the fleet view of the runs it does not own)
+    reads a batch record as its calls; a malformed one is passed over, as any poison record."""
+    from loopwatch.streams.fleet_view.view import FleetView
+    from loopwatch.streams.kafka import topic_followers
+
+    view = FleetView("worker")
+    topic_followers._observe(view, False, calls_json(1, 2, 3), 0, 1 << 20)
+    assert view.events == 3
+    topic_followers._observe(view, False, b"[" + b"[" * 5000 + b"]" * 5000 + b"]", 0, 1 << 20)
+    topic_followers._observe(view, False, calls_json(*range(MAX_BATCH_CALLS + 1)), 0, 1 << 20)
+    assert view.events == 3
