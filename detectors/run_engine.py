@@ -287,8 +287,7 @@ class RunEngine:
             raise ValueError(problem)
         first = calls[0]
         if scope is None:
-            run_id = first.run_id
-            scope = run_id if run_id and run_id == run_id.strip() else run_scope(first)
+            scope = run_scope(first)
         if ts is None:
             ts = first.ts if first.ts is not None else 0
         store = self.store

@@ -213,6 +213,7 @@ class RunProcessor(RunStore):
         self.engine = RunEngine(config(), self, self.facts)
         self.engine.before_apply = self._before_apply
         self._partition = -1  # the input partition of the record being applied
+        self._current: tuple[str, bytes, _Run] | None = None  # ... its run: scope, key, entry
         self._record_ms = 0  # ... and its record time
         #: Held while a batch is applied, and by whatever must not interleave with one
         #: (revocation, shutdown, expiry).
@@ -375,6 +376,7 @@ class RunProcessor(RunStore):
         self._answer_key = None
         self._batch_answer = None
         self._announce = False
+        self._current = None
         kind = await self._apply(record)
         self.metrics.event(kind, time.perf_counter() - started)
         key = self._answer_key
@@ -453,15 +455,10 @@ class RunProcessor(RunStore):
     async def _apply_calls(self, record: Record, calls: list[ToolCall], key: bytes) -> None:
         first = calls[0]
         self._answer = (first.event_id, [])
-        self._answer_key = key
-        run = self._load(key, record.partition)
-        self._partition, self._record_ms = record.partition, record.timestamp
-        self.facts.source = (record.partition, record.offset)
+        run, scope = self._begin(record, key)
         fresh = run.state is None
-        engine = self.engine
-        engine.config = self._config()
         ts = first.ts if first.ts is not None else record.timestamp
-        stepped = engine.step_batch(calls, ts, record.offset, key.decode())
+        stepped = self.engine.step_batch(calls, ts, record.offset, scope)
         outcome = stepped.batch
         assert outcome is not None
         answers: list[list[bytes]] = [[] for _ in calls]
@@ -490,18 +487,13 @@ class RunProcessor(RunStore):
     async def _apply_event(self, record: Record, event: Event, key: bytes) -> str:
         kind = str(event.__struct_config__.tag)
         self._answer = (event.event_id, [])
-        self._answer_key = key
-        run = self._load(key, record.partition)
-        self._partition, self._record_ms = record.partition, record.timestamp
-        self.facts.source = (record.partition, record.offset)
+        run, scope = self._begin(record, key)
         state = run.state
         unconfirmed = state is not None and bool(state.outbox)  # (a tombstone keeps no outbox)
         aborted = state is not None and state.aborted is not None
         fresh = state is None  # the run's first event (its chain fields fix its place, F6)
-        engine = self.engine
-        engine.config = self._config()
         ts = event.ts if event.ts is not None else record.timestamp
-        stepped = engine.step(event, ts, record.offset, key.decode())
+        stepped = self.engine.step(event, ts, record.offset, scope)
         done = stepped.kind
         if done == "redelivered":  # applied before: re-publish what is unconfirmed
             if run.state is not None:
@@ -521,8 +513,23 @@ class RunProcessor(RunStore):
 
     # -- the run engine's store ----------------------------------------------------------------
 
+    def _begin(self, record: Record, key: bytes) -> tuple[_Run, str]:
+        """The record's run, loaded once for the engine's step (:meth:`entry`), and its scope."""
+        self._answer_key = key
+        run = self._load(key, record.partition)
+        scope = key.decode()
+        self._current = (scope, key, run)
+        self._partition, self._record_ms = record.partition, record.timestamp
+        self.facts.source = (record.partition, record.offset)
+        self.engine.config = self._config()
+        return run, scope
+
     def entry(self, scope: str) -> RunSlot:
-        """The run's entry, parsed from the table (:meth:`_load`)."""
+        """The run's entry: the record's own, loaded by :meth:`_begin` (another, parsed from
+        the table: :meth:`_load`)."""
+        current = self._current
+        if current is not None and current[0] == scope:
+            return current[2]
         return self._load(scope.encode(), self._partition)
 
     def settle(self, scope: str, slot: RunSlot, stepped: Stepped) -> None:
@@ -547,8 +554,9 @@ class RunProcessor(RunStore):
         """An event is about to change its run: the run is written at the batch's end."""
         if self.fault_hook is not None:
             self.fault_hook(event)
-        key = run_scope(event).encode()
-        run = self._load(key, self._partition)
+        current = self._current
+        assert current is not None  # (the engine applies only the record's own run's events)
+        _, key, run = current
         run.blob = None
         self._dirty[key] = run
 
