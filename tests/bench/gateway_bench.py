@@ -1,22 +1,22 @@
 """``make bench-gateway``: ``POST /v1/decide`` on ``loopwatch gateway``, embedded and on Kafka.
 
-A real gateway process and a concurrent aiohttp client on this machine: the round trips per
-second at full speed (16 requests in flight), then the latency at a fixed 500 decisions per
-second (p50 / p99, medians of three rounds of 10 s). Then the same with ``--kafka`` in front
-of one real worker on the local broker (every decision goes through the input topic, the
-worker and its reply): full speed in three rounds (issue 43: >= 2,500 decisions/s per gateway
-process), then 500/s and 2,000/s, three rounds of 10 s each (p99 <= 30 ms). Each phase prints
-the CPU per decision of every process of the path (user + system, every thread, from
-``/proc``): the gateway, the worker, the broker when it is this machine's JVM, and this
-process, the load generator; with what that makes per core of each (the decisions one core of
-it would do at that CPU per decision). Last come the stages of each Kafka phase, split at the
-broker's append times (:func:`kafka_stages`). Each decision is a proposed call of one of 500
-runs, half of them looping (the same failing call again and again: warnings, blocks, aborts),
-the rest healthy; results are reported in between, as an agent runtime does. Last, on the
-embedded gateway: the same paced phase with 100,000 live runs held and four clients scraping
-``/metrics`` as fast as they can (target: p99 <= 10 ms); then ``/v1/decide`` at 200/s while
-four clients send the largest body each route accepts (:mod:`tests.bench.big_bodies`; target:
-p99 <= 50 ms).
+A real gateway process and a concurrent lean HTTP client (:mod:`tests.bench.http_load`) on this
+machine: the round trips per second at full speed (16 requests in flight), then the latency at
+a fixed 500 decisions per second (p50 / p99, medians of three rounds of 10 s). Then the same
+with ``--kafka`` in front of one real worker on the local broker (every decision goes through
+the input topic, the worker and its reply): full speed in three rounds (issue 43: >= 2,500
+decisions/s per gateway process), then 500/s and 2,000/s, three rounds of 10 s each (p99 <= 30
+ms). Each phase prints the CPU per decision of every process of the path (user + system, every
+thread, from ``/proc``): the gateway, the worker, the broker when it is this machine's JVM, and
+this process, the load generator; with what that makes per core of each (the decisions one core
+of it would do at that CPU per decision). Last come the stages of each Kafka phase, split at
+the broker's append times (:func:`kafka_stages`). Each decision is a proposed call of one of
+500 runs, half of them looping (the same failing call again and again: warnings, blocks,
+aborts), the rest healthy; results are reported in between, as an agent runtime does. Last, on
+the embedded gateway: the same paced phase with 100,000 live runs held and four clients
+scraping ``/metrics`` as fast as they can (target: p99 <= 10 ms); then ``/v1/decide`` at 200/s
+while four clients send the largest body each route accepts (:mod:`tests.bench.big_bodies`;
+target: p99 <= 50 ms).
 
 ``--only kafka --tree DIR`` measures the gateway and the worker of another checkout (a
 worktree of an earlier commit with its core compiled in place) with this bench: run it in
@@ -34,12 +34,21 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Coroutine
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
+import msgspec
+
+from tests.bench import http_load
+from tests.bench.http_load import LeanClient
 
 RUNS = 500
+T = TypeVar("T")
+_ENCODE = msgspec.json.encode
+_DECODE: Callable[[bytes], Any] = msgspec.json.decode
 #: The broker of the Kafka phase: ``make`` exports the local test broker's address (docker/services.sh).
 BOOTSTRAP = os.environ.get("LOOPWATCH_TEST_KAFKA", "127.0.0.1:19092")
 
@@ -77,47 +86,81 @@ PACED_ROUNDS = 3
 STAMPS: dict[int, tuple[float, float]] = {}
 
 
-async def _one(session: aiohttp.ClientSession, url: str, n: int) -> float:
+class _AiohttpClient:
+    """``--client aiohttp``: the load sent with aiohttp's client (as before the lean one)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._session = aiohttp.ClientSession()
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        headers = {"Content-Type": "application/json"}
+        async with self._session.post(self._url + path, data=body, headers=headers) as answer:
+            return answer.status, await answer.read()
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
+#: ``--client``: which client sends the load (the lean one: less of the machine's CPU).
+CLIENT = "lean"
+
+
+def _client(url: str) -> LeanClient | _AiohttpClient:
+    return _AiohttpClient(url) if CLIENT == "aiohttp" else LeanClient(url)
+
+
+def _run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """The load's event loop: uvloop's with the lean client, asyncio's with aiohttp's (as before)."""
+    return asyncio.run(main()) if CLIENT == "aiohttp" else http_load.run(main)
+
+
+async def _one(client: LeanClient | _AiohttpClient, n: int) -> float:
     call, result = _call(n)
     wall = time.time()
     started = time.perf_counter()
-    async with session.post(url + "/v1/decide", json=call) as answer:
-        body = await answer.json()
+    status, answer = await client.post("/v1/decide", _ENCODE(call))
     spent = time.perf_counter() - started
+    assert status == 200, (status, answer)
+    body = _DECODE(answer)
     STAMPS[n] = (wall, wall + spent)
     TIMED_OUT[0] += bool(body.get("timed_out"))
     if body["decision"] in ("allow", "warn"):
-        async with session.post(url + "/v1/events", json=result) as answer:
-            await answer.read()
+        status, answer = await client.post("/v1/events", _ENCODE(result))
+        assert status in (200, 202), (status, answer)
     return spent
 
 
 async def full_speed(url: str, total: int, in_flight: int = 16, offset: int = 0) -> tuple[float, list[float]]:
     latencies: list[float] = []
     counter = iter(range(offset, offset + total))
-    async with aiohttp.ClientSession() as session:
+    client = _client(url)
 
-        async def worker() -> None:
-            for n in counter:
-                latencies.append(await _one(session, url, n))
+    async def worker() -> None:
+        for n in counter:
+            latencies.append(await _one(client, n))
 
+    try:
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(in_flight)))
         return total / (time.perf_counter() - started), latencies
+    finally:
+        await client.close()
 
 
 async def fixed_rate(url: str, rate: float, seconds: float, offset: int) -> list[float]:
-    latencies: list[float] = []
     tasks = []
-    async with aiohttp.ClientSession() as session:
+    client = _client(url)
+    try:
         started = time.perf_counter()
         for k in range(int(rate * seconds)):
             delay = started + k / rate - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(_one(session, url, offset + k)))
-        latencies = list(await asyncio.gather(*tasks))
-    return latencies
+            tasks.append(asyncio.create_task(_one(client, offset + k)))
+        return list(await asyncio.gather(*tasks))
+    finally:
+        await client.close()
 
 
 def _ms(values: list[float], q: float) -> float:
@@ -136,10 +179,18 @@ def _tree_env(env: dict[str, str] | None) -> dict[str, str] | None:
 
 
 def _gateway(
-    args: list[str], env: dict[str, str] | None = None, trace_to: str | None = None
+    args: list[str],
+    env: dict[str, str] | None = None,
+    trace_to: str | None = None,
+    profile_to: str | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
-    """A gateway process and its URL; ``trace_to``: under :mod:`tests.bench.worker_trace` (its GC pauses)."""
-    probe = ["tests.bench.worker_trace", trace_to] if trace_to else ["loopwatch"]
+    """A gateway process and its URL; ``trace_to``: under :mod:`tests.bench.worker_trace` (its GC
+    pauses); ``profile_to``: under :mod:`tests.bench.profiled` (cProfile, on its CPU time)."""
+    probe = ["loopwatch"]
+    if trace_to:
+        probe = ["tests.bench.worker_trace", trace_to]
+    elif profile_to:
+        probe = ["tests.bench.profiled", profile_to]
     proc = subprocess.Popen(
         [sys.executable, "-m", *probe, "gateway", "--listen", "127.0.0.1:0", *args],
         stderr=subprocess.PIPE,
@@ -157,7 +208,7 @@ def measure(label: str, url: str, total: int, target: str, meter: CpuMeter | Non
     TIMED_OUT[0] = 0
     if meter is not None:
         meter.start()
-    rps, latencies = asyncio.run(full_speed(url, total))
+    rps, latencies = _run(lambda: full_speed(url, total))
     print(
         f"gateway ({label}), /v1/decide at full speed, 16 in flight: {rps:,.0f} decisions/s, "
         f"p50 {_ms(latencies, 50):.2f} ms, p99 {_ms(latencies, 99):.2f} ms",
@@ -169,7 +220,7 @@ def measure(label: str, url: str, total: int, target: str, meter: CpuMeter | Non
     rounds = []
     for k in range(PACED_ROUNDS):
         TIMED_OUT[0] = 0
-        paced = asyncio.run(fixed_rate(url, 500, 10, 100_000 * (k + 1)))
+        paced = _run(partial(fixed_rate, url, 500, 10, 100_000 * (k + 1)))
         rounds.append((_ms(paced, 50), _ms(paced, 99), TIMED_OUT[0]))
     p50 = statistics.median(r[0] for r in rounds)
     p99s = sorted(r[1] for r in rounds)
@@ -229,7 +280,7 @@ def measure_scraped(url: str) -> None:
     started = time.perf_counter()
     asyncio.run(_hold_live_runs(url, LIVE_RUNS))
     held = time.perf_counter() - started
-    rounds = [asyncio.run(_paced_while_scraped(url, 1_000_000 * (k + 1))) for k in range(PACED_ROUNDS)]
+    rounds = [_run(partial(_paced_while_scraped, url, 1_000_000 * (k + 1))) for k in range(PACED_ROUNDS)]
     p99s = sorted(_ms(latencies, 99) for latencies, _ in rounds)
     p50 = statistics.median(_ms(latencies, 50) for latencies, _ in rounds)
     scrapes = statistics.median(count / 10 for _, count in rounds)
@@ -409,7 +460,7 @@ def measure_kafka(
     speeds, p50s, p99s = [], [], []
     meter.start()
     for k in range(FULL_ROUNDS):
-        rps, latencies = asyncio.run(full_speed(url, FULL_DECISIONS, offset=10_000 * k))
+        rps, latencies = _run(partial(full_speed, url, FULL_DECISIONS, offset=10_000 * k))
         speeds.append(rps)
         p50s.append(_ms(latencies, 50))
         p99s.append(_ms(latencies, 99))
@@ -430,7 +481,7 @@ def measure_kafka(
         for k in range(PACED_ROUNDS):
             TIMED_OUT[0] = 0
             started = time.perf_counter()
-            paced = asyncio.run(fixed_rate(url, rate, 10, base + 100_000 * k))
+            paced = _run(partial(fixed_rate, url, rate, 10, base + 100_000 * k))
             served = len(paced) / (time.perf_counter() - started)  # (the last answer ends the round)
             rounds.append((_ms(paced, 50), _ms(paced, 99), TIMED_OUT[0], served))
         p50 = statistics.median(r[0] for r in rounds)
@@ -462,9 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rates",
         type=int,
-        nargs="+",
+        nargs="*",
         default=list(KAFKA_RATES),
-        help="the paced phases on Kafka, decisions per second (default: %(default)s)",
+        help="the paced phases on Kafka, decisions per second (default: %(default)s; none: full speed only)",
     )
     parser.add_argument(
         "--tree",
@@ -477,10 +528,26 @@ def main(argv: list[str] | None = None) -> int:
         help="Kafka: worker and gateway with probes (tests.bench.worker_trace): their GC pauses, "
         "and the worker's stage split at its input batches",
     )
+    parser.add_argument(
+        "--client",
+        choices=("lean", "aiohttp"),
+        default="lean",
+        help="the load's HTTP client: tests.bench.http_load's (default: the least CPU taken from the "
+        "processes measured) or aiohttp's (as the bench sent it before 2026-12-07 16:00 UTC)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="OUT",
+        help="Kafka: the gateway under cProfile on its CPU time, its statistics written to OUT "
+        "(read them with python -m pstats OUT); not with --trace",
+    )
     args = parser.parse_args(argv)
+    if args.trace and args.profile:
+        parser.error("--profile and --trace: one probe at a time")
     if args.tree is not None and args.trace:
         parser.error("--trace runs this checkout's worker: not with --tree")
-    global TREE
+    global TREE, CLIENT
+    CLIENT = args.client
     TREE = None if args.tree is None else str(Path(args.tree).resolve())
     if args.only in (None, "embedded"):
         proc, url = _gateway([])
@@ -518,13 +585,15 @@ def main(argv: list[str] | None = None) -> int:
         try:
             worker.wait_ready()
             gateway_trace = str(traces["gateway"]) if args.trace else None
-            proc, url = _gateway(["--kafka", bootstrap], names.env(bootstrap), gateway_trace)
+            proc, url = _gateway(["--kafka", bootstrap], names.env(bootstrap), gateway_trace, args.profile)
             if TREE is not None:
                 print(f"(the gateway and the worker of {TREE})", flush=True)
             try:
                 from tests.bench.scale_bench import broker_pid
 
-                asyncio.run(full_speed(url, 500, offset=900_000))  # (warm-up: connections, first runs)
+                _run(lambda: full_speed(url, 500, offset=900_000))  # (warm-up: connections, first runs)
+                if args.profile:
+                    proc.send_signal(signal.SIGUSR1)  # (tests.bench.profiled: from here on)
                 pids = {"gateway": proc.pid, "worker": worker.proc.pid, "broker": broker_pid(bootstrap)}
                 phases = measure_kafka(url, "Kafka, 1 worker", CpuMeter(pids), tuple(args.rates))
             finally:
