@@ -57,6 +57,7 @@ from loopwatch.streams.gateway.backend import ANSWERS_KEPT, RecordTooLarge, is_n
 from loopwatch.streams.kafka.batch_records import BATCH_HEADER, encode_batch
 from loopwatch.streams.kafka.connect import aiokafka_auth
 from loopwatch.streams.kafka.dead_letter import dead_letter
+from loopwatch.streams.kafka.key_partitioner import KeyPartitioner
 from loopwatch.streams.kafka.run_processor import REPLY_HEADER
 from loopwatch.streams.logs import limit_repeats
 
@@ -216,7 +217,11 @@ class KafkaBackend:
         limit_repeats("aiokafka")  # a broker outage: the same errors, 200 a second
         auth = aiokafka_auth(self.settings)
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.kafka_bootstrap, enable_idempotence=True, acks="all", **auth
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            enable_idempotence=True,
+            acks="all",
+            partitioner=KeyPartitioner(),
+            **auth,
         )
         await self._producer.start()
         consumer = AIOKafkaConsumer(

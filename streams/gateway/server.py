@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import json
 import os
 import uuid
 from collections import OrderedDict
@@ -133,6 +135,12 @@ class EmbeddedBackend:
         return self.runtime.stalled(STALL_S)
 
 
+@functools.lru_cache(maxsize=64)
+def _accepted(count: int) -> bytes:
+    """The body of ``/v1/events``' 202 (as ``web.json_response`` wrote it)."""
+    return json.dumps({"accepted": count}).encode()
+
+
 def _error(status: int, reason: str) -> web.Response:
     return web.json_response({"error": reason}, status=status)
 
@@ -199,8 +207,18 @@ def _proposed_call(body: bytes) -> ToolCall:
     return _call_of(value, surrogates)
 
 
+def _generated_id() -> str:
+    """``gateway-`` and a random uuid4's hex (:func:`uuid.uuid4`'s bytes, without its object)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
+    return "gateway-" + raw.hex()
+
+
 def _call_of(value: dict[str, Any], surrogates: bool, batch_id: str | None = None) -> ToolCall:
-    call = {"type": "tool_call", "event_id": f"gateway-{uuid.uuid4().hex}", **value}
+    # (an id made up only for a call that names none: the client's own replaces it)
+    call = {"type": "tool_call", "event_id": value["event_id"] if "event_id" in value else _generated_id()}
+    call.update(value)
     if batch_id is not None:
         call.setdefault("batch_id", batch_id)
     try:
@@ -442,7 +460,9 @@ class _Routes:
         parsed = await self.read(request, _decode_all)
         outputs = await self.backend.events(parsed)
         if outputs is None:
-            return web.json_response({"accepted": len(parsed)}, status=202)
+            return web.Response(
+                body=_accepted(len(parsed)), status=202, content_type="application/json", charset="utf-8"
+            )
         return _answer({}, outputs, "outputs")
 
     async def decide(self, request: web.Request) -> web.Response:

@@ -144,6 +144,7 @@ class LeanClient:
         for connection in self._all:
             if connection.transport is not None:
                 connection.transport.close()
+        await asyncio.sleep(0)  # (their closing callbacks, before the loop ends)
 
 
 def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
