@@ -5,18 +5,19 @@ machine: the round trips per second at full speed (16 requests in flight), then 
 a fixed 500 decisions per second (p50 / p99, medians of three rounds of 10 s). Then the same
 with ``--kafka`` in front of one real worker on the local broker (every decision goes through
 the input topic, the worker and its reply): full speed in three rounds (issue 43: >= 2,500
-decisions/s per gateway process), then 500/s, 2,000/s and 2,500/s, three rounds of 10 s each (p99
-<= 30 ms at 2,000/s; at 2,500/s: the share of a core the gateway needs for it). Each phase prints the CPU per decision of every process of the path (user + system, every
-thread, from ``/proc``): the gateway, the worker, the broker when it is this machine's JVM, and
-this process, the load generator; with what that makes per core of each (the decisions one core
-of it would do at that CPU per decision). Last come the stages of each Kafka phase, split at
-the broker's append times (:func:`kafka_stages`). Each decision is a proposed call of one of
-500 runs, half of them looping (the same failing call again and again: warnings, blocks,
-aborts), the rest healthy; results are reported in between, as an agent runtime does. Last, on
-the embedded gateway: the same paced phase with 100,000 live runs held and four clients
-scraping ``/metrics`` as fast as they can (target: p99 <= 10 ms); then ``/v1/decide`` at 200/s
-while four clients send the largest body each route accepts (:mod:`tests.bench.big_bodies`;
-target: p99 <= 50 ms).
+decisions/s per gateway process), then 500/s, 2,000/s and 2,500/s, three rounds of 10 s each
+(p99 <= 30 ms at 2,000/s; at 2,500/s: the share of a core the gateway needs for it). Each phase
+prints the CPU per decision of every process of the path (user + system, every thread, from
+``/proc``): the gateway, the worker, the broker when it is this machine's JVM, and this
+process, the load generator; with what that makes per core of each (the decisions one core of
+it would do at that CPU per decision). Last come the stages of each Kafka phase, split at the
+broker's append times (:func:`kafka_stages`). Each decision is a proposed call of one of 500
+runs, half of them looping (the same failing call again and again: warnings, blocks, aborts),
+the rest healthy; results are reported in between, as an agent runtime does. Last, on the
+embedded gateway: the same paced phase with 100,000 live runs held and four clients scraping
+``/metrics`` as fast as they can (target: p99 <= 10 ms); then ``/v1/decide`` at 200/s while
+four clients send the largest body each route accepts (:mod:`tests.bench.big_bodies`; target:
+p99 <= 50 ms).
 
 ``--only kafka --tree DIR`` measures the gateway and the worker of another checkout (a
 worktree of an earlier commit with its core compiled in place) with this bench: run it in
