@@ -12,6 +12,8 @@ __all__ = ["KeyPartitioner"]
 
 #: The keys whose hashes are kept (beyond them the table starts again: a hash is ~2 µs).
 KEYS_KEPT = 65_536
+#: A longer key is hashed every time (a run id may be long: the table stays ~KEYS_KEPT × this).
+KEY_BYTES_KEPT = 256
 
 
 class KeyPartitioner:
@@ -27,6 +29,8 @@ class KeyPartitioner:
             return DefaultPartitioner()(key, all_partitions, available)
         hashed = self._hashes.get(key)
         if hashed is None:
+            if len(key) > KEY_BYTES_KEPT:
+                return all_partitions[(murmur2(key) & 0x7FFFFFFF) % len(all_partitions)]
             if len(self._hashes) >= KEYS_KEPT:
                 self._hashes.clear()
             hashed = self._hashes[key] = murmur2(key) & 0x7FFFFFFF

@@ -396,6 +396,9 @@ FULL_DECISIONS = 3_000
 #: The paced rates on Kafka: #24 §3's 500/s, issue 43's 2,000/s (target: p99 <= 30 ms) and its
 #: 2,500/s per gateway process (the gateway's share of a core at that rate, and its CPU per decision).
 KAFKA_RATES = (500, 2_000, 2_500)
+#: The warm-up's first call number: beyond every phase's (their numbers must not repeat: the
+#: stages pair each call number's reply with its round's stamps).
+WARM_UP = 50_000_000
 #: Issue 43's figure for one gateway process on Kafka at full speed.
 KAFKA_TARGET = 2_500
 
@@ -546,6 +549,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.trace and args.profile:
         parser.error("--profile and --trace: one probe at a time")
+    if args.profile and (args.tree is not None or args.only in ("embedded", "bodies")):
+        parser.error(
+            "--profile profiles this checkout's gateway on Kafka: not with --tree or --only embedded|bodies"
+        )
     if args.tree is not None and args.trace:
         parser.error("--trace runs this checkout's worker: not with --tree")
     global TREE, CLIENT
@@ -593,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 from tests.bench.scale_bench import broker_pid
 
-                _run(lambda: full_speed(url, 500, offset=900_000))  # (warm-up: connections, first runs)
+                _run(lambda: full_speed(url, 500, offset=WARM_UP))  # (warm-up: connections, first runs)
                 if args.profile:
                     proc.send_signal(signal.SIGUSR1)  # (tests.bench.profiled: from here on)
                 pids = {"gateway": proc.pid, "worker": worker.proc.pid, "broker": broker_pid(bootstrap)}

@@ -68,8 +68,18 @@ class _Connection(asyncio.Protocol):
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
+        self.close()
+
+    def close(self) -> None:
+        """Closed now (its ``connection_lost`` comes later): never lent again."""
+        self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+    @property
+    def idle(self) -> bool:
+        """Open, and no request of it waits for its answer (one cancelled does: closed then)."""
+        return not self.closed and self._waiter is None
 
     def request(self, data: bytes) -> asyncio.Future[tuple[int, bytes]]:
         assert self.transport is not None
@@ -92,35 +102,65 @@ class LeanClient:
         self._free: list[_Connection] = []
         self._opened = 0
         self._limit = limit
-        self._waiting: deque[asyncio.Future[_Connection]] = deque()
+        self._waiting: deque[asyncio.Future[_Connection | None]] = deque()
         self._all: list[_Connection] = []
 
     async def _connection(self) -> _Connection:
-        while self._free:
-            connection = self._free.pop()
-            if not connection.closed:
+        while True:
+            while self._free:
+                connection = self._free.pop()
+                if connection.idle:
+                    return connection
+                self._gone(connection)
+            if self._opened < self._limit:
+                self._opened += 1
+                try:
+                    _, connection = await asyncio.get_running_loop().create_connection(
+                        _Connection, self._host, self._port
+                    )
+                except BaseException:  # (refused, or cancelled: the slot is free again)
+                    self._opened -= 1
+                    self._wake(None)
+                    raise
+                self._all.append(connection)
                 return connection
-            self._opened -= 1
-        if self._opened < self._limit:
-            self._opened += 1
-            loop = asyncio.get_running_loop()
-            _, connection = await loop.create_connection(_Connection, self._host, self._port)
-            self._all.append(connection)
-            return connection
-        waiter: asyncio.Future[_Connection] = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
-        return await waiter
+            waiter: asyncio.Future[_Connection | None] = asyncio.get_running_loop().create_future()
+            self._waiting.append(waiter)
+            try:
+                given = await waiter  # (None: a slot is free, try again)
+            except asyncio.CancelledError:  # (what it was given meanwhile goes to the next)
+                if waiter.done() and not waiter.cancelled():
+                    late = waiter.result()
+                    if late is None:
+                        self._wake(None)
+                    else:
+                        self._release(late)
+                raise
+            if given is not None:
+                if given.idle:
+                    return given
+                self._gone(given)
 
-    def _release(self, connection: _Connection) -> None:
-        if connection.closed:
-            self._opened -= 1
-            return
+    def _gone(self, connection: _Connection) -> None:
+        """A connection that will not be lent again: its slot to whoever waits."""
+        connection.close()
+        self._opened -= 1
+        self._wake(None)
+
+    def _wake(self, given: _Connection | None) -> bool:
+        """The first request still waiting gets ``given`` (None: a free slot); False if none waits."""
         while self._waiting:
             waiter = self._waiting.popleft()
             if not waiter.done():
-                waiter.set_result(connection)
-                return
-        self._free.append(connection)
+                waiter.set_result(given)
+                return True
+        return False
+
+    def _release(self, connection: _Connection) -> None:
+        if not connection.idle:  # closed under its request, or its request cancelled
+            self._gone(connection)
+        elif not self._wake(connection):
+            self._free.append(connection)
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         """The status and body of the answer to ``POST path`` with this JSON body."""

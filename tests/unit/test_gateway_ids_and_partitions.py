@@ -36,6 +36,35 @@ def test_a_call_keeps_the_id_its_client_named_and_gets_one_when_it_named_none() 
     assert unnamed.run_id == "r"
 
 
+def test_a_call_s_fields_are_the_client_s_over_the_gateway_s_in_the_same_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loopwatch.streams.gateway import server
+    from loopwatch.streams.gateway.tolerant_json import dumps
+
+    encoded: list[dict[str, object]] = []
+
+    def recording(value: dict[str, object], surrogates: bool) -> bytes:
+        encoded.append(dict(value))
+        return dumps(value, surrogates)
+
+    monkeypatch.setattr(server, "dumps", recording)
+    monkeypatch.setattr(server, "_generated_id", lambda: "gateway-" + "0" * 32)
+    for value in (
+        {"tool": "read", "run_id": "r", "params": {}},
+        {"tool": "read", "type": "tool_call", "run_id": "r", "event_id": "e", "params": {}},
+        {"event_id": "e", "tool": "read", "run_id": "r", "params": {}, "type": "tool_call"},
+    ):
+        encoded.clear()
+        _call_of(value, False)
+        old = {"type": "tool_call", "event_id": "gateway-" + "0" * 32, **value}  # (as it was built)
+        assert list(encoded[0].items()) == list(old.items())
+    with pytest.raises(Exception, match="event_id"):  # an id of null is the client's, refused
+        _call_of({"event_id": None, "tool": "read", "run_id": "r", "params": {}}, False)
+    with pytest.raises(Exception, match="a decision is asked for a tool_call"):  # the client's type
+        _call_of({"type": "run_end", "run_id": "r"}, False)
+
+
 def test_a_key_goes_to_the_partition_the_default_partitioner_chooses() -> None:
     chosen, default = KeyPartitioner(), DefaultPartitioner()
     draw = random.Random(43)
@@ -55,3 +84,7 @@ def test_the_kept_hashes_start_again_beyond_their_bound(monkeypatch: pytest.Monk
         assert chosen(key, partitions, partitions) == default(key, partitions, partitions)
         assert len(chosen._hashes) <= 10
     assert chosen(None, partitions, [2]) == 2  # no key: one of the available partitions
+    chosen = KeyPartitioner()
+    long_key = b"r" * (key_partitioner.KEY_BYTES_KEPT + 1)
+    assert chosen(long_key, partitions, partitions) == default(long_key, partitions, partitions)
+    assert not chosen._hashes  # (a long key is hashed each time, not kept)

@@ -10,7 +10,8 @@ import pytest
 
 from tests.bench.http_load import HttpError, LeanClient, run
 
-Answer = Callable[[bytes], list[bytes]]  # the request's body -> the pieces of the answer to write
+#: the request's body -> the pieces of the answer to write ([]: close the connection; None: no answer)
+Answer = Callable[[bytes], list[bytes] | None]
 
 
 class _Server:
@@ -41,6 +42,8 @@ async def _serve(answer: Answer, seen: list[bytes]) -> tuple[_Server, str]:
                 body = await reader.readexactly(length)
                 seen.append(head + body)
                 pieces = answer(body)
+                if pieces is None:  # (no answer: the connection stays open)
+                    continue
                 if not pieces:  # (close under the request)
                     writer.close()
                     return
@@ -129,3 +132,52 @@ def test_more_requests_at_once_than_connections_wait_for_one_and_all_are_answere
     assert answers == [(200, b"%d" % n) for n in range(20)]
     assert connections == 3
     assert len(seen) == 20
+
+
+def test_a_connection_closed_under_a_request_frees_its_slot_for_the_request_waiting() -> None:
+    answers = iter([[], _ok(b"second")])  # the first request's connection closed, then an answer
+
+    async def main() -> list[object]:
+        server, url = await _serve(lambda body: next(answers), [])
+        client = LeanClient(url, limit=1)
+        try:
+            both = client.post("/", b"1"), client.post("/", b"2")
+            return list(await asyncio.wait_for(asyncio.gather(*both, return_exceptions=True), 5))
+        finally:
+            await client.close()
+            await server.close()
+
+    first, second = run(main)
+    assert isinstance(first, HttpError)
+    assert second == (200, b"second")
+
+
+def test_a_cancelled_request_s_connection_is_not_lent_again() -> None:
+    async def main() -> tuple[int, bytes]:
+        server, url = await _serve(lambda body: None if body == b"slow" else _ok(body), [])
+        client = LeanClient(url, limit=1)
+        try:
+            with pytest.raises(TimeoutError):  # its answer never comes: the request is given up
+                await asyncio.wait_for(client.post("/", b"slow"), 0.2)
+            return await asyncio.wait_for(client.post("/", b"next"), 5)
+        finally:
+            await client.close()
+            await server.close()
+
+    assert run(main) == (200, b"next")
+
+
+def test_a_refused_connection_frees_its_slot() -> None:
+    async def main() -> list[object]:
+        probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = probe.sockets[0].getsockname()[1]
+        probe.close()
+        await probe.wait_closed()  # (nothing listens there now)
+        client = LeanClient(f"http://127.0.0.1:{port}", limit=1)
+        try:
+            both = client.post("/", b"1"), client.post("/", b"2")
+            return list(await asyncio.wait_for(asyncio.gather(*both, return_exceptions=True), 5))
+        finally:
+            await client.close()
+
+    assert all(isinstance(outcome, OSError) for outcome in run(main))
