@@ -504,7 +504,7 @@ def measure_kafka(
     return phases
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> Any:
     import argparse
 
     parser = argparse.ArgumentParser(
@@ -546,7 +546,14 @@ def main(argv: list[str] | None = None) -> int:
         help="Kafka: the gateway under cProfile on its CPU time, its statistics written to OUT "
         "(read them with python -m pstats OUT); not with --trace",
     )
+    parser.add_argument(
+        "--profile-worker",
+        metavar="OUT",
+        help="Kafka: the worker under cProfile on its CPU time, as --profile the gateway",
+    )
     args = parser.parse_args(argv)
+    if args.profile_worker and (args.trace or args.tree is not None):
+        parser.error("--profile-worker profiles this checkout's worker: not with --trace or --tree")
     if args.trace and args.profile:
         parser.error("--profile and --trace: one probe at a time")
     if args.profile and (args.tree is not None or args.only in ("embedded", "bodies")):
@@ -555,6 +562,23 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.tree is not None and args.trace:
         parser.error("--trace runs this checkout's worker: not with --tree")
+    return args
+
+
+def _worker(args: Any, env: dict[str, str], log: Path, traces: dict[str, Path]) -> Any:
+    """The bench's worker process: traced, profiled or as it is."""
+    from tests.bench.stream_bench import ProfiledWorker, TracedWorker
+    from tests.integration.harness import WorkerProcess
+
+    if args.trace:
+        return TracedWorker(env, log, traces["worker"])
+    if args.profile_worker:
+        return ProfiledWorker(env, log, Path(args.profile_worker))
+    return WorkerProcess(env, log)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     global TREE, CLIENT
     CLIENT = args.client
     TREE = None if args.tree is None else str(Path(args.tree).resolve())
@@ -579,8 +603,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import tempfile
 
-    from tests.bench.stream_bench import TracedWorker, _gc_summary
-    from tests.integration.harness import Names, WorkerProcess
+    from tests.bench.stream_bench import _gc_summary
+    from tests.integration.harness import Names
 
     bootstrap = BOOTSTRAP
     names = Names()
@@ -590,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
         assert env is not None
         traces = {"worker": Path(tmp) / "worker-trace.json", "gateway": Path(tmp) / "gateway-trace.json"}
         log = Path(tmp) / "worker.log"
-        worker = TracedWorker(env, log, traces["worker"]) if args.trace else WorkerProcess(env, log)
+        worker = _worker(args, env, log, traces)
         try:
             worker.wait_ready()
             gateway_trace = str(traces["gateway"]) if args.trace else None
@@ -601,8 +625,12 @@ def main(argv: list[str] | None = None) -> int:
                 from tests.bench.scale_bench import broker_pid
 
                 _run(lambda: full_speed(url, 500, offset=WARM_UP))  # (warm-up: connections, first runs)
+                from tests.bench.profiled import START
+
                 if args.profile:
-                    proc.send_signal(signal.SIGUSR1)  # (tests.bench.profiled: from here on)
+                    proc.send_signal(START)  # (tests.bench.profiled: from here on)
+                if args.profile_worker:
+                    worker.proc.send_signal(START)
                 pids = {"gateway": proc.pid, "worker": worker.proc.pid, "broker": broker_pid(bootstrap)}
                 phases = measure_kafka(url, "Kafka, 1 worker", CpuMeter(pids), tuple(args.rates))
             finally:

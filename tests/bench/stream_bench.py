@@ -197,6 +197,17 @@ class TracedWorker(WorkerProcess):
         self.proc = subprocess.Popen(args, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
+class ProfiledWorker(WorkerProcess):
+    """A worker process under :mod:`tests.bench.profiled` (its statistics written to ``profile_to``)."""
+
+    def __init__(self, env: dict[str, str], log: Path, profile_to: Path) -> None:
+        self.env = env
+        self.log = log
+        args = [sys.executable, "-m", "tests.bench.profiled", str(profile_to), "worker"]
+        self._out = log.open("ab")
+        self.proc = subprocess.Popen(args, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
 def start_workers(
     names: Names,
     count: int,
