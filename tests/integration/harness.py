@@ -32,12 +32,18 @@ PURE_WORKER = (
 )
 
 
+#: The app ids of this process's :class:`Names`: their topics are deleted when the session ends
+#: (tests/integration/conftest.py), so a broker that serves many test runs does not keep them.
+CREATED_APP_IDS: list[str] = []
+
+
 class Names:
     """Unique app id and topic names for one test."""
 
     def __init__(self) -> None:
         tag = uuid.uuid4().hex[:8]
         self.app_id = f"lwt-{tag}"
+        CREATED_APP_IDS.append(self.app_id)
         self.events = f"lwt-{tag}.events"
         self.verdicts = f"lwt-{tag}.verdicts"
         self.dead_letter = f"lwt-{tag}.dead-letter"
