@@ -42,7 +42,6 @@ import asyncio
 import functools
 import json
 import os
-import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -207,12 +206,12 @@ def _proposed_call(body: bytes) -> ToolCall:
     return _call_of(value, surrogates)
 
 
-def _generated_id() -> str:
-    """``gateway-`` and a random uuid4's hex (:func:`uuid.uuid4`'s bytes, without its object)."""
+def _generated_id(prefix: str = "gateway-") -> str:
+    """``prefix`` and a random uuid4's hex (:func:`uuid.uuid4`'s bytes, without its object)."""
     raw = bytearray(os.urandom(16))
     raw[6] = raw[6] & 0x0F | 0x40  # version 4
     raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
-    return "gateway-" + raw.hex()
+    return prefix + raw.hex()
 
 
 def _call_of(value: dict[str, Any], surrogates: bool, batch_id: str | None = None) -> ToolCall:
@@ -254,7 +253,7 @@ def _proposed(body: bytes) -> ToolCall | list[ToolCall]:
     # the batch's id: the first a call gives (every call that gives one must give the same)
     named = (item.get("batch_id") for item in value if isinstance(item, dict))
     batch_id = next(
-        (name for name in named if isinstance(name, str) and name), f"gateway-batch-{uuid.uuid4().hex}"
+        (name for name in named if isinstance(name, str) and name), _generated_id("gateway-batch-")
     )
     calls: list[ToolCall] = []
     seen: dict[str, int] = {}

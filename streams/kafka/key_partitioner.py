@@ -29,9 +29,9 @@ class KeyPartitioner:
             return DefaultPartitioner()(key, all_partitions, available)
         hashed = self._hashes.get(key)
         if hashed is None:
-            if len(key) > KEY_BYTES_KEPT:
-                return all_partitions[(murmur2(key) & 0x7FFFFFFF) % len(all_partitions)]
-            if len(self._hashes) >= KEYS_KEPT:
-                self._hashes.clear()
-            hashed = self._hashes[key] = murmur2(key) & 0x7FFFFFFF
+            hashed = murmur2(key) & 0x7FFFFFFF
+            if len(key) <= KEY_BYTES_KEPT:
+                if len(self._hashes) >= KEYS_KEPT:
+                    self._hashes.clear()
+                self._hashes[key] = hashed
         return all_partitions[hashed % len(all_partitions)]
