@@ -656,9 +656,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         kafka_stages(names, phases, batches)
     finally:  # (the shared broker keeps no topic of a finished bench: every client reads their metadata)
-        from tests.bench.scale_bench import delete_topics
+        from tests.integration.harness import delete_topics
 
-        asyncio.run(delete_topics(bootstrap, names.app_id))
+        asyncio.run(delete_topics(bootstrap, [names.app_id]))
     return 0
 
 

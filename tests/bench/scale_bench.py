@@ -55,7 +55,7 @@ from loopwatch.detectors.engine import Engine
 from loopwatch.detectors.events import run_scope
 from loopwatch.streams.partitions import key_partition
 from tests.bench.workloads import Workload, generate, to_wire
-from tests.integration.harness import LOOPWATCH, Names, WorkerProcess
+from tests.integration.harness import LOOPWATCH, Names, WorkerProcess, delete_topics
 
 BOOTSTRAP = "127.0.0.1:19092"
 PARTITIONS = 8
@@ -272,17 +272,6 @@ async def committed_up_to_end(bootstrap: str, group: str, topics: list[str], tim
         await admin.close()
 
 
-async def delete_topics(bootstrap: str, prefix: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        names = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if names:
-            await admin.delete_topics(names)
-    finally:
-        await admin.close()
-
-
 async def produce(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes, bytes]]) -> int:
     """``(partition, key, value)`` records, in batches of up to 512 KiB per partition, in order
     within each partition; how many."""
@@ -489,7 +478,7 @@ def measure_memory(args: argparse.Namespace, results: Results, tmp: str, runs: i
         )
     finally:
         fleet.stop()
-        asyncio.run(delete_topics(args.kafka, fleet.names.app_id))
+        asyncio.run(delete_topics(args.kafka, [fleet.names.app_id]))
 
 
 async def _failover(
@@ -598,7 +587,7 @@ def measure_failover(args: argparse.Namespace, results: Results, tmp: str, runs:
         keep.mkdir(parents=True, exist_ok=True)
         for worker in fleet.workers:
             shutil.copy(worker.log, keep / worker.log.name)
-        asyncio.run(delete_topics(args.kafka, fleet.names.app_id))
+        asyncio.run(delete_topics(args.kafka, [fleet.names.app_id]))
 
 
 def measure_cpu(
@@ -668,7 +657,7 @@ def measure_cpu(
             viewer.terminate()
             viewer.wait(20)
         fleet.stop()
-        asyncio.run(delete_topics(args.kafka, fleet.names.app_id))
+        asyncio.run(delete_topics(args.kafka, [fleet.names.app_id]))
 
 
 def start_view(fleet: Fleet, log: Path) -> subprocess.Popen[bytes]:

@@ -187,25 +187,22 @@ RUN_ONLY = (
 class TracedWorker(WorkerProcess):
     """A worker process under :mod:`tests.bench.worker_trace` (its probes written to ``trace_to``)."""
 
+    PROBE = "tests.bench.worker_trace"
+
     def __init__(self, env: dict[str, str], log: Path, trace_to: Path, config: Path | None = None) -> None:
         self.env = env
         self.log = log
-        args = [sys.executable, "-m", "tests.bench.worker_trace", str(trace_to), "worker"]
+        args = [sys.executable, "-m", self.PROBE, str(trace_to), "worker"]
         if config is not None:
             args += ["--config", str(config)]
         self._out = log.open("ab")
         self.proc = subprocess.Popen(args, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
-class ProfiledWorker(WorkerProcess):
-    """A worker process under :mod:`tests.bench.profiled` (its statistics written to ``profile_to``)."""
+class ProfiledWorker(TracedWorker):
+    """A worker process under :mod:`tests.bench.profiled` (its statistics written to the path given)."""
 
-    def __init__(self, env: dict[str, str], log: Path, profile_to: Path) -> None:
-        self.env = env
-        self.log = log
-        args = [sys.executable, "-m", "tests.bench.profiled", str(profile_to), "worker"]
-        self._out = log.open("ab")
-        self.proc = subprocess.Popen(args, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
+    PROBE = "tests.bench.profiled"
 
 
 def start_workers(

@@ -30,35 +30,19 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 
-async def _delete_topics_of(bootstrap: str, app_ids: list[str]) -> int:
-    """The topics of these app ids (theirs and their workers' internal ones): how many."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        ids = set(app_ids)
-        ours = [t for t in await admin.list_topics() if t[:12] in ids and t[12:13] in ("", ".", "-")]
-        if ours:
-            await admin.delete_topics(ours)
-        return len(ours)
-    finally:
-        await admin.close()
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _topics_deleted_at_the_end() -> Iterator[None]:
     """After the session, the topics its tests made on the shared broker are deleted (only
     theirs: another session may be using the broker at the same time). A broker that serves
     run after run kept every test's topics before: ~5,000 of them, 16 GB, filled a disk."""
-    from tests.integration.harness import CREATED_APP_IDS
+    from tests.integration.harness import CREATED_APP_IDS, delete_topics
 
     yield
     if not CREATED_APP_IDS:
         return
     bootstrap = os.environ.get("LOOPWATCH_TEST_KAFKA", "127.0.0.1:19092")
     try:
-        asyncio.run(_delete_topics_of(bootstrap, CREATED_APP_IDS))
+        asyncio.run(delete_topics(bootstrap, CREATED_APP_IDS))
     except Exception as exc:  # noqa: BLE001 - the tests' outcome stands; the leftovers are named
         print(f"\n(the session's topics on {bootstrap} were not deleted: {exc})")
 

@@ -151,6 +151,21 @@ def expected_outputs(events: Iterable[Event], config: FleetConfig | None = None)
     return [json.loads(encode_output(out)) for event in events for out in engine.process(event)]
 
 
+async def delete_topics(bootstrap: str, app_ids: Iterable[str]) -> None:
+    """The topics of these app ids (their :class:`Names` and their workers' internal ones)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    ours = tuple(f"{app_id}{sep}" for app_id in app_ids for sep in ".-")
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        names = [topic for topic in await admin.list_topics() if topic.startswith(ours)]
+        if names:
+            await admin.delete_topics(names)
+    finally:
+        await admin.close()
+
+
 async def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
     await producer.start()
